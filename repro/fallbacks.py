@@ -1,0 +1,159 @@
+"""Completes DeepSpeed's pure-PyTorch inference fallbacks for GPT-NeoX.
+
+Where DeepSpeed's compiled `transformer_inference` op is missing (CPU; ROCm in BF16 for
+DeepSpeed >= 0.18.4), the op bindings fall back to PyTorch, but two fallbacks are incomplete for
+GPT-NeoX: the attention fallback builds a Llama rotary embedding with an outdated signature and
+rotates the whole head, and the MLP fallback raises for the parallel residual. We replace only
+those two fallback methods: a compiled kernel, when it exists, is still what DeepSpeed binds.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+ROTARY_BASE_DEFAULT = 10000.0
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rotary_cos_sin(positions: torch.Tensor, rotary_dim: int, base: float,
+                   dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """GPT-NeoX rotary tables (rotate_half layout), computed in fp32 like Transformers does."""
+    inv_freq = 1.0 / (base**(torch.arange(0, rotary_dim, 2, dtype=torch.int64).float() / rotary_dim))
+    freqs = torch.outer(positions.float(), inv_freq.to(positions.device))
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_partial_rotary(x: torch.Tensor, positions: torch.Tensor, rotary_dim: int, base: float) -> torch.Tensor:
+    """Rotates the first `rotary_dim` dims of `x` [batch, heads, seq, head_dim]; the rest passes through."""
+    cos, sin = rotary_cos_sin(positions, rotary_dim, base, x.dtype)
+    x_rot, x_pass = x[..., :rotary_dim], x[..., rotary_dim:]
+    return torch.cat((x_rot * cos + rotate_half(x_rot) * sin, x_pass), dim=-1)
+
+
+def _positions(is_prompt: bool, seq_len: int, device: torch.device) -> torch.Tensor:
+    """Prompt tokens sit at 0..n-1; a decode token sits after every token already cached.
+
+    DeepSpeed's context counts the prompt, then advances once per completed forward, so before a
+    decode step's cache update it holds (tokens cached + 1).
+    """
+    from deepspeed.ops.transformer.inference.op_binding.workspace import InferenceContext
+
+    start = 0 if is_prompt else InferenceContext.Instance().current_tokens() - 1
+    return torch.arange(start, start + seq_len, device=device)
+
+
+def softmax_context_fallback(self: Any, query_key_value, attn_mask, rotary_dim, rotate_half, rotate_every_two,
+                             heads, num_kv, norm_factor, triangular_masking, local_attention, window_size,
+                             no_masking, layer_id, num_layers, alibi, rope_theta, is_prompt, token_idx,
+                             position_ids):
+    """DeepSpeed's `SoftmaxContextOp.softmax_context_fallback` with GPT-NeoX partial rotary."""
+    from deepspeed.ops.transformer.inference.op_binding.softmax import SoftmaxOp
+    from deepspeed.ops.transformer.inference.op_binding.workspace import InferenceContext
+
+    query, key, value = self.bias_add_transform_0213(query_key_value, None, heads, 3, False)
+    if rotary_dim > 0:
+        if not rotate_half or rotate_every_two:
+            raise NotImplementedError("repro's rotary fallback implements GPT-NeoX rotate_half only")
+        positions = _positions(is_prompt, query.shape[2], query.device)
+        base = float(rope_theta) if rope_theta else ROTARY_BASE_DEFAULT
+        query = apply_partial_rotary(query, positions, rotary_dim, base)
+        key = apply_partial_rotary(key, positions, rotary_dim, base)
+
+    key, value = InferenceContext.Instance().update_cache(layer_id, token_idx, is_prompt, key, value)
+    key = self.repeat_kv(key, num_kv)
+    value = self.repeat_kv(value, num_kv)
+
+    bsz = query_key_value.shape[0]
+    head_dim = query_key_value.shape[2] // (heads * 3)
+    scores = torch.bmm(query.reshape(bsz * heads, query.shape[2], head_dim),
+                       key.reshape(bsz * heads, key.shape[2], head_dim).transpose(1, 2))
+    scores *= norm_factor * norm_factor
+    scores = scores.reshape(bsz, heads, scores.shape[1], scores.shape[2])
+    if attn_mask is not None and len(attn_mask.shape) > 1 and attn_mask.shape[-1] < scores.shape[3]:
+        attn_mask = torch.nn.functional.pad(attn_mask, (0, scores.shape[3] - attn_mask.shape[-1]),
+                                            value=torch.finfo(attn_mask.dtype).min)
+    probs = SoftmaxOp.softmax_fallback(scores, attn_mask, alibi, triangular_masking, is_prompt, local_attention,
+                                       window_size, None, 1.0, 0, 1)
+    context = torch.bmm(probs.reshape(bsz * heads, probs.shape[2], probs.shape[3]),
+                        value.reshape(bsz * heads, value.shape[2], head_dim))
+    context = context.reshape(bsz, heads, -1, head_dim).permute(0, 2, 1, 3).reshape(bsz, -1, heads * head_dim)
+
+    if layer_id == num_layers - 1:
+        InferenceContext.Instance().advance_tokens()
+    return context, key, value
+
+
+def mlp_gemm_fallback(self: Any, input, residual, input_bias, weight_interm, weight_out, bias, gamma, beta, eps,
+                      pre_layer_norm, mlp_after_attn, interm_scale, out_scale, dtype, mlp_act_func_type, transpose):
+    """DeepSpeed's `MLPGemmOp.mlp_gemm_fallback`, plus the parallel-residual branch.
+
+    Mirrors the compiled `ds_mlp_gemm`: with `mlp_after_attn` False the MLP norm applies to the
+    layer input (`residual`), then GEMM + bias + GELU + GEMM; it returns (output, normed input).
+    """
+    if mlp_after_attn:
+        normed = F.layer_norm(input + residual + input_bias, (input.shape[2], ), gamma, beta, eps)
+    else:
+        normed = F.layer_norm(residual, (residual.shape[2], ), gamma, beta, eps)
+    hidden = torch.matmul(normed, weight_interm.t() if transpose else weight_interm)
+    hidden = F.gelu(hidden + bias)
+    output = torch.matmul(hidden, weight_out.t() if transpose else weight_out)
+    return output, normed
+
+
+def compiled_op_error() -> str | None:
+    """Loads DeepSpeed's compiled inference op as `BaseOp` would; returns why it failed, or None."""
+    from deepspeed.ops.transformer.inference.op_binding.base import BaseOp
+
+    if BaseOp.inference_module is not None:
+        return None if not isinstance(BaseOp.inference_module, types.SimpleNamespace) else "missing"
+    from deepspeed.ops.op_builder import InferenceBuilder
+
+    try:
+        BaseOp.inference_module = InferenceBuilder().load()
+    except Exception as exc:  # any failure to build/load means DeepSpeed would have no kernel either
+        return f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+    return None
+
+
+def install() -> dict[str, str]:
+    """Makes missing kernels select the completed fallbacks; returns what it found and did."""
+    from deepspeed.ops.transformer.inference.op_binding.base import BaseOp
+    from deepspeed.ops.transformer.inference.op_binding.mlp_gemm import MLPGemmOp
+    from deepspeed.ops.transformer.inference.op_binding.softmax_context import SoftmaxContextOp
+
+    error = compiled_op_error()
+    if error is not None:
+        # An empty module sends every op binding down its AttributeError (fallback) branch.
+        BaseOp.inference_module = types.SimpleNamespace()
+    SoftmaxContextOp.softmax_context_fallback = softmax_context_fallback
+    MLPGemmOp.mlp_gemm_fallback = mlp_gemm_fallback
+    return {"compiled_op": "missing" if error else "loaded", "compiled_op_error": error or ""}
+
+
+def kernel_paths(roots: Iterable[torch.nn.Module]) -> dict[str, str]:
+    """For each DeepSpeed op binding under `roots`: "compiled" or "fallback", read from what it bound."""
+    from deepspeed.ops.transformer.inference.op_binding.base import BaseOp
+
+    paths: dict[str, str] = {}
+    for module in (m for root in roots for m in root.modules()):
+        if not isinstance(module, BaseOp):
+            continue
+        for name, value in vars(module).items():
+            if not name.endswith("_func") or value is None:
+                continue
+            path = "fallback" if "fallback" in getattr(value, "__name__", "") else "compiled"
+            key = f"{type(module).__name__}.{name}"
+            if paths.get(key, path) != path:
+                path = "mixed"
+            paths[key] = path
+    return dict(sorted(paths.items()))

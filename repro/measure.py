@@ -1,0 +1,87 @@
+"""Comparisons a rank makes between the Hybrid Engine and native Hugging Face."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import torch
+
+# Per-dtype absolute tolerance for "material" forward divergence, scaled by the native tensor's
+# magnitude: fp32 after the fix differs by ~1e-6, a layout bug by O(1).
+TOLERANCE = {"fp32": 1e-3, "bf16": 5e-2, "fp16": 1e-2}
+
+
+def max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a.float() - b.float()).abs().max().item()
+
+
+def digest(t: torch.Tensor) -> str:
+    """Bitwise identity of a tensor without keeping a copy of it."""
+    return hashlib.sha256(t.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes()).hexdigest()
+
+
+def qkv_report(actual: Iterable[tuple[torch.Tensor, torch.Tensor]],
+               expected: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> dict:
+    """QKV weight+bias per layer: what the inference containers hold vs the expected layout."""
+    per_layer, total, count, worst = [], 0.0, 0, 0.0
+    for layer, ((w, b), (ew, eb)) in enumerate(zip(actual, expected, strict=True)):
+        dw, db = (w.float() - ew.float()).abs(), (b.float() - eb.float()).abs()
+        layer_max = max(dw.max().item(), db.max().item())
+        per_layer.append({"layer": layer, "weight_max_abs": dw.max().item(), "bias_max_abs": db.max().item(),
+                          "max_abs": layer_max})
+        total += dw.sum().item() + db.sum().item()
+        count += dw.numel() + db.numel()
+        worst = max(worst, layer_max)
+    return {"max_abs": worst, "mean_abs": total / max(count, 1), "per_layer": per_layer}
+
+
+@dataclass
+class Trace:
+    """First-call outputs of each layer and its attention, captured by forward hooks."""
+
+    attention: dict[int, torch.Tensor] = field(default_factory=dict)
+    layer: dict[int, torch.Tensor] = field(default_factory=dict)
+    handles: list = field(default_factory=list)
+
+    def hook(self, module: torch.nn.Module, layer: int, kind: str, bias_of: torch.nn.Module | None = None) -> None:
+        store = self.attention if kind == "attention" else self.layer
+
+        def capture(_mod, _inputs, output):
+            if layer in store:
+                return
+            out = output[0] if isinstance(output, tuple) else output
+            out = out.detach().float().clone()
+            bias = getattr(bias_of, "attn_ob", None) if bias_of is not None else None
+            if bias is not None and bias.numel() == out.shape[-1]:
+                out += bias.detach().float()  # DeepSpeed adds the dense bias later, in the residual add
+            store[layer] = out
+
+        self.handles.append(module.register_forward_hook(capture))
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
+
+
+def first_mismatch(native: Trace, he: Trace, dtype: str) -> dict | None:
+    """The first layer whose attention or layer output differs materially, attributed to a module."""
+    tol = TOLERANCE[dtype]
+    for layer in sorted(native.layer):
+        for module, ref, got in (("attention", native.attention.get(layer), he.attention.get(layer)),
+                                 ("mlp", native.layer.get(layer), he.layer.get(layer))):
+            if ref is None or got is None or ref.shape != got.shape:
+                continue
+            diff = max_abs(ref, got)
+            if diff > tol * max(1.0, ref.abs().max().item()):
+                return {"layer": layer, "module": module, "max_abs": diff}
+    return None
+
+
+def first_divergent_index(a: list[int], b: list[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))

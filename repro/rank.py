@@ -1,0 +1,171 @@
+"""One rank of a reproduction run, started by torchrun: build the native reference, hand the
+model to DeepSpeed's Hybrid Engine under ZeRO-3, measure, and (rank 0) write the variant's JSON.
+
+Usage (from `repro.launch`): python -m repro.rank SPEC.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from . import environment, fallbacks, layout, measure, models, patching, shim, verdict
+
+
+def ds_config(spec: dict, world_size: int) -> dict:
+    config = {
+        "train_micro_batch_size_per_gpu": 1,
+        "train_batch_size": world_size,
+        "zero_optimization": {"stage": 3},
+        "hybrid_engine": {"enabled": True, "pin_parameters": spec["pin"], "max_out_tokens": 512,
+                          "inference_tp_size": 1, "release_inference_cache": False},
+        "optimizer": {"type": "SGD", "params": {"lr": 0.0}},
+        "zero_allow_untested_optimizer": True,
+    }
+    if spec["dtype"] == "bf16":
+        config["bf16"] = {"enabled": True}
+    elif spec["dtype"] == "fp16":
+        config["fp16"] = {"enabled": True}
+    return config
+
+
+def _fault_injection(rank: int) -> None:
+    """REPRO_FAULT=hang:<rank> or fail:<rank> makes one rank misbehave, for the launcher's tests."""
+    kind, _, which = os.environ.get("REPRO_FAULT", "").partition(":")
+    if which and int(which) == rank:
+        if kind == "hang":
+            time.sleep(10**6)
+        if kind == "fail":
+            raise RuntimeError(f"injected failure on rank {rank} (REPRO_FAULT)")
+
+
+def _generate(model, ids: torch.Tensor, new_tokens: int):
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                         do_sample=False, pad_token_id=0, return_dict_in_generate=True, output_logits=True)
+    return out.sequences[0, ids.shape[1]:].tolist(), out.logits[0][0].float()
+
+
+def _layers(model):
+    return model.gpt_neox.layers
+
+
+def _gathered_qkv(containers) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    from deepspeed.runtime.zero import GatheredParameters
+
+    held = []
+    for c in containers:
+        with GatheredParameters([c.qkvw, c.qkvb]):
+            held.append((c.qkvw.detach().clone(), c.qkvb.detach().clone()))
+    return held
+
+
+def _params_vs_originals(engine, digests: dict, qkv_orig: dict) -> tuple[bool, float, list[str]]:
+    from deepspeed.runtime.zero import GatheredParameters
+
+    changed, drift = [], 0.0
+    for name, p in engine.module.named_parameters():
+        with GatheredParameters([p]):
+            if measure.digest(p) != digests[name]:
+                changed.append(name)
+            if name in qkv_orig:
+                drift = max(drift, measure.max_abs(p, qkv_orig[name]))
+    return not changed, drift, changed
+
+
+def run(spec: dict) -> dict:
+    started = time.time()
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    shim.apply()
+    import deepspeed
+
+    op_state = fallbacks.install()
+    deepspeed.init_distributed(dist_backend=spec["dist_backend"])
+    _fault_injection(rank)
+
+    loaded = models.build(spec["model"], spec["dtype"], spec["seed"])
+    model, heads = loaded.model, loaded.model.config.num_attention_heads
+    ids = models.prompt_ids(loaded, spec.get("prompt"))
+
+    # Native reference, built once, before ZeRO-3 partitions the same weights.
+    native_trace = measure.Trace()
+    for i, layer in enumerate(_layers(model)):
+        native_trace.hook(layer.attention, i, "attention")
+        native_trace.hook(layer, i, "layer")
+    with torch.no_grad():
+        native_tokens, native_logits = _generate(model, ids, spec["new_tokens"])
+    native_trace.remove()
+    qkv_orig = {n: p.detach().clone() for n, p in model.named_parameters() if "query_key_value" in n}
+    digests = {n: measure.digest(p) for n, p in model.named_parameters()}
+    expected = [(layout.to_inference(l.attention.query_key_value.weight.detach(), heads),
+                 layout.to_inference(l.attention.query_key_value.bias.detach(), heads)) for l in _layers(model)]
+
+    engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
+                                      config=ds_config(spec, world))
+    hm = sys.modules["deepspeed.module_inject.containers.features.hybrid_megatron"]
+    fix = patching.fix_status_of_source(Path(hm.__file__).read_text())
+
+    engine.eval()
+    qkv = measure.qkv_report(_gathered_qkv(engine._inference_containers), expected)
+    del expected
+    he_trace = measure.Trace()
+    for i, (layer, container) in enumerate(zip(_layers(engine.module), engine._inference_containers)):
+        he_trace.hook(container.module.attention, i, "attention", bias_of=container.module.attention)
+        he_trace.hook(layer, i, "layer")
+    with torch.no_grad():
+        he_tokens, he_logits = _generate(engine, ids, spec["new_tokens"])
+    he_trace.remove()
+    paths = fallbacks.kernel_paths(c.module for c in engine._inference_containers)
+    engine.train()
+
+    completed, matches_after = 0, None
+    for cycle in range(spec["cycles"]):
+        engine.eval()
+        last = cycle == spec["cycles"] - 1
+        with torch.no_grad():
+            tokens, _ = _generate(engine, ids, spec["new_tokens"] if last else 1)
+        if last:
+            matches_after = tokens == native_tokens
+        engine.train()
+        completed += 1
+    restored, drift, changed = _params_vs_originals(engine, digests, qkv_orig)
+
+    result = {
+        "variant": spec["variant"], "backend": spec["backend"], "world_size": world, "model": loaded.source,
+        "dtype": spec["dtype"], "pin_parameters": spec["pin"], "prompt_ids": ids[0].tolist(),
+        "versions": environment.versions(),
+        "deepspeed_path": str(Path(deepspeed.__file__).parent), "hybrid_megatron_path": hm.__file__,
+        "patched": patching.is_fixed(fix), "fix_status": fix,
+        "native_tokens": native_tokens, "he_tokens": he_tokens,
+        "native_first_token": native_tokens[0], "he_first_token": he_tokens[0],
+        "first_divergent_token": measure.first_divergent_index(native_tokens, he_tokens),
+        "logits_max_abs": measure.max_abs(native_logits, he_logits),
+        "qkv": qkv,
+        "first_mismatch": measure.first_mismatch(native_trace, he_trace, spec["dtype"]),
+        "cycles": {"requested": spec["cycles"], "completed": completed, "restored_exactly": restored,
+                   "max_abs_drift": drift, "changed_parameters": changed, "he_matches_native_after": matches_after},
+        "kernel_paths": {"compiled_op": op_state["compiled_op"], "compiled_op_error": op_state["compiled_op_error"],
+                         **paths},
+        "duration_s": round(time.time() - started, 2),
+        "peak_rss_mb": environment.peak_rss_mb(),
+    }
+    result["verdict"] = verdict.of_variant(result)
+    return result
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[0]).read_text())
+    result = run(spec)
+    rss = environment.peak_rss_mb()
+    Path(spec["out"]).with_suffix(f".rank{os.environ['RANK']}.rss").write_text(f"{rss}\n")
+    if int(os.environ["RANK"]) == 0:
+        Path(spec["out"]).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
