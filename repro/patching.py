@@ -7,9 +7,12 @@ a fix that the ranks really loaded.
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib.util
+import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 PATCH_DIR = Path(__file__).parent / "patches"
@@ -95,14 +98,34 @@ def apply_to(root: Path, ds_version: str) -> None:
         raise PatchError(f"patch failed on DeepSpeed {ds_version}: {result.stdout.strip()} {result.stderr.strip()}")
 
 
-def prepare_patched_copy(dest: Path) -> Path:
-    """Copies the installed DeepSpeed under `dest`, patches it, and returns `dest` for PYTHONPATH."""
+def cache_root() -> Path:
+    """Where patched copies live between runs ($REPRO_CACHE_DIR, else $XDG_CACHE_HOME/repro)."""
+    base = os.environ.get("REPRO_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "repro"
+    return Path(base)
+
+
+def prepare_patched_copy(root: Path | None = None) -> Path:
+    """A patched copy of the installed DeepSpeed, for PYTHONPATH; returns the directory holding it.
+
+    The copy is kept at a stable path keyed by DeepSpeed version, installed source and patch, so
+    DeepSpeed's JIT-built CPU ops (torch extensions, keyed by include path) are compiled once,
+    not on every run.
+    """
     package_dir, ds_version = installed_deepspeed()
+    key = hashlib.sha256(patch_file().read_bytes() + (package_dir.parent / TARGET).read_bytes()).hexdigest()[:12]
+    dest = (root or cache_root()) / f"deepspeed-{ds_version}-after-{key}"
     copy = dest / "deepspeed"
+    if copy.exists() and is_fixed(fix_status_of_package(copy)):
+        return dest
+    check_applies(package_dir.parent, ds_version)  # fail fast with the installed version's reason
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=dest.parent if dest.parent.exists() else None))
+    shutil.copytree(package_dir, staging / "deepspeed", ignore=shutil.ignore_patterns("__pycache__"))
+    apply_to(staging, ds_version)
+    if not is_fixed(fix_status_of_package(staging / "deepspeed")):
+        raise PatchError(f"patched copy of DeepSpeed {ds_version} still lacks modifier_rank=0 in {TARGET}")
+    dest.mkdir(parents=True, exist_ok=True)
     if copy.exists():
         shutil.rmtree(copy)
-    shutil.copytree(package_dir, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    apply_to(dest, ds_version)
-    if not is_fixed(fix_status_of_package(copy)):
-        raise PatchError(f"patched copy of DeepSpeed {ds_version} still lacks modifier_rank=0 in {TARGET}")
+    os.replace(staging / "deepspeed", copy)
+    shutil.rmtree(staging, ignore_errors=True)
     return dest

@@ -79,17 +79,28 @@ def _params_vs_originals(engine, digests: dict, qkv_orig: dict) -> tuple[bool, f
 
 def run(spec: dict) -> dict:
     started = time.time()
+    timings: dict[str, float] = {}
+    mark = [started]
+
+    def _lap() -> float:
+        now = time.time()
+        elapsed, mark[0] = now - mark[0], now
+        return round(elapsed, 3)
+
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     shim.apply()
     import deepspeed
 
     op_state = fallbacks.install()
+    timings["imports"] = _lap()
     deepspeed.init_distributed(dist_backend=spec["dist_backend"])
     _fault_injection(rank)
+    timings["init_distributed"] = _lap()
 
     loaded = models.build(spec["model"], spec["dtype"], spec["seed"])
     model, heads = loaded.model, loaded.model.config.num_attention_heads
     ids = models.prompt_ids(loaded, spec.get("prompt"))
+    timings["build_model"] = _lap()
 
     # Native reference, built once, before ZeRO-3 partitions the same weights.
     native_trace = measure.Trace()
@@ -99,6 +110,7 @@ def run(spec: dict) -> dict:
     with torch.no_grad():
         native_tokens, native_logits = _generate(model, ids, spec["new_tokens"])
     native_trace.remove()
+    timings["native_generate"] = _lap()
     qkv_orig = {n: p.detach().clone() for n, p in model.named_parameters() if "query_key_value" in n}
     digests = {n: measure.digest(p) for n, p in model.named_parameters()}
     expected = [(layout.to_inference(l.attention.query_key_value.weight.detach(), heads),
@@ -106,11 +118,13 @@ def run(spec: dict) -> dict:
 
     engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
                                       config=ds_config(spec, world))
+    timings["deepspeed_initialize"] = _lap()
     hm = sys.modules["deepspeed.module_inject.containers.features.hybrid_megatron"]
     fix = patching.fix_status_of_source(Path(hm.__file__).read_text())
 
     engine.eval()
     qkv = measure.qkv_report(_gathered_qkv(engine._inference_containers), expected)
+    timings["eval_and_qkv"] = _lap()
     del expected
     he_trace = measure.Trace()
     for i, (layer, container) in enumerate(zip(_layers(engine.module), engine._inference_containers)):
@@ -119,6 +133,7 @@ def run(spec: dict) -> dict:
     with torch.no_grad():
         he_tokens, he_logits = _generate(engine, ids, spec["new_tokens"])
     he_trace.remove()
+    timings["he_generate"] = _lap()
     paths = fallbacks.kernel_paths(c.module for c in engine._inference_containers)
     engine.train()
 
@@ -133,11 +148,12 @@ def run(spec: dict) -> dict:
         engine.train()
         completed += 1
     restored, drift, changed = _params_vs_originals(engine, digests, qkv_orig)
+    timings["cycles_and_restore"] = _lap()
 
     result = {
         "variant": spec["variant"], "backend": spec["backend"], "world_size": world, "model": loaded.source,
         "dtype": spec["dtype"], "pin_parameters": spec["pin"], "prompt_ids": ids[0].tolist(),
-        "versions": environment.versions(),
+        "versions": environment.versions(), "environment": environment.describe("torchrun", world),
         "deepspeed_path": str(Path(deepspeed.__file__).parent), "hybrid_megatron_path": hm.__file__,
         "patched": patching.is_fixed(fix), "fix_status": fix,
         "native_tokens": native_tokens, "he_tokens": he_tokens,
@@ -150,7 +166,7 @@ def run(spec: dict) -> dict:
                    "max_abs_drift": drift, "changed_parameters": changed, "he_matches_native_after": matches_after},
         "kernel_paths": {"compiled_op": op_state["compiled_op"], "compiled_op_error": op_state["compiled_op_error"],
                          **paths},
-        "duration_s": round(time.time() - started, 2),
+        "duration_s": round(time.time() - started, 2), "timings_s": timings,
         "peak_rss_mb": environment.peak_rss_mb(),
     }
     result["verdict"] = verdict.of_variant(result)

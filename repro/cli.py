@@ -1,0 +1,90 @@
+"""Command line: `python -m repro run|audit|report|sanity|matrix|shim`.
+
+Exit status: 0 expectation held, 1 expectation failed (reason on one line), 2 usage/environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .run import EXIT_USAGE, RunOptions, UsageError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line and status 2, not a usage wall
+        self.exit(EXIT_USAGE, f"error: {message} (see python -m repro {self.prog.split()[-1]} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="repro", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", help="before/after reproduction under torchrun")
+    run.add_argument("--variant", choices=["before", "after", "both"], default="both",
+                     help="before = DeepSpeed as installed, after = with repro/patches applied")
+    run.add_argument("--model", default="pythia-410m",
+                     help="pythia-410m (architecture, seeded random weights), tiny, a hub id or a local dir")
+    run.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help="default fp32 on CPU, bf16 on GPU")
+    run.add_argument("--ranks", type=int, default=2, help="world size; the bug needs >= 2")
+    run.add_argument("--allow-single-rank", action="store_true", help="run with --ranks 1 anyway (hides the bug)")
+    run.add_argument("--backend", choices=["auto", "cpu", "rocm", "cuda"], default="auto")
+    run.add_argument("--new-tokens", type=int, default=8, help="greedy tokens generated per comparison")
+    run.add_argument("--cycles", type=int, default=20, help="eval() -> generate -> train() repetitions")
+    run.add_argument("--no-pin", dest="pin", action="store_false",
+                     help="hybrid_engine.pin_parameters false (the per-layer _zero3_forward path)")
+    run.add_argument("--prompt", help="text prompt (needs a model with a tokenizer); default: fixed token ids")
+    run.add_argument("--seed", type=int, default=1234, help="seed of the random weights")
+    run.add_argument("--out", type=Path, help="new directory for the JSON; default results/runs/<new>")
+    run.add_argument("--timeout", type=float, default=900.0, help="seconds before a hung variant is stopped")
+
+    audit = sub.add_parser("audit", help="scan installed DeepSpeed for GatheredParameters without modifier_rank")
+    audit.add_argument("--json", type=Path, help="also write the findings as JSON here")
+
+    report = sub.add_parser("report", help="render DIR/REPORT.md and the plot from a run's JSON")
+    report.add_argument("dir", type=Path)
+
+    shim = sub.add_parser("shim", help="install the Transformers shim for every Python process of this env")
+    shim.add_argument("--site-dir", help="site-packages directory (default: this interpreter's purelib)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            return _run(args, argv)
+        if args.command == "audit":
+            from . import audit
+
+            return audit.main(args.json)
+        if args.command == "report":
+            from . import report
+
+            return report.main(args.dir)
+        if args.command == "shim":
+            from . import shim
+
+            print(f"installed {shim.install_pth(args.site_dir)}")
+            return 0
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return EXIT_USAGE
+
+
+def _run(args: argparse.Namespace, argv: list[str]) -> int:
+    from .models import ModelUnavailable
+    from .patching import PatchError
+    from .run import execute, stderr_log, validate
+
+    opts = RunOptions(variant=args.variant, model=args.model, dtype=args.dtype, ranks=args.ranks,
+                      backend=args.backend, new_tokens=args.new_tokens, cycles=args.cycles, pin=args.pin,
+                      seed=args.seed, prompt=args.prompt, out=args.out, timeout_s=args.timeout,
+                      allow_single_rank=args.allow_single_rank)
+    try:
+        return execute(validate(opts), argv, log=stderr_log)
+    except (PatchError, ModelUnavailable) as exc:
+        raise UsageError(str(exc)) from exc
