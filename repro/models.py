@@ -48,24 +48,50 @@ def build(name: str, dtype: str, seed: int = 1234) -> LoadedModel:
     return _from_pretrained(name, dtype)
 
 
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("", "0", "false", "no")
+
+
+def _unavailable(name: str, why: str) -> ModelUnavailable:
+    return ModelUnavailable(f"cannot load model {name!r}: {why}; download it on a connected machine with "
+                            f"`huggingface-cli download {name}` and copy HF_HOME, or pass a local directory")
+
+
+def check_available(name: str) -> None:
+    """Cheap pre-flight (no torch, no weights): is the model's config reachable from here?"""
+    if name in ARCHITECTURES:
+        return
+    path = Path(name)
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise ModelUnavailable(f"--model {name}: directory has no config.json (expected a save_pretrained dir)")
+        return
+    from huggingface_hub import hf_hub_download, try_to_load_from_cache
+
+    cached = try_to_load_from_cache(name, "config.json")
+    if isinstance(cached, str):
+        return
+    if _offline():
+        raise _unavailable(name, "it is not in the Hugging Face cache (HF_HOME="
+                           + os.environ.get("HF_HOME", "~/.cache/huggingface") + ") and HF_HUB_OFFLINE is set")
+    try:
+        hf_hub_download(name, "config.json")
+    except Exception as exc:  # network, auth, missing repo: all end the same way for the user
+        raise _unavailable(name, f"the hub did not provide it ({type(exc).__name__})") from exc
+
+
 def _from_pretrained(name: str, dtype: str) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False")
     try:
-        model = AutoModelForCausalLM.from_pretrained(name, torch_dtype=DTYPES[dtype])
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=DTYPES[dtype])
     except OSError as exc:
-        where = "local directory" if Path(name).exists() else "hub id"
-        hint = ("it is not in the Hugging Face cache (HF_HOME=" + os.environ.get("HF_HOME", "~/.cache/huggingface")
-                + ") and HF_HUB_OFFLINE is set" if offline else "it could not be downloaded or found")
-        raise ModelUnavailable(f"cannot load model {name!r} ({where}): {hint}; download it on a connected "
-                               f"machine with `huggingface-cli download {name}` and copy HF_HOME, or pass "
-                               "a local directory") from exc
+        raise _unavailable(name, "from_pretrained could not find its files") from exc
     if model.config.model_type != "gpt_neox":
         raise ModelUnavailable(f"{name!r} is a {model.config.model_type} model; this reproduction needs GPT-NeoX")
     try:
         tokenizer = AutoTokenizer.from_pretrained(name)
-    except (OSError, ValueError):
+    except Exception:  # no tokenizer files, or a missing tokenizer backend: token ids still work
         tokenizer = None
     return LoadedModel(model.eval(), tokenizer, name)
 

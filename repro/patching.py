@@ -77,7 +77,7 @@ def is_fixed(status: dict[str, bool]) -> bool:
 def _patch(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     if shutil.which("patch") is None:
         raise PatchError("the `patch` program is missing (apt-get install patch)")
-    return subprocess.run(["patch", "-p1", "--batch", "--silent", *args, "-i", str(patch_file())], cwd=cwd,
+    return subprocess.run(["patch", "-p1", "--forward", "--silent", *args, "-i", str(patch_file())], cwd=cwd,
                           capture_output=True, text=True)
 
 
@@ -85,7 +85,7 @@ def check_applies(root: Path, ds_version: str) -> None:
     """Raises PatchError unless the patch applies cleanly under `root` (a dir holding `deepspeed/`)."""
     if _patch(["--dry-run"], root).returncode == 0:
         return
-    if _patch(["--dry-run", "--reverse", "--force"], root).returncode == 0:
+    if _patch(["--dry-run", "--reverse"], root).returncode == 0:
         raise PatchError(f"DeepSpeed {ds_version} already contains the fix ({patch_file().name} is applied)")
     raise PatchError(f"{patch_file().name} does not apply to DeepSpeed {ds_version}: {TARGET} has changed; "
                      "update the patch for this release")

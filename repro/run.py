@@ -11,7 +11,7 @@ from pathlib import Path
 
 from . import patching, verdict
 from .launch import REPO_ROOT, LaunchError, LaunchSpec, run_variant
-from .models import ARCHITECTURES, DTYPES
+from .models import ARCHITECTURES, DTYPES, ModelUnavailable, check_available
 
 RUNS_DIR = REPO_ROOT / "results" / "runs"
 EXIT_OK, EXIT_EXPECTATION, EXIT_USAGE = 0, 1, 2
@@ -67,6 +67,10 @@ def validate(opts: RunOptions) -> RunOptions:
         raise UsageError("--new-tokens and --cycles must be at least 1")
     if opts.model not in ARCHITECTURES and not opts.model.strip():
         raise UsageError("--model must be pythia-410m, tiny, a hub id or a local directory")
+    try:
+        check_available(opts.model)
+    except ModelUnavailable as exc:
+        raise UsageError(str(exc)) from exc
     if opts.out is not None and opts.out.exists() and any(opts.out.iterdir()):
         raise UsageError(f"--out {opts.out} already holds files; choose a new directory (nothing is overwritten)")
     opts.backend, opts.dtype = backend, dtype

@@ -1,0 +1,16 @@
+"""Test-wide settings: CPU accelerator for DeepSpeed, and shared tiny fixtures."""
+
+import os
+
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_config():
+    from transformers import GPTNeoXConfig
+
+    from repro.models import TINY
+
+    return GPTNeoXConfig(**TINY)
