@@ -22,18 +22,29 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser("run", help="before/after reproduction under torchrun")
-    run.add_argument("--variant", choices=["before", "after", "both"], default="both",
-                     help="before = DeepSpeed as installed, after = with repro/patches applied")
-    run.add_argument("--model", default="pythia-410m",
-                     help="pythia-410m (architecture, seeded random weights), tiny, a hub id or a local dir")
+    run.add_argument(
+        "--variant",
+        choices=["before", "after", "both"],
+        default="both",
+        help="before = DeepSpeed as installed, after = with repro/patches applied",
+    )
+    run.add_argument(
+        "--model",
+        default="pythia-410m",
+        help="pythia-410m (architecture, seeded random weights), tiny, a hub id or a local dir",
+    )
     run.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help="default fp32 on CPU, bf16 on GPU")
     run.add_argument("--ranks", type=int, default=2, help="world size; the bug needs >= 2")
     run.add_argument("--allow-single-rank", action="store_true", help="run with --ranks 1 anyway (hides the bug)")
     run.add_argument("--backend", choices=["auto", "cpu", "rocm", "cuda"], default="auto")
     run.add_argument("--new-tokens", type=int, default=8, help="greedy tokens generated per comparison")
     run.add_argument("--cycles", type=int, default=20, help="eval() -> generate -> train() repetitions")
-    run.add_argument("--no-pin", dest="pin", action="store_false",
-                     help="hybrid_engine.pin_parameters false (the per-layer _zero3_forward path)")
+    run.add_argument(
+        "--no-pin",
+        dest="pin",
+        action="store_false",
+        help="hybrid_engine.pin_parameters false (the per-layer _zero3_forward path)",
+    )
     run.add_argument("--prompt", help="text prompt (needs a model with a tokenizer); default: fixed token ids")
     run.add_argument("--seed", type=int, default=1234, help="seed of the random weights")
     run.add_argument("--out", type=Path, help="new directory for the JSON; default results/runs/<new>")
@@ -80,10 +91,21 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
     from .patching import PatchError
     from .run import execute, stderr_log, validate
 
-    opts = RunOptions(variant=args.variant, model=args.model, dtype=args.dtype, ranks=args.ranks,
-                      backend=args.backend, new_tokens=args.new_tokens, cycles=args.cycles, pin=args.pin,
-                      seed=args.seed, prompt=args.prompt, out=args.out, timeout_s=args.timeout,
-                      allow_single_rank=args.allow_single_rank)
+    opts = RunOptions(
+        variant=args.variant,
+        model=args.model,
+        dtype=args.dtype,
+        ranks=args.ranks,
+        backend=args.backend,
+        new_tokens=args.new_tokens,
+        cycles=args.cycles,
+        pin=args.pin,
+        seed=args.seed,
+        prompt=args.prompt,
+        out=args.out,
+        timeout_s=args.timeout,
+        allow_single_rank=args.allow_single_rank,
+    )
     try:
         return execute(validate(opts), argv, log=stderr_log)
     except (PatchError, ModelUnavailable) as exc:

@@ -20,9 +20,14 @@ def _version(package: str) -> str | None:
 def versions() -> dict[str, str | None]:
     import torch
 
-    return {"python": platform.python_version(), "torch": torch.__version__, "torch_hip": torch.version.hip,
-            "torch_cuda": torch.version.cuda, "deepspeed": _version("deepspeed"),
-            "transformers": _version("transformers")}
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_hip": torch.version.hip,
+        "torch_cuda": torch.version.cuda,
+        "deepspeed": _version("deepspeed"),
+        "transformers": _version("transformers"),
+    }
 
 
 def peak_rss_mb() -> float:
@@ -84,10 +89,19 @@ def describe(launcher: str, world_size: int) -> dict:
     gpus = _gpus()
     return {
         **versions(),
-        "os": _os_release(), "kernel": platform.release(), "cpu": _cpu_model(), "cpu_count": os.cpu_count(),
-        "gpus": gpus, "gpu_count": len(gpus), "rocm": _rocm_version(),
+        "os": _os_release(),
+        "kernel": platform.release(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "gpus": gpus,
+        "gpu_count": len(gpus),
+        "rocm": _rocm_version(),
         "accelerator": os.environ.get("DS_ACCELERATOR", "auto"),
-        "dev_shm_bytes": shm, "launcher": launcher, "world_size": world_size,
-        "container_image": os.environ.get("REPRO_IMAGE"), "container_image_digest": os.environ.get("REPRO_IMAGE_DIGEST"),
-        "deepspeed_ops": _deepspeed_ops(), "python_executable": sys.executable,
+        "dev_shm_bytes": shm,
+        "launcher": launcher,
+        "world_size": world_size,
+        "container_image": os.environ.get("REPRO_IMAGE"),
+        "container_image_digest": os.environ.get("REPRO_IMAGE_DIGEST"),
+        "deepspeed_ops": _deepspeed_ops(),
+        "python_executable": sys.executable,
     }

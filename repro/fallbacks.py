@@ -24,10 +24,11 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def rotary_cos_sin(positions: torch.Tensor, rotary_dim: int, base: float,
-                   dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def rotary_cos_sin(
+    positions: torch.Tensor, rotary_dim: int, base: float, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
     """GPT-NeoX rotary tables (rotate_half layout), computed in fp32 like Transformers does."""
-    inv_freq = 1.0 / (base**(torch.arange(0, rotary_dim, 2, dtype=torch.int64).float() / rotary_dim))
+    inv_freq = 1.0 / (base ** (torch.arange(0, rotary_dim, 2, dtype=torch.int64).float() / rotary_dim))
     freqs = torch.outer(positions.float(), inv_freq.to(positions.device))
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
@@ -52,10 +53,28 @@ def _positions(is_prompt: bool, seq_len: int, device: torch.device) -> torch.Ten
     return torch.arange(start, start + seq_len, device=device)
 
 
-def softmax_context_fallback(self: Any, query_key_value, attn_mask, rotary_dim, rotate_half, rotate_every_two,
-                             heads, num_kv, norm_factor, triangular_masking, local_attention, window_size,
-                             no_masking, layer_id, num_layers, alibi, rope_theta, is_prompt, token_idx,
-                             position_ids):
+def softmax_context_fallback(
+    self: Any,
+    query_key_value,
+    attn_mask,
+    rotary_dim,
+    rotate_half,
+    rotate_every_two,
+    heads,
+    num_kv,
+    norm_factor,
+    triangular_masking,
+    local_attention,
+    window_size,
+    no_masking,
+    layer_id,
+    num_layers,
+    alibi,
+    rope_theta,
+    is_prompt,
+    token_idx,
+    position_ids,
+):
     """DeepSpeed's `SoftmaxContextOp.softmax_context_fallback` with GPT-NeoX partial rotary."""
     from deepspeed.ops.transformer.inference.op_binding.softmax import SoftmaxOp
     from deepspeed.ops.transformer.inference.op_binding.workspace import InferenceContext
@@ -75,17 +94,23 @@ def softmax_context_fallback(self: Any, query_key_value, attn_mask, rotary_dim, 
 
     bsz = query_key_value.shape[0]
     head_dim = query_key_value.shape[2] // (heads * 3)
-    scores = torch.bmm(query.reshape(bsz * heads, query.shape[2], head_dim),
-                       key.reshape(bsz * heads, key.shape[2], head_dim).transpose(1, 2))
+    scores = torch.bmm(
+        query.reshape(bsz * heads, query.shape[2], head_dim),
+        key.reshape(bsz * heads, key.shape[2], head_dim).transpose(1, 2),
+    )
     scores *= norm_factor * norm_factor
     scores = scores.reshape(bsz, heads, scores.shape[1], scores.shape[2])
     if attn_mask is not None and len(attn_mask.shape) > 1 and attn_mask.shape[-1] < scores.shape[3]:
-        attn_mask = torch.nn.functional.pad(attn_mask, (0, scores.shape[3] - attn_mask.shape[-1]),
-                                            value=torch.finfo(attn_mask.dtype).min)
-    probs = SoftmaxOp.softmax_fallback(scores, attn_mask, alibi, triangular_masking, is_prompt, local_attention,
-                                       window_size, None, 1.0, 0, 1)
-    context = torch.bmm(probs.reshape(bsz * heads, probs.shape[2], probs.shape[3]),
-                        value.reshape(bsz * heads, value.shape[2], head_dim))
+        attn_mask = torch.nn.functional.pad(
+            attn_mask, (0, scores.shape[3] - attn_mask.shape[-1]), value=torch.finfo(attn_mask.dtype).min
+        )
+    probs = SoftmaxOp.softmax_fallback(
+        scores, attn_mask, alibi, triangular_masking, is_prompt, local_attention, window_size, None, 1.0, 0, 1
+    )
+    context = torch.bmm(
+        probs.reshape(bsz * heads, probs.shape[2], probs.shape[3]),
+        value.reshape(bsz * heads, value.shape[2], head_dim),
+    )
     context = context.reshape(bsz, heads, -1, head_dim).permute(0, 2, 1, 3).reshape(bsz, -1, heads * head_dim)
 
     if layer_id == num_layers - 1:
@@ -93,17 +118,34 @@ def softmax_context_fallback(self: Any, query_key_value, attn_mask, rotary_dim, 
     return context, key, value
 
 
-def mlp_gemm_fallback(self: Any, input, residual, input_bias, weight_interm, weight_out, bias, gamma, beta, eps,
-                      pre_layer_norm, mlp_after_attn, interm_scale, out_scale, dtype, mlp_act_func_type, transpose):
+def mlp_gemm_fallback(
+    self: Any,
+    input,
+    residual,
+    input_bias,
+    weight_interm,
+    weight_out,
+    bias,
+    gamma,
+    beta,
+    eps,
+    pre_layer_norm,
+    mlp_after_attn,
+    interm_scale,
+    out_scale,
+    dtype,
+    mlp_act_func_type,
+    transpose,
+):
     """DeepSpeed's `MLPGemmOp.mlp_gemm_fallback`, plus the parallel-residual branch.
 
     Mirrors the compiled `ds_mlp_gemm`: with `mlp_after_attn` False the MLP norm applies to the
     layer input (`residual`), then GEMM + bias + GELU + GEMM; it returns (output, normed input).
     """
     if mlp_after_attn:
-        normed = F.layer_norm(input + residual + input_bias, (input.shape[2], ), gamma, beta, eps)
+        normed = F.layer_norm(input + residual + input_bias, (input.shape[2],), gamma, beta, eps)
     else:
-        normed = F.layer_norm(residual, (residual.shape[2], ), gamma, beta, eps)
+        normed = F.layer_norm(residual, (residual.shape[2],), gamma, beta, eps)
     hidden = torch.matmul(normed, weight_interm.t() if transpose else weight_interm)
     hidden = F.gelu(hidden + bias)
     output = torch.matmul(hidden, weight_out.t() if transpose else weight_out)

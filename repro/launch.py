@@ -62,8 +62,22 @@ def rank_env(backend: str, extra_pythonpath: Path | None) -> dict[str, str]:
 
 
 def command(spec: LaunchSpec, spec_file: Path, port: int) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(spec.ranks),
-            "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "repro.rank", str(spec_file)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        str(spec.ranks),
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(port),
+        "-m",
+        "repro.rank",
+        str(spec_file),
+    ]
 
 
 def _first_error(log: str) -> str:
@@ -86,22 +100,71 @@ def run_variant(spec: LaunchSpec, out_dir: Path, patched_root: Path | None) -> d
     with open(log_file, "w") as log:
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=rank_env(spec.backend, patched_root),
-                                cwd=REPO_ROOT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=rank_env(spec.backend, patched_root),
+            cwd=REPO_ROOT,
+            start_new_session=True,
+        )
         try:
             code = proc.wait(timeout=spec.timeout_s)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
-            raise LaunchError(f"{spec.variant}: a rank did not finish within {spec.timeout_s:.0f} s (hung?); "
-                              f"all ranks were stopped; see {log_file}") from None
+            raise LaunchError(
+                f"{spec.variant}: a rank did not finish within {spec.timeout_s:.0f} s (hung?); "
+                f"all ranks were stopped; see {log_file}"
+            ) from None
     spec_file.unlink(missing_ok=True)
     if code != 0 or not out_json.exists():
-        raise LaunchError(f"{spec.variant}: ranks exited with status {code}: {_first_error(log_file.read_text())} "
-                          f"(full log: {log_file})")
+        raise LaunchError(
+            f"{spec.variant}: ranks exited with status {code}: {_first_error(log_file.read_text())} "
+            f"(full log: {log_file})"
+        )
     result = json.loads(out_json.read_text())
     result["peak_rss_mb_per_rank"] = _collect_rss(out_json, spec.ranks)
     out_json.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     return result
+
+
+def run_probe(
+    module: str, out_json: Path, deepspeed_root: Path | None, ranks: int = 2, timeout_s: float = 300
+) -> dict:
+    """Runs a small rank script (`python -m MODULE OUT.json`) under torchrun on CPU; returns its JSON."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        str(ranks),
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(free_port()),
+        "-m",
+        module,
+        str(out_json),
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=rank_env("cpu", deepspeed_root),
+        cwd=REPO_ROOT,
+        start_new_session=True,
+    )
+    try:
+        output, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        raise LaunchError(f"{module}: ranks did not finish within {timeout_s:.0f} s") from None
+    if proc.returncode != 0 or not out_json.exists():
+        raise LaunchError(f"{module}: ranks exited with status {proc.returncode}: {_first_error(output)}")
+    return json.loads(out_json.read_text())
 
 
 def _collect_rss(out_json: Path, ranks: int) -> list[float]:

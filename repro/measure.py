@@ -22,15 +22,17 @@ def digest(t: torch.Tensor) -> str:
     return hashlib.sha256(t.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes()).hexdigest()
 
 
-def qkv_report(actual: Iterable[tuple[torch.Tensor, torch.Tensor]],
-               expected: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> dict:
+def qkv_report(
+    actual: Iterable[tuple[torch.Tensor, torch.Tensor]], expected: Iterable[tuple[torch.Tensor, torch.Tensor]]
+) -> dict:
     """QKV weight+bias per layer: what the inference containers hold vs the expected layout."""
     per_layer, total, count, worst = [], 0.0, 0, 0.0
     for layer, ((w, b), (ew, eb)) in enumerate(zip(actual, expected, strict=True)):
         dw, db = (w.float() - ew.float()).abs(), (b.float() - eb.float()).abs()
         layer_max = max(dw.max().item(), db.max().item())
-        per_layer.append({"layer": layer, "weight_max_abs": dw.max().item(), "bias_max_abs": db.max().item(),
-                          "max_abs": layer_max})
+        per_layer.append(
+            {"layer": layer, "weight_max_abs": dw.max().item(), "bias_max_abs": db.max().item(), "max_abs": layer_max}
+        )
         total += dw.sum().item() + db.sum().item()
         count += dw.numel() + db.numel()
         worst = max(worst, layer_max)
@@ -70,8 +72,10 @@ def first_mismatch(native: Trace, he: Trace, dtype: str) -> dict | None:
     """The first layer whose attention or layer output differs materially, attributed to a module."""
     tol = TOLERANCE[dtype]
     for layer in sorted(native.layer):
-        for module, ref, got in (("attention", native.attention.get(layer), he.attention.get(layer)),
-                                 ("mlp", native.layer.get(layer), he.layer.get(layer))):
+        for module, ref, got in (
+            ("attention", native.attention.get(layer), he.attention.get(layer)),
+            ("mlp", native.layer.get(layer), he.layer.get(layer)),
+        ):
             if ref is None or got is None or ref.shape != got.shape:
                 continue
             diff = max_abs(ref, got)
@@ -81,7 +85,7 @@ def first_mismatch(native: Trace, he: Trace, dtype: str) -> dict | None:
 
 
 def first_divergent_index(a: list[int], b: list[int]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b)):
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return i
     return None if len(a) == len(b) else min(len(a), len(b))

@@ -13,14 +13,34 @@ import torch
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 # EleutherAI/pythia-410m-deduped's config.json, so the default run needs no download.
-PYTHIA_410M = dict(vocab_size=50304, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
-                   intermediate_size=4096, rotary_pct=0.25, rotary_emb_base=10000, max_position_embeddings=2048,
-                   use_parallel_residual=True, layer_norm_eps=1e-5, hidden_act="gelu", tie_word_embeddings=False,
-                   bos_token_id=0, eos_token_id=0, attention_bias=True)
+PYTHIA_410M = dict(
+    vocab_size=50304,
+    hidden_size=1024,
+    num_hidden_layers=24,
+    num_attention_heads=16,
+    intermediate_size=4096,
+    rotary_pct=0.25,
+    rotary_emb_base=10000,
+    max_position_embeddings=2048,
+    use_parallel_residual=True,
+    layer_norm_eps=1e-5,
+    hidden_act="gelu",
+    tie_word_embeddings=False,
+    bos_token_id=0,
+    eos_token_id=0,
+    attention_bias=True,
+)
 # Same family, small enough for tests. QKV weight is 768 x 256 = 196,608 elements, above ZeRO-3's
 # default stage3_param_persistence_threshold (1e5), so it is partitioned and reaches the buggy branch.
-TINY = dict(PYTHIA_410M, vocab_size=1024, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
-            intermediate_size=1024, max_position_embeddings=256)
+TINY = dict(
+    PYTHIA_410M,
+    vocab_size=1024,
+    hidden_size=256,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=1024,
+    max_position_embeddings=256,
+)
 ARCHITECTURES = {"pythia-410m": PYTHIA_410M, "tiny": TINY}
 DEFAULT_PROMPT_IDS = (12092, 13, 309, 1353, 253, 1921, 310, 247)
 
@@ -53,8 +73,10 @@ def _offline() -> bool:
 
 
 def _unavailable(name: str, why: str) -> ModelUnavailable:
-    return ModelUnavailable(f"cannot load model {name!r}: {why}; download it on a connected machine with "
-                            f"`huggingface-cli download {name}` and copy HF_HOME, or pass a local directory")
+    return ModelUnavailable(
+        f"cannot load model {name!r}: {why}; download it on a connected machine with "
+        f"`huggingface-cli download {name}` and copy HF_HOME, or pass a local directory"
+    )
 
 
 def check_available(name: str) -> None:
@@ -72,8 +94,12 @@ def check_available(name: str) -> None:
     if isinstance(cached, str):
         return
     if _offline():
-        raise _unavailable(name, "it is not in the Hugging Face cache (HF_HOME="
-                           + os.environ.get("HF_HOME", "~/.cache/huggingface") + ") and HF_HUB_OFFLINE is set")
+        raise _unavailable(
+            name,
+            "it is not in the Hugging Face cache (HF_HOME="
+            + os.environ.get("HF_HOME", "~/.cache/huggingface")
+            + ") and HF_HUB_OFFLINE is set",
+        )
     try:
         hf_hub_download(name, "config.json")
     except Exception as exc:  # network, auth, missing repo: all end the same way for the user
@@ -102,6 +128,7 @@ def prompt_ids(loaded: LoadedModel, prompt: str | None) -> torch.Tensor:
         vocab = loaded.model.config.vocab_size
         return torch.tensor([[i % vocab for i in DEFAULT_PROMPT_IDS]], dtype=torch.long)
     if loaded.tokenizer is None:
-        raise ModelUnavailable(f"--prompt needs a tokenizer and {loaded.source} has none; omit --prompt "
-                               "to use fixed token ids")
+        raise ModelUnavailable(
+            f"--prompt needs a tokenizer and {loaded.source} has none; omit --prompt to use fixed token ids"
+        )
     return loaded.tokenizer(prompt, return_tensors="pt").input_ids

@@ -62,8 +62,9 @@ def _call_name(call: ast.Call) -> str:
 
 
 def _has_modifier_rank_zero(call: ast.Call) -> bool:
-    return any(k.arg == "modifier_rank" and isinstance(k.value, ast.Constant) and k.value.value == 0
-               for k in call.keywords)
+    return any(
+        k.arg == "modifier_rank" and isinstance(k.value, ast.Constant) and k.value.value == 0 for k in call.keywords
+    )
 
 
 def fix_status_of_package(package_dir: Path) -> dict[str, bool]:
@@ -77,8 +78,12 @@ def is_fixed(status: dict[str, bool]) -> bool:
 def _patch(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     if shutil.which("patch") is None:
         raise PatchError("the `patch` program is missing (apt-get install patch)")
-    return subprocess.run(["patch", "-p1", "--forward", "--silent", *args, "-i", str(patch_file())], cwd=cwd,
-                          capture_output=True, text=True)
+    return subprocess.run(
+        ["patch", "-p1", "--forward", "--silent", *args, "-i", str(patch_file())],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+    )
 
 
 def check_applies(root: Path, ds_version: str) -> None:
@@ -87,8 +92,10 @@ def check_applies(root: Path, ds_version: str) -> None:
         return
     if _patch(["--dry-run", "--reverse"], root).returncode == 0:
         raise PatchError(f"DeepSpeed {ds_version} already contains the fix ({patch_file().name} is applied)")
-    raise PatchError(f"{patch_file().name} does not apply to DeepSpeed {ds_version}: {TARGET} has changed; "
-                     "update the patch for this release")
+    raise PatchError(
+        f"{patch_file().name} does not apply to DeepSpeed {ds_version}: {TARGET} has changed; "
+        "update the patch for this release"
+    )
 
 
 def apply_to(root: Path, ds_version: str) -> None:
@@ -100,7 +107,8 @@ def apply_to(root: Path, ds_version: str) -> None:
 
 def cache_root() -> Path:
     """Where patched copies live between runs ($REPRO_CACHE_DIR, else $XDG_CACHE_HOME/repro)."""
-    base = os.environ.get("REPRO_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "repro"
+    xdg = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    base = os.environ.get("REPRO_CACHE_DIR") or xdg / "repro"
     return Path(base)
 
 

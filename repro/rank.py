@@ -22,8 +22,13 @@ def ds_config(spec: dict, world_size: int) -> dict:
         "train_micro_batch_size_per_gpu": 1,
         "train_batch_size": world_size,
         "zero_optimization": {"stage": 3},
-        "hybrid_engine": {"enabled": True, "pin_parameters": spec["pin"], "max_out_tokens": 512,
-                          "inference_tp_size": 1, "release_inference_cache": False},
+        "hybrid_engine": {
+            "enabled": True,
+            "pin_parameters": spec["pin"],
+            "max_out_tokens": 512,
+            "inference_tp_size": 1,
+            "release_inference_cache": False,
+        },
         "optimizer": {"type": "SGD", "params": {"lr": 0.0}},
         "zero_allow_untested_optimizer": True,
     }
@@ -45,9 +50,17 @@ def _fault_injection(rank: int) -> None:
 
 
 def _generate(model, ids: torch.Tensor, new_tokens: int):
-    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                         do_sample=False, pad_token_id=0, return_dict_in_generate=True, output_logits=True)
-    return out.sequences[0, ids.shape[1]:].tolist(), out.logits[0][0].float()
+    out = model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        do_sample=False,
+        pad_token_id=0,
+        return_dict_in_generate=True,
+        output_logits=True,
+    )
+    return out.sequences[0, ids.shape[1] :].tolist(), out.logits[0][0].float()
 
 
 def _layers(model):
@@ -113,11 +126,15 @@ def run(spec: dict) -> dict:
     timings["native_generate"] = _lap()
     qkv_orig = {n: p.detach().clone() for n, p in model.named_parameters() if "query_key_value" in n}
     digests = {n: measure.digest(p) for n, p in model.named_parameters()}
-    expected = [(layout.to_inference(l.attention.query_key_value.weight.detach(), heads),
-                 layout.to_inference(l.attention.query_key_value.bias.detach(), heads)) for l in _layers(model)]
+    expected = [
+        (
+            layout.to_inference(layer.attention.query_key_value.weight.detach(), heads),
+            layout.to_inference(layer.attention.query_key_value.bias.detach(), heads),
+        )
+        for layer in _layers(model)
+    ]
 
-    engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
-                                      config=ds_config(spec, world))
+    engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config(spec, world))
     timings["deepspeed_initialize"] = _lap()
     hm = sys.modules["deepspeed.module_inject.containers.features.hybrid_megatron"]
     fix = patching.fix_status_of_source(Path(hm.__file__).read_text())
@@ -127,7 +144,7 @@ def run(spec: dict) -> dict:
     timings["eval_and_qkv"] = _lap()
     del expected
     he_trace = measure.Trace()
-    for i, (layer, container) in enumerate(zip(_layers(engine.module), engine._inference_containers)):
+    for i, (layer, container) in enumerate(zip(_layers(engine.module), engine._inference_containers, strict=True)):
         he_trace.hook(container.module.attention, i, "attention", bias_of=container.module.attention)
         he_trace.hook(layer, i, "layer")
     with torch.no_grad():
@@ -151,22 +168,42 @@ def run(spec: dict) -> dict:
     timings["cycles_and_restore"] = _lap()
 
     result = {
-        "variant": spec["variant"], "backend": spec["backend"], "world_size": world, "model": loaded.source,
-        "dtype": spec["dtype"], "pin_parameters": spec["pin"], "prompt_ids": ids[0].tolist(),
-        "versions": environment.versions(), "environment": environment.describe("torchrun", world),
-        "deepspeed_path": str(Path(deepspeed.__file__).parent), "hybrid_megatron_path": hm.__file__,
-        "patched": patching.is_fixed(fix), "fix_status": fix,
-        "native_tokens": native_tokens, "he_tokens": he_tokens,
-        "native_first_token": native_tokens[0], "he_first_token": he_tokens[0],
+        "variant": spec["variant"],
+        "backend": spec["backend"],
+        "world_size": world,
+        "model": loaded.source,
+        "dtype": spec["dtype"],
+        "pin_parameters": spec["pin"],
+        "prompt_ids": ids[0].tolist(),
+        "versions": environment.versions(),
+        "environment": environment.describe("torchrun", world),
+        "deepspeed_path": str(Path(deepspeed.__file__).parent),
+        "hybrid_megatron_path": hm.__file__,
+        "patched": patching.is_fixed(fix),
+        "fix_status": fix,
+        "native_tokens": native_tokens,
+        "he_tokens": he_tokens,
+        "native_first_token": native_tokens[0],
+        "he_first_token": he_tokens[0],
         "first_divergent_token": measure.first_divergent_index(native_tokens, he_tokens),
         "logits_max_abs": measure.max_abs(native_logits, he_logits),
         "qkv": qkv,
         "first_mismatch": measure.first_mismatch(native_trace, he_trace, spec["dtype"]),
-        "cycles": {"requested": spec["cycles"], "completed": completed, "restored_exactly": restored,
-                   "max_abs_drift": drift, "changed_parameters": changed, "he_matches_native_after": matches_after},
-        "kernel_paths": {"compiled_op": op_state["compiled_op"], "compiled_op_error": op_state["compiled_op_error"],
-                         **paths},
-        "duration_s": round(time.time() - started, 2), "timings_s": timings,
+        "cycles": {
+            "requested": spec["cycles"],
+            "completed": completed,
+            "restored_exactly": restored,
+            "max_abs_drift": drift,
+            "changed_parameters": changed,
+            "he_matches_native_after": matches_after,
+        },
+        "kernel_paths": {
+            "compiled_op": op_state["compiled_op"],
+            "compiled_op_error": op_state["compiled_op_error"],
+            **paths,
+        },
+        "duration_s": round(time.time() - started, 2),
+        "timings_s": timings,
         "peak_rss_mb": environment.peak_rss_mb(),
     }
     result["verdict"] = verdict.of_variant(result)

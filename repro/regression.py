@@ -27,9 +27,25 @@ def run_upstream_test(deepspeed_root: Path | None = None, timeout_s: float = 300
         env["PYTHONPATH"] = os.pathsep.join([str(deepspeed_root), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     with tempfile.TemporaryDirectory() as tmp:
         xml = Path(tmp) / "junit.xml"
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir",
-                               str(UPSTREAM_TEST.parent), f"--junitxml={xml}", str(UPSTREAM_TEST)],
-                              env=env, capture_output=True, text=True, timeout=timeout_s, cwd=UPSTREAM_TEST.parent)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "--rootdir",
+                str(UPSTREAM_TEST.parent),
+                f"--junitxml={xml}",
+                str(UPSTREAM_TEST),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            cwd=UPSTREAM_TEST.parent,
+        )
         cases = _cases(xml) if xml.exists() else {}
     failed = {name: kind for name, kind in cases.items() if kind != "passed"}
     return {

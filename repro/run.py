@@ -53,8 +53,10 @@ def validate(opts: RunOptions) -> RunOptions:
     if opts.ranks < 1:
         raise UsageError("--ranks must be at least 2")
     if opts.ranks == 1 and not opts.allow_single_rank:
-        raise UsageError("--ranks 1 hides the bug: with one rank ZeRO-3's gather returns the partition itself, "
-                         "so the in-place change survives; use --ranks 2 (or --allow-single-rank to run anyway)")
+        raise UsageError(
+            "--ranks 1 hides the bug: with one rank ZeRO-3's gather returns the partition itself, "
+            "so the in-place change survives; use --ranks 2 (or --allow-single-rank to run anyway)"
+        )
     if opts.backend not in ("auto", "cpu", "rocm", "cuda"):
         raise UsageError(f"--backend must be auto, cpu, rocm or cuda, not {opts.backend!r}")
     backend = detect_backend() if opts.backend == "auto" else opts.backend
@@ -88,9 +90,19 @@ def new_run_dir(model: str, backend: str) -> Path:
 
 
 def _spec(opts: RunOptions, variant: str) -> LaunchSpec:
-    return LaunchSpec(variant=variant, model=opts.model, dtype=opts.dtype, ranks=opts.ranks, backend=opts.backend,
-                      new_tokens=opts.new_tokens, cycles=opts.cycles, pin=opts.pin, seed=opts.seed,
-                      prompt=opts.prompt, timeout_s=opts.timeout_s)
+    return LaunchSpec(
+        variant=variant,
+        model=opts.model,
+        dtype=opts.dtype,
+        ranks=opts.ranks,
+        backend=opts.backend,
+        new_tokens=opts.new_tokens,
+        cycles=opts.cycles,
+        pin=opts.pin,
+        seed=opts.seed,
+        prompt=opts.prompt,
+        timeout_s=opts.timeout_s,
+    )
 
 
 def execute(opts: RunOptions, argv: list[str], log=print) -> int:
@@ -98,8 +110,10 @@ def execute(opts: RunOptions, argv: list[str], log=print) -> int:
     package_dir, ds_version = patching.installed_deepspeed()
     installed_fixed = patching.is_fixed(patching.fix_status_of_package(package_dir))
     if installed_fixed:
-        log(f"note: DeepSpeed {ds_version} at {package_dir} already passes modifier_rank=0 in both transforms; "
-            "`before` cannot reproduce the bug with it")
+        log(
+            f"note: DeepSpeed {ds_version} at {package_dir} already passes modifier_rank=0 in both transforms; "
+            "`before` cannot reproduce the bug with it"
+        )
     variants = ["before", "after"] if opts.variant == "both" else [opts.variant]
     out = opts.out or new_run_dir(opts.model, opts.backend)
     out.mkdir(parents=True, exist_ok=True)
@@ -108,14 +122,17 @@ def execute(opts: RunOptions, argv: list[str], log=print) -> int:
     started = time.time()
     try:
         for variant in variants:
-            log(f"[{variant}] {opts.ranks} ranks, {opts.model}, {opts.dtype}, {opts.backend}, "
-                f"pin_parameters={opts.pin} ...")
+            log(
+                f"[{variant}] {opts.ranks} ranks, {opts.model}, {opts.dtype}, {opts.backend}, "
+                f"pin_parameters={opts.pin} ..."
+            )
             if variant == "before":
                 results[variant] = run_variant(_spec(opts, variant), out, None)
             else:
                 if installed_fixed:
-                    raise patching.PatchError(f"DeepSpeed {ds_version} already contains the fix; "
-                                              "there is no separate `after` to build")
+                    raise patching.PatchError(
+                        f"DeepSpeed {ds_version} already contains the fix; there is no separate `after` to build"
+                    )
                 results[variant] = run_variant(_spec(opts, variant), out, patching.prepare_patched_copy())
             log(f"[{variant}] {results[variant]['verdict']} ({results[variant]['duration_s']} s)")
     except (LaunchError, patching.PatchError) as exc:
@@ -127,15 +144,19 @@ def execute(opts: RunOptions, argv: list[str], log=print) -> int:
     return EXIT_OK if summary["expectation_held"] else EXIT_EXPECTATION
 
 
-def _write_summary(out: Path, opts: RunOptions, argv: list[str], results: dict, started: float,
-                   error: str | None = None) -> dict:
+def _write_summary(
+    out: Path, opts: RunOptions, argv: list[str], results: dict, started: float, error: str | None = None
+) -> dict:
     summary = verdict.summarize(results.get("before"), results.get("after"))
     if error:
         summary.update(expectation_held=False, reason=error)
     summary.update(
-        command="python -m repro " + shlex.join(argv), variants=sorted(results), error=error,
+        command="python -m repro " + shlex.join(argv),
+        variants=sorted(results),
+        error=error,
         options={k: (str(v) if isinstance(v, Path) else v) for k, v in opts.__dict__.items()},
-        wall_s=round(time.time() - started, 2), patch=patching.patch_file().name,
+        wall_s=round(time.time() - started, 2),
+        patch=patching.patch_file().name,
         environment=next((r["environment"] for r in results.values()), None),
     )
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")

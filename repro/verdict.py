@@ -10,9 +10,14 @@ def bug_reproduced(r: dict) -> bool:
 
 def fixed(r: dict) -> bool:
     cycles = r["cycles"]
-    return (r["qkv"]["max_abs"] == 0 and r["he_tokens"] == r["native_tokens"] and r["first_mismatch"] is None
-            and cycles["completed"] == cycles["requested"] and cycles["restored_exactly"]
-            and cycles["he_matches_native_after"] is not False)
+    return (
+        r["qkv"]["max_abs"] == 0
+        and r["he_tokens"] == r["native_tokens"]
+        and r["first_mismatch"] is None
+        and cycles["completed"] == cycles["requested"]
+        and cycles["restored_exactly"]
+        and cycles["he_matches_native_after"] is not False
+    )
 
 
 def of_variant(r: dict) -> str:
@@ -20,10 +25,14 @@ def of_variant(r: dict) -> str:
     if bug_reproduced(r):
         first = r["first_mismatch"]
         where = f", first mismatch layer {first['layer']} {first['module']}" if first else ""
-        return (f"BUG REPRODUCED ({label}): QKV max_abs {r['qkv']['max_abs']:.6g}, first token "
-                f"HE {r['he_first_token']} vs native {r['native_first_token']}{where}")
+        return (
+            f"BUG REPRODUCED ({label}): QKV max_abs {r['qkv']['max_abs']:.6g}, first token "
+            f"HE {r['he_first_token']} vs native {r['native_first_token']}{where}"
+        )
     if fixed(r):
-        return f"CORRECT ({label}): QKV exact, tokens equal native, {r['cycles']['completed']} eval/train cycles restored"
+        return (
+            f"CORRECT ({label}): QKV exact, tokens equal native, {r['cycles']['completed']} eval/train cycles restored"
+        )
     return f"INCONCLUSIVE ({label}): QKV max_abs {r['qkv']['max_abs']:.6g} but tokens or cycles differ from native"
 
 
@@ -42,8 +51,10 @@ def summarize(before: dict | None, after: dict | None) -> dict:
             reasons.append("`after` did not load a fixed hybrid_megatron.py")
         elif not is_fixed:
             reasons.append(f"`after` is not fixed: {after['verdict']}")
-    summary = {"bug_reproduced_before": reproduced if before is not None else None,
-               "fixed_after": is_fixed if after is not None else None}
+    summary = {
+        "bug_reproduced_before": reproduced if before is not None else None,
+        "fixed_after": is_fixed if after is not None else None,
+    }
     summary["expectation_held"] = not reasons
     summary["reason"] = "; ".join(reasons) or "every variant that ran met its expectation"
     return summary

@@ -14,4 +14,6 @@ def tiny_config():
     from repro.models import TINY
 
     return GPTNeoXConfig(**TINY)
+
+
 collect_ignore = ["upstream"]  # run by test_upstream_regression.py against both DeepSpeeds

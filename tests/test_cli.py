@@ -42,8 +42,21 @@ def test_gpu_backend_without_gpu_is_refused(capsys):
 def test_missing_offline_model_is_a_clear_error(tmp_path):
     env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path), "DS_ACCELERATOR": "cpu", "PATH": "/usr/bin:/bin"}
     started = time.time()
-    proc = subprocess.run([sys.executable, "-m", "repro", "run", "--model", "EleutherAI/not-a-real-model",
-                           "--out", str(tmp_path / "out")], capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "repro",
+            "run",
+            "--model",
+            "EleutherAI/not-a-real-model",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "cannot load model 'EleutherAI/not-a-real-model'" in proc.stderr and "Traceback" not in proc.stderr
     assert time.time() - started < 60

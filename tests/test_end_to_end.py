@@ -10,8 +10,26 @@ import pytest
 @pytest.fixture(scope="module")
 def tiny_pair(tmp_path_factory):
     out = tmp_path_factory.mktemp("tiny") / "run"
-    proc = subprocess.run([sys.executable, "-m", "repro", "run", "--variant", "both", "--model", "tiny", "--out",
-                           str(out), "--cycles", "4", "--timeout", "300"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "repro",
+            "run",
+            "--variant",
+            "both",
+            "--model",
+            "tiny",
+            "--out",
+            str(out),
+            "--cycles",
+            "4",
+            "--timeout",
+            "300",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {name: json.loads((out / f"{name}.json").read_text()) for name in ("before", "after", "summary")}
 
@@ -26,31 +44,80 @@ def test_before_reproduces_the_bug(tiny_pair):
 
 def test_after_is_exact(tiny_pair):
     after = tiny_pair["after"]
-    assert after["patched"] is True and after["fix_status"] == {"transform_for_inference": True,
-                                                                "transform_for_training": True}
+    assert after["patched"] is True and after["fix_status"] == {
+        "transform_for_inference": True,
+        "transform_for_training": True,
+    }
     assert after["qkv"]["max_abs"] == 0
     assert after["he_tokens"] == after["native_tokens"]
     assert after["first_mismatch"] is None and after["logits_max_abs"] < 1e-4
-    assert after["cycles"] == {"requested": 4, "completed": 4, "restored_exactly": True, "max_abs_drift": 0.0,
-                               "changed_parameters": [], "he_matches_native_after": True}
+    assert after["cycles"] == {
+        "requested": 4,
+        "completed": 4,
+        "restored_exactly": True,
+        "max_abs_drift": 0.0,
+        "changed_parameters": [],
+        "he_matches_native_after": True,
+    }
     assert after["kernel_paths"]["SoftmaxContextOp.softmax_context_func"] == "fallback"
 
 
 def test_summary_and_recorded_fields(tiny_pair):
     assert tiny_pair["summary"]["bug_reproduced_before"] and tiny_pair["summary"]["fixed_after"]
     assert tiny_pair["summary"]["expectation_held"]
-    for key in ("variant", "backend", "world_size", "model", "dtype", "versions", "patched", "native_tokens",
-                "he_tokens", "native_first_token", "he_first_token", "logits_max_abs", "qkv", "first_mismatch",
-                "cycles", "kernel_paths", "duration_s", "verdict"):
+    for key in (
+        "variant",
+        "backend",
+        "world_size",
+        "model",
+        "dtype",
+        "versions",
+        "patched",
+        "native_tokens",
+        "he_tokens",
+        "native_first_token",
+        "he_first_token",
+        "logits_max_abs",
+        "qkv",
+        "first_mismatch",
+        "cycles",
+        "kernel_paths",
+        "duration_s",
+        "verdict",
+    ):
         assert key in tiny_pair["before"], key
-    assert set(tiny_pair["before"]["versions"]) >= {"python", "torch", "torch_hip", "torch_cuda", "deepspeed",
-                                                     "transformers"}
+    assert set(tiny_pair["before"]["versions"]) >= {
+        "python",
+        "torch",
+        "torch_hip",
+        "torch_cuda",
+        "deepspeed",
+        "transformers",
+    }
 
 
 def test_non_pinned_path_reproduces_and_is_fixed(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "repro", "run", "--variant", "both", "--model", "tiny", "--no-pin",
-                           "--cycles", "2", "--out", str(tmp_path / "run"), "--timeout", "300"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "repro",
+            "run",
+            "--variant",
+            "both",
+            "--model",
+            "tiny",
+            "--no-pin",
+            "--cycles",
+            "2",
+            "--out",
+            str(tmp_path / "run"),
+            "--timeout",
+            "300",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     before = json.loads((tmp_path / "run" / "before.json").read_text())
     after = json.loads((tmp_path / "run" / "after.json").read_text())

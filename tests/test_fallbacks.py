@@ -48,10 +48,25 @@ def test_parallel_residual_mlp_matches_transformers(tiny_config):
     ln, mlp = layer.post_attention_layernorm, layer.mlp
     with torch.no_grad():
         expected = mlp(ln(x))
-        out, normed = fallbacks.mlp_gemm_fallback(None, attn_out, x, torch.zeros(x.shape[-1]),
-                                                  mlp.dense_h_to_4h.weight, mlp.dense_4h_to_h.weight,
-                                                  mlp.dense_h_to_4h.bias, ln.weight, ln.bias, ln.eps, True, False,
-                                                  None, None, False, None, True)
+        out, normed = fallbacks.mlp_gemm_fallback(
+            None,
+            attn_out,
+            x,
+            torch.zeros(x.shape[-1]),
+            mlp.dense_h_to_4h.weight,
+            mlp.dense_4h_to_h.weight,
+            mlp.dense_h_to_4h.bias,
+            ln.weight,
+            ln.bias,
+            ln.eps,
+            True,
+            False,
+            None,
+            None,
+            False,
+            None,
+            True,
+        )
     torch.testing.assert_close(out + mlp.dense_4h_to_h.bias, expected, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(normed, ln(x))
 
@@ -60,9 +75,10 @@ def test_sequential_mlp_branch_keeps_deepspeed_semantics():
     x, r, bias_in = torch.randn(1, 2, 8), torch.randn(1, 2, 8), torch.randn(8)
     w1, w2, b1 = torch.randn(8, 16), torch.randn(16, 8), torch.randn(16)
     g, beta = torch.ones(8), torch.zeros(8)
-    out, normed = fallbacks.mlp_gemm_fallback(None, x, r, bias_in, w1, w2, b1, g, beta, 1e-5, True, True, None,
-                                              None, False, None, False)
-    ref_normed = F.layer_norm(x + r + bias_in, (8, ), g, beta, 1e-5)
+    out, normed = fallbacks.mlp_gemm_fallback(
+        None, x, r, bias_in, w1, w2, b1, g, beta, 1e-5, True, True, None, None, False, None, False
+    )
+    ref_normed = F.layer_norm(x + r + bias_in, (8,), g, beta, 1e-5)
     torch.testing.assert_close(normed, ref_normed)
     torch.testing.assert_close(out, F.gelu(ref_normed @ w1 + b1) @ w2)
 

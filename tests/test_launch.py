@@ -8,8 +8,19 @@ from repro import launch
 
 
 def _spec(timeout_s: float) -> launch.LaunchSpec:
-    return launch.LaunchSpec(variant="before", model="tiny", dtype="fp32", ranks=2, backend="cpu", new_tokens=1,
-                             cycles=1, pin=True, seed=1, prompt=None, timeout_s=timeout_s)
+    return launch.LaunchSpec(
+        variant="before",
+        model="tiny",
+        dtype="fp32",
+        ranks=2,
+        backend="cpu",
+        new_tokens=1,
+        cycles=1,
+        pin=True,
+        seed=1,
+        prompt=None,
+        timeout_s=timeout_s,
+    )
 
 
 def test_free_port_is_bindable():

@@ -6,7 +6,7 @@ from repro import models
 
 def test_named_architectures_are_seeded_and_network_free():
     a, b = models.build("tiny", "fp32", seed=7), models.build("tiny", "fp32", seed=7)
-    for (name, pa), (_, pb) in zip(a.model.named_parameters(), b.model.named_parameters()):
+    for (name, pa), (_, pb) in zip(a.model.named_parameters(), b.model.named_parameters(), strict=True):
         assert torch.equal(pa, pb), name
     assert a.source == "random:tiny:seed=7" and a.tokenizer is None
     qkv = a.model.gpt_neox.layers[0].attention.query_key_value.weight

@@ -26,8 +26,10 @@ def test_single_git_format_patch_touching_only_hybrid_megatron():
 def test_installed_deepspeed_lacks_the_fix():
     package_dir, version = patching.installed_deepspeed()
     assert version == "0.19.8"
-    assert patching.fix_status_of_package(package_dir) == {"transform_for_inference": False,
-                                                           "transform_for_training": False}
+    assert patching.fix_status_of_package(package_dir) == {
+        "transform_for_inference": False,
+        "transform_for_training": False,
+    }
 
 
 def test_patch_applies_and_the_result_is_recognised_as_fixed(ds_tree):
@@ -43,8 +45,11 @@ def test_already_applied_is_reported_with_the_version(ds_tree):
 
 def test_changed_upstream_file_is_reported_with_the_version(ds_tree):
     target = ds_tree / patching.TARGET
-    target.write_text(target.read_text().replace("with GatheredParameters(non_active_params):",
-                                                 "with GatheredParameters(params=non_active_params):"))
+    target.write_text(
+        target.read_text().replace(
+            "with GatheredParameters(non_active_params):", "with GatheredParameters(params=non_active_params):"
+        )
+    )
     with pytest.raises(patching.PatchError, match=r"does not apply to DeepSpeed 1\.2\.3"):
         patching.check_applies(ds_tree, "1.2.3")
 
@@ -59,8 +64,10 @@ class C:
         with GatheredParameters(p, modifier_rank=None):
             pass
 """
-    assert patching.fix_status_of_source(fixed_one) == {"transform_for_inference": True,
-                                                        "transform_for_training": False}
+    assert patching.fix_status_of_source(fixed_one) == {
+        "transform_for_inference": True,
+        "transform_for_training": False,
+    }
 
 
 def test_patched_copy_is_cached_and_verified(tmp_path):
