@@ -49,6 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=1234, help="seed of the random weights")
     run.add_argument("--out", type=Path, help="new directory for the JSON; default results/runs/<new>")
     run.add_argument("--timeout", type=float, default=900.0, help="seconds before a hung variant is stopped")
+    run.add_argument(
+        "--with-checks",
+        action="store_true",
+        help="also run the upstream regression test both ways, the audit and the sanity-check probe",
+    )
 
     audit = sub.add_parser("audit", help="scan installed DeepSpeed for GatheredParameters without modifier_rank")
     audit.add_argument("--json", type=Path, help="also write the findings as JSON here")
@@ -104,6 +109,7 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
         prompt=args.prompt,
         out=args.out,
         timeout_s=args.timeout,
+        with_checks=args.with_checks,
         allow_single_rank=args.allow_single_rank,
     )
     try:

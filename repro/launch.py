@@ -163,7 +163,11 @@ def run_probe(
         _kill_group(proc)
         raise LaunchError(f"{module}: ranks did not finish within {timeout_s:.0f} s") from None
     if proc.returncode != 0 or not out_json.exists():
-        raise LaunchError(f"{module}: ranks exited with status {proc.returncode}: {_first_error(output)}")
+        log = out_json.with_suffix(".log")
+        log.write_text(output)
+        raise LaunchError(
+            f"{module}: ranks exited with status {proc.returncode}: {_first_error(output)} (full log: {log})"
+        )
     return json.loads(out_json.read_text())
 
 

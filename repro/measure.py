@@ -89,3 +89,15 @@ def first_divergent_index(a: list[int], b: list[int]) -> int | None:
         if x != y:
             return i
     return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def per_layer_divergence(native: Trace, he: Trace) -> list[dict]:
+    """Max abs difference of each layer's attention and output, HE vs native (first forward)."""
+    rows = []
+    for layer in sorted(native.layer):
+        row: dict = {"layer": layer}
+        for kind, ref, got in (("attention", native.attention, he.attention), ("layer", native.layer, he.layer)):
+            a, b = ref.get(layer), got.get(layer)
+            row[f"{kind}_max_abs"] = max_abs(a, b) if a is not None and b is not None and a.shape == b.shape else None
+        rows.append(row)
+    return rows

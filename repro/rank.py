@@ -189,6 +189,7 @@ def run(spec: dict) -> dict:
         "logits_max_abs": measure.max_abs(native_logits, he_logits),
         "qkv": qkv,
         "first_mismatch": measure.first_mismatch(native_trace, he_trace, spec["dtype"]),
+        "per_layer_divergence": measure.per_layer_divergence(native_trace, he_trace),
         "cycles": {
             "requested": spec["cycles"],
             "completed": completed,
@@ -210,6 +211,15 @@ def run(spec: dict) -> dict:
     return result
 
 
+def shutdown() -> None:
+    """Barrier, then tear the process group down: a rank leaving with gloo threads alive aborts at exit."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[0]).read_text())
     result = run(spec)
@@ -217,6 +227,7 @@ def main(argv: list[str]) -> int:
     Path(spec["out"]).with_suffix(f".rank{os.environ['RANK']}.rss").write_text(f"{rss}\n")
     if int(os.environ["RANK"]) == 0:
         Path(spec["out"]).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    shutdown()
     return 0
 
 

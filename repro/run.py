@@ -36,6 +36,7 @@ class RunOptions:
     out: Path | None = None
     timeout_s: float = 900.0
     allow_single_rank: bool = False
+    with_checks: bool = False
 
 
 def detect_backend() -> str:
@@ -73,10 +74,18 @@ def validate(opts: RunOptions) -> RunOptions:
         check_available(opts.model)
     except ModelUnavailable as exc:
         raise UsageError(str(exc)) from exc
-    if opts.out is not None and opts.out.exists() and any(opts.out.iterdir()):
-        raise UsageError(f"--out {opts.out} already holds files; choose a new directory (nothing is overwritten)")
+    if opts.out is not None:
+        clash = [f"{v}.json" for v in variants_of(opts.variant) if (opts.out / f"{v}.json").exists()]
+        if clash:
+            raise UsageError(
+                f"--out {opts.out} already holds {', '.join(clash)}; choose a new directory (nothing is overwritten)"
+            )
     opts.backend, opts.dtype = backend, dtype
     return opts
+
+
+def variants_of(variant: str) -> list[str]:
+    return ["before", "after"] if variant == "both" else [variant]
 
 
 def new_run_dir(model: str, backend: str) -> Path:
@@ -114,7 +123,7 @@ def execute(opts: RunOptions, argv: list[str], log=print) -> int:
             f"note: DeepSpeed {ds_version} at {package_dir} already passes modifier_rank=0 in both transforms; "
             "`before` cannot reproduce the bug with it"
         )
-    variants = ["before", "after"] if opts.variant == "both" else [opts.variant]
+    variants = variants_of(opts.variant)
     out = opts.out or new_run_dir(opts.model, opts.backend)
     out.mkdir(parents=True, exist_ok=True)
     log(f"run directory: {out}")
@@ -129,16 +138,18 @@ def execute(opts: RunOptions, argv: list[str], log=print) -> int:
             if variant == "before":
                 results[variant] = run_variant(_spec(opts, variant), out, None)
             else:
-                if installed_fixed:
-                    raise patching.PatchError(
-                        f"DeepSpeed {ds_version} already contains the fix; there is no separate `after` to build"
-                    )
-                results[variant] = run_variant(_spec(opts, variant), out, patching.prepare_patched_copy())
+                # An installed DeepSpeed that has the fix (the `after` image) is its own `after`.
+                root = None if installed_fixed else patching.prepare_patched_copy()
+                results[variant] = run_variant(_spec(opts, variant), out, root)
             log(f"[{variant}] {results[variant]['verdict']} ({results[variant]['duration_s']} s)")
     except (LaunchError, patching.PatchError) as exc:
         log(f"error: {exc}")
         _write_summary(out, opts, argv, results, started, error=str(exc))
         return EXIT_EXPECTATION if isinstance(exc, LaunchError) else EXIT_USAGE
+    if opts.with_checks:
+        from . import checks
+
+        checks.write_all(out, log=log)
     summary = _write_summary(out, opts, argv, results, started)
     log(("OK: " if summary["expectation_held"] else "EXPECTATION FAILED: ") + summary["reason"])
     return EXIT_OK if summary["expectation_held"] else EXIT_EXPECTATION
@@ -147,6 +158,10 @@ def execute(opts: RunOptions, argv: list[str], log=print) -> int:
 def _write_summary(
     out: Path, opts: RunOptions, argv: list[str], results: dict, started: float, error: str | None = None
 ) -> dict:
+    # A variant run earlier into the same directory (one per image) counts too: read, never rewritten.
+    for name in ("before", "after"):
+        if name not in results and (out / f"{name}.json").exists():
+            results[name] = json.loads((out / f"{name}.json").read_text())
     summary = verdict.summarize(results.get("before"), results.get("after"))
     if error:
         summary.update(expectation_held=False, reason=error)
@@ -157,6 +172,7 @@ def _write_summary(
         options={k: (str(v) if isinstance(v, Path) else v) for k, v in opts.__dict__.items()},
         wall_s=round(time.time() - started, 2),
         patch=patching.patch_file().name,
+        patch_text=patching.patch_file().read_text(),
         environment=next((r["environment"] for r in results.values()), None),
     )
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from . import fallbacks, layout, models, shim
+from .rank import shutdown
 from .zero3_probe import HEADS, HIDDEN, container_class, gathered
 
 
@@ -117,6 +118,7 @@ def main(out: str) -> int:
     result = {"deepspeed": version("deepspeed"), "world_size": world, **_transforms(config), **_generate(config)}
     if torch.distributed.get_rank() == 0:
         Path(out).write_text(json.dumps(result, indent=2) + "\n")
+    shutdown()
     return 0
 
 

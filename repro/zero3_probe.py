@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from . import layout, patching
+from .rank import shutdown
 
 HEADS, HIDDEN = 4, 256
 
@@ -83,6 +84,7 @@ def main(out: str) -> int:
     }
     if torch.distributed.get_rank() == 0:
         Path(out).write_text(json.dumps(result, indent=2) + "\n")
+    shutdown()
     return 0
 
 

@@ -30,7 +30,7 @@ def test_unknown_variant_is_a_one_line_usage_error(capsys):
 def test_existing_results_directory_is_never_overwritten(capsys, tmp_path):
     (tmp_path / "before.json").write_text("{}")
     code, err = _run(capsys, "run", "--model", "tiny", "--out", str(tmp_path))
-    assert code == 2 and "already holds files" in err
+    assert code == 2 and "already holds before.json" in err
     assert (tmp_path / "before.json").read_text() == "{}"
 
 
