@@ -175,7 +175,7 @@ def build(c, backend="", variant="both", engine="auto", build_arg=None, dry_run=
     if backend not in ("rocm", "cpu"):
         raise _fail(f"--backend must be rocm or cpu, not {backend!r}")
     if engine == "auto":
-        engine = next((e for e in containers.ENGINES if containers.engine_works(e)), "")
+        engine = next((e for e in containers.AUTO_ENGINES if containers.engine_works(e)), "")
         if not engine and not dry_run:
             raise _fail("no working container engine (docker, podman or buildah); see `invoke doctor`")
         engine = engine or "docker"

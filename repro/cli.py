@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="render DIR/REPORT.md and the plot from a run's JSON")
     report.add_argument("dir", type=Path)
 
+    sub.add_parser("fix-status", help="does the installed DeepSpeed carry the fix? exit 0 yes, 1 no")
+
     shim = sub.add_parser("shim", help="install the Transformers shim for every Python process of this env")
     shim.add_argument("--site-dir", help="site-packages directory (default: this interpreter's purelib)")
     return parser
@@ -80,6 +82,13 @@ def main(argv: list[str] | None = None) -> int:
             from . import report
 
             return report.main(args.dir)
+        if args.command == "fix-status":
+            from . import patching
+
+            package_dir, version = patching.installed_deepspeed()
+            status = patching.fix_status_of_package(package_dir)
+            print(f"DeepSpeed {version} at {package_dir}: " + ", ".join(f"{k}={v}" for k, v in status.items()))
+            return 0 if patching.is_fixed(status) else 1
         if args.command == "shim":
             from . import shim
 

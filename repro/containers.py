@@ -15,6 +15,7 @@ from pathlib import Path
 from .launch import REPO_ROOT
 
 ENGINES = ("docker", "podman", "buildah")
+AUTO_ENGINES = ("docker", "podman")
 IMAGE_REPO = "deepspeed-he-zero3-repro"
 DOCKERFILES = {"rocm": REPO_ROOT / "docker" / "rocm.Dockerfile", "cpu": REPO_ROOT / "docker" / "cpu.Dockerfile"}
 WORKDIR = "/workspace"
@@ -72,7 +73,9 @@ def choose(backend: str, engine: str) -> Choice:
             f"--engine {engine}: `{engine}` is not installed or its engine is not running (see `invoke doctor`)"
         )
     if engine == "auto":
-        engine = next((e for e in ENGINES if engine_works(e)), "local")
+        # buildah is opt-in (--engine buildah): it builds images well but is no daily runtime, and where
+        # it is all there is (our CI machines) the base images cannot be pulled anyway.
+        engine = next((e for e in AUTO_ENGINES if engine_works(e)), "local")
     if backend == "auto":
         if engine != "local" and amd_gpu_present():
             return Choice("rocm", engine, f"{engine} works and /dev/kfd is present: ROCm image")

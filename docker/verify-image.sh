@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Last step of the before stage: the image is what its labels say, or the build fails.
+set -euo pipefail
+export PYTHONDONTWRITEBYTECODE=1
+python - <<'PY'
+import os
+from importlib.metadata import version
+
+import torch
+
+want_torch = os.environ["TORCH_REQUIREMENT"].split("==", 1)[1]
+assert torch.__version__ == want_torch, (torch.__version__, want_torch)
+if os.environ["DS_BUILD_TRANSFORMER_INFERENCE"] == "1":
+    assert torch.version.hip and torch.version.hip.startswith(os.environ["EXPECT_HIP"]), torch.version.hip
+    from deepspeed.git_version_info import installed_ops
+    assert installed_ops.get("transformer_inference"), installed_ops
+    import importlib.util
+    spec = importlib.util.find_spec("deepspeed.ops.transformer.inference.transformer_inference_op")
+    assert spec is not None, "prebuilt transformer_inference_op missing"
+    archs = open("/opt/repro/offload-archs.txt").read().split()
+    for arch in os.environ["PYTORCH_ROCM_ARCH"].split(";"):
+        assert f"--offload-arch={arch}" in archs, (arch, archs)
+pins = dict(line.split("==") for line in open("/opt/repro/constraints.txt") if "==" in line and not line.startswith("#"))
+for pkg in ("deepspeed", "transformers"):
+    assert version(pkg) == pins[pkg].strip(), (pkg, version(pkg))
+from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXAttention
+assert isinstance(GPTNeoXAttention.__dict__.get("hidden_size"), property), "Transformers shim not active"
+print("image verified:", torch.__version__, torch.version.hip, version("deepspeed"), version("transformers"))
+PY
+if python -m repro fix-status; then
+  echo "error: the before image must carry DeepSpeed as released, without the fix" >&2
+  exit 1
+fi
