@@ -6,6 +6,7 @@ Container tasks print the exact command they run (paste it into a bug report) an
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import sys
 import time
@@ -26,9 +27,9 @@ def _fail(message: str) -> Exit:
     return Exit(f"error: {message}", code=2)
 
 
-def _choice(backend: str, engine: str) -> containers.Choice:
+def _choice(backend: str, engine: str, dry_run: bool = False) -> containers.Choice:
     try:
-        choice = containers.choose(backend, engine)
+        choice = containers.choose(backend, engine, dry_run)
     except containers.EngineError as exc:
         raise _fail(str(exc)) from None
     print(f"backend={choice.backend} engine={choice.engine}: {choice.reason}")
@@ -104,9 +105,9 @@ def repro(
     variants = _variants(variant)
     if int(ranks) < 2:
         raise _fail("--ranks 1 hides the bug (one rank's gather returns the partition itself); use --ranks 2")
-    choice = _choice(backend, engine)
+    choice = _choice(backend, engine, dry_run)
     try:
-        gpu_list = containers.gpu_ids(gpus) if choice.backend == "rocm" else []
+        gpu_list = containers.gpu_ids(gpus, check_present=not dry_run) if choice.backend == "rocm" else []
     except containers.EngineError as exc:
         raise _fail(str(exc)) from None
     if gpus and choice.backend != "rocm":
@@ -129,10 +130,11 @@ def repro(
         ]
         code = containers.execute("local", cmd, dry_run)
     else:
-        _ensure_images(c, choice, variants, dry_run)
-        inside = f"{containers.WORKDIR}/results/{out_dir.relative_to(RESULTS)}"
+        out_dir = out_dir.resolve()
         if not out_dir.is_relative_to(RESULTS):
             raise _fail(f"--out must be under {RESULTS} for container runs (it is mounted there)")
+        _ensure_images(c, choice, variants, dry_run)
+        inside = f"{containers.WORKDIR}/results/{out_dir.relative_to(RESULTS)}"
         code = 0
         for v in variants:  # each variant in its own image: before = as released, after = patched at build
             image = containers.image_name(choice.backend, v)
@@ -211,7 +213,7 @@ def test(c, in_image=False, backend="cpu", engine="auto", pytest_args="", dry_ru
         if code:
             raise Exit(code=code)
         return
-    choice = _choice(backend, engine)
+    choice = _choice(backend, engine, dry_run)
     if choice.engine == "local":
         raise _fail("--in-image needs a container engine (docker, podman or buildah); see `invoke doctor`")
     _ensure_images(c, choice, list(VARIANTS), dry_run)
@@ -237,6 +239,9 @@ def report(c, dir):
     """Regenerate a run's REPORT.md and plot from its JSON (no re-measuring)."""
     from repro import report as report_mod
 
+    if dir in ("-h", "--help"):  # invoke hands a positional argument its help flag
+        c.run(f"{shlex.quote(sys.executable)} -m invoke --help report", pty=False)
+        return
     code = report_mod.main(Path(dir))
     if code:
         raise Exit(code=code)
@@ -260,10 +265,12 @@ def doctor(c):
 )
 def shell(c, backend="cpu", engine="auto", variant="before", dry_run=False):
     """Open an interactive shell in an image, with the same mounts as `invoke repro`."""
-    choice = _choice(backend, engine)
+    choice = _choice(backend, engine, dry_run)
     if choice.engine == "local":
         raise _fail("`invoke shell` needs a container engine; see `invoke doctor`")
     image = containers.image_name(choice.backend, variant)
+    if not dry_run and not containers.image_exists(choice.engine, image):
+        raise _fail(f"image {image} does not exist; build it with `invoke build --backend {choice.backend}`")
     cmd = containers.run_command(
         choice.engine, choice.backend, image, ["bash"], containers.default_mounts(RESULTS), interactive=True
     )

@@ -61,6 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="render DIR/REPORT.md and the plot from a run's JSON")
     report.add_argument("dir", type=Path)
 
+    matrix = sub.add_parser("matrix", help="tiny before/after pair across DeepSpeed releases, one venv each")
+    matrix.add_argument("--versions", help="comma-separated releases (default: a short list for CI time)")
+    matrix.add_argument("--full", action="store_true", help="every line since the Hybrid Engine refactor (2023)")
+    matrix.add_argument("--out", type=Path, required=True, help="directory for matrix.json and MATRIX.md")
+
     sub.add_parser("fix-status", help="does the installed DeepSpeed carry the fix? exit 0 yes, 1 no")
 
     shim = sub.add_parser("shim", help="install the Transformers shim for every Python process of this env")
@@ -82,6 +87,11 @@ def main(argv: list[str] | None = None) -> int:
             from . import report
 
             return report.main(args.dir)
+        if args.command == "matrix":
+            from . import matrix
+
+            versions = args.versions.split(",") if args.versions else (matrix.FULL if args.full else matrix.DEFAULT)
+            return matrix.main(versions, args.out)
         if args.command == "fix-status":
             from . import patching
 

@@ -60,18 +60,29 @@ def amd_gpu_present() -> bool:
     return Path("/dev/kfd").exists()
 
 
-def choose(backend: str, engine: str) -> Choice:
-    """Resolves `auto`s; refuses impossible combinations before anything expensive starts."""
+def choose(backend: str, engine: str, dry_run: bool = False) -> Choice:
+    """Resolves `auto`s; refuses impossible combinations before anything expensive starts.
+
+    With `dry_run` nothing will run, so missing devices and engines do not stop the commands from
+    being printed (the choice's reason says what is missing).
+    """
     if backend not in ("auto", "rocm", "cpu"):
         raise EngineError(f"--backend must be auto, rocm or cpu, not {backend!r}")
     if engine not in ("auto", "local", *ENGINES):
         raise EngineError(f"--engine must be auto, docker, podman, buildah or local, not {engine!r}")
+    missing = []
     if backend == "rocm" and not amd_gpu_present():
-        raise EngineError("--backend rocm needs an AMD GPU: /dev/kfd is missing (is the amdgpu driver loaded?)")
+        missing.append("--backend rocm needs an AMD GPU: /dev/kfd is missing (is the amdgpu driver loaded?)")
     if engine not in ("auto", "local") and not engine_works(engine):
-        raise EngineError(
+        missing.append(
             f"--engine {engine}: `{engine}` is not installed or its engine is not running (see `invoke doctor`)"
         )
+    if missing and not dry_run:
+        raise EngineError(missing[0])
+    if dry_run and engine == "auto" and backend == "rocm":
+        engine = next((e for e in AUTO_ENGINES if engine_works(e)), "docker")
+    if missing:
+        return Choice(backend, engine, "dry run; for a real run: " + "; ".join(missing))
     if engine == "auto":
         # buildah is opt-in (--engine buildah): it builds images well but is no daily runtime, and where
         # it is all there is (our CI machines) the base images cannot be pulled anyway.
@@ -143,7 +154,7 @@ def _git_revision() -> str | None:
     return out.stdout.strip() or None
 
 
-def gpu_ids(spec: str | None) -> list[str]:
+def gpu_ids(spec: str | None, check_present: bool = True) -> list[str]:
     """`--gpus 0,1` -> ["0", "1"], checked against /dev/dri/renderD* so a typo fails early."""
     if not spec:
         return []
@@ -152,7 +163,7 @@ def gpu_ids(spec: str | None) -> list[str]:
         raise EngineError(f"--gpus must be comma-separated device indices like 0,1, not {spec!r}")
     present = len(list(Path("/dev/dri").glob("renderD*"))) if Path("/dev/dri").exists() else 0
     absent = [g for g in ids if int(g) >= present]
-    if absent:
+    if absent and check_present:
         raise EngineError(
             f"--gpus {spec}: device(s) {','.join(absent)} absent; this host shows {present} GPU "
             "render node(s) in /dev/dri"

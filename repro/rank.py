@@ -65,14 +65,35 @@ def _layers(model):
     return model.gpt_neox.layers
 
 
-def _gathered_qkv(containers) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _gathered_qkv(containers):
+    """Yields each layer's QKV weight and bias as the inference containers hold them, one layer at a time."""
     from deepspeed.runtime.zero import GatheredParameters
 
-    held = []
     for c in containers:
         with GatheredParameters([c.qkvw, c.qkvb]):
-            held.append((c.qkvw.detach().clone(), c.qkvb.detach().clone()))
-    return held
+            yield c.qkvw.detach().clone(), c.qkvb.detach().clone()
+
+
+def _expected_qkv(qkv_orig: dict, layers: int, heads: int):
+    """Yields the inference layout each layer should hold, computed from the native weights."""
+    for i in range(layers):
+        prefix = f"gpt_neox.layers.{i}.attention.query_key_value"
+        yield (
+            layout.to_inference(qkv_orig[f"{prefix}.weight"], heads),
+            layout.to_inference(qkv_orig[f"{prefix}.bias"], heads),
+        )
+
+
+def _release_freed_memory() -> None:
+    """Hands memory freed by ZeRO-3 partitioning back to the OS, so it does not inflate peak RSS."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:  # not glibc: nothing to trim
+        pass
 
 
 def _chunks(named: list, max_elements: int = 50_000_000):
@@ -138,23 +159,17 @@ def run(spec: dict) -> dict:
     timings["native_generate"] = _lap()
     qkv_orig = {n: p.detach().clone() for n, p in model.named_parameters() if "query_key_value" in n}
     digests = {n: measure.digest(p) for n, p in model.named_parameters()}
-    expected = [
-        (
-            layout.to_inference(layer.attention.query_key_value.weight.detach(), heads),
-            layout.to_inference(layer.attention.query_key_value.bias.detach(), heads),
-        )
-        for layer in _layers(model)
-    ]
 
     engine, *_ = deepspeed.initialize(model=model, config=ds_config(spec, world))
+    _release_freed_memory()
     timings["deepspeed_initialize"] = _lap()
     hm = sys.modules["deepspeed.module_inject.containers.features.hybrid_megatron"]
     fix = patching.fix_status_of_source(Path(hm.__file__).read_text())
 
     engine.eval()
-    qkv = measure.qkv_report(_gathered_qkv(engine._inference_containers), expected)
+    containers = engine._inference_containers
+    qkv = measure.qkv_report(_gathered_qkv(containers), _expected_qkv(qkv_orig, len(containers), heads))
     timings["eval_and_qkv"] = _lap()
-    del expected
     he_trace = measure.Trace()
     for i, (layer, container) in enumerate(zip(_layers(engine.module), engine._inference_containers, strict=True)):
         he_trace.hook(container.module.attention, i, "attention", bias_of=container.module.attention)

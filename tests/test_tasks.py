@@ -1,0 +1,91 @@
+"""The invoke interface: every task listed with help, bad input = one line + status 2, and the
+ROCm dry-run prints AMD's documented flags."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+INVOKE = [sys.executable, "-m", "invoke"]
+
+
+def _invoke(*args, env=None):
+    return subprocess.run(
+        [*INVOKE, *args], cwd=ROOT, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=120
+    )
+
+
+def test_every_task_is_listed_with_help():
+    listed = _invoke("--list").stdout
+    for task in ("repro", "build", "test", "report", "doctor", "shell", "clean", "bench"):
+        assert f"  {task} " in listed, task
+        assert _invoke(task, "--help").returncode == 0
+
+
+def test_rocm_dry_run_prints_amds_flags_and_runs_nothing():
+    proc = _invoke(
+        "repro",
+        "--backend",
+        "rocm",
+        "--engine",
+        "docker",
+        "--gpus",
+        "0,1",
+        "--dry-run",
+        "--out",
+        "results/runs/dry-run-test",
+    )
+    assert proc.returncode == 0, proc.stderr
+    runs = [line for line in proc.stdout.splitlines() if line.startswith("$ docker run")]
+    assert len(runs) == 2  # before image, after image
+    for flag in (
+        "--device /dev/kfd",
+        "--device /dev/dri",
+        "--group-add video",
+        "-e HIP_VISIBLE_DEVICES=0,1",
+        "--shm-size=16g",
+        "deepspeed-he-zero3-repro:rocm-before",
+    ):
+        assert flag in runs[0], flag
+    assert "--privileged" not in proc.stdout
+    assert any(
+        line.startswith("$ docker build -f docker/rocm.Dockerfile --target before")
+        for line in proc.stdout.splitlines()
+    )
+    assert not (ROOT / "results/runs/dry-run-test").exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["repro", "--variant", "sideways"],
+        ["repro", "--ranks", "1", "--engine", "local"],
+        ["repro", "--backend", "rocm", "--engine", "local"],
+        ["repro", "--engine", "docker"],
+        ["repro", "--backend", "quantum"],
+        ["build", "--engine", "docker"],
+        ["test", "--in-image", "--engine", "docker"],
+    ],
+)
+def test_bad_input_is_one_line_and_status_2(args):
+    proc = _invoke(*args, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+    err = proc.stderr.strip()
+    assert err.startswith("error:") and len(err.splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_existing_results_directory_is_refused(tmp_path):
+    (tmp_path / "keep.json").write_text("{}")
+    proc = _invoke("repro", "--engine", "local", "--out", str(tmp_path))
+    assert proc.returncode == 2 and "already holds files" in proc.stderr
+    assert (tmp_path / "keep.json").read_text() == "{}"
+
+
+def test_missing_image_is_named():
+    proc = _invoke("shell", "--engine", "buildah", "--variant", "no-such-variant")
+    if "not installed" in proc.stderr:
+        pytest.skip("buildah is not installed here")
+    assert proc.returncode == 2 and "does not exist" in proc.stderr, proc.stderr
