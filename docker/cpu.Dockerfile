@@ -31,31 +31,29 @@ ARG TORCH_INDEX_URL
 ARG DS_BUILD_TRANSFORMER_INFERENCE
 ARG PYTORCH_ROCM_ARCH
 ARG ROCM_WAVEFRONT_SIZE
+ARG EXPECT_HIP
 # Build-time only (CI): a CA bundle and a local wheel folder mounted into RUN steps.
 ARG PIP_CERT
 ARG PIP_FIND_LINKS
 ENV TORCH_EXTENSIONS_DIR=/opt/repro/torch_extensions
-COPY constraints.txt /opt/repro/constraints.txt
-COPY docker/install-deps.sh /opt/repro/install-deps.sh
+COPY constraints.txt docker/install-deps.sh /opt/repro/
 RUN /opt/repro/install-deps.sh
-# Any later `pip install` in the image keeps these versions, torch included.
-ENV PIP_CONSTRAINT="/opt/repro/constraints.txt /opt/repro/torch-constraint.txt"
+# Any later `pip install` in the image keeps these versions, torch included; the build's choices
+# stay visible to `verify-image.sh` and to whoever inspects the image.
+ENV PIP_CONSTRAINT="/opt/repro/constraints.txt /opt/repro/torch-constraint.txt" \
+    REPRO_TORCH_REQUIREMENT="${TORCH_REQUIREMENT}" \
+    REPRO_DS_BUILD_TRANSFORMER_INFERENCE="${DS_BUILD_TRANSFORMER_INFERENCE}" \
+    REPRO_PYTORCH_ROCM_ARCH="${PYTORCH_ROCM_ARCH}" \
+    REPRO_EXPECT_HIP="${EXPECT_HIP}"
 
 FROM deps AS before
-ARG TORCH_REQUIREMENT
-ARG DS_BUILD_TRANSFORMER_INFERENCE
-ARG PYTORCH_ROCM_ARCH
-ARG EXPECT_HIP
 ARG PIP_CERT
 ARG PIP_FIND_LINKS
 # The reproduction's source comes after the dependencies: editing it does not rebuild torch.
-COPY pyproject.toml README.md /opt/repro/src/
-COPY repro /opt/repro/src/repro
-COPY tests /opt/repro/src/tests
-COPY docker/verify-image.sh /opt/repro/verify-image.sh
+COPY . /opt/repro/src
 RUN PYTHONDONTWRITEBYTECODE=1 pip install --no-deps /opt/repro/src \
     && python -m repro shim \
-    && /opt/repro/verify-image.sh
+    && /opt/repro/src/docker/verify-image.sh
 WORKDIR /opt/repro/src
 LABEL org.opencontainers.image.title="deepspeed-he-zero3-repro" \
       org.opencontainers.image.description="DeepSpeed #8391: ZeRO-3 Hybrid Engine GPT-NeoX QKV layout (before the fix)" \
@@ -63,7 +61,7 @@ LABEL org.opencontainers.image.title="deepspeed-he-zero3-repro" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.version="0.1.0" \
       io.repro.variant="before" \
-      io.repro.torch="${TORCH_REQUIREMENT}" \
+      io.repro.torch="${REPRO_TORCH_REQUIREMENT}" \
       io.repro.deepspeed="0.19.8" \
       io.repro.transformers="4.57.6"
 USER 1000

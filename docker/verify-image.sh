@@ -8,17 +8,19 @@ from importlib.metadata import version
 
 import torch
 
-want_torch = os.environ["TORCH_REQUIREMENT"].split("==", 1)[1]
-assert torch.__version__ == want_torch, (torch.__version__, want_torch)
-if os.environ["DS_BUILD_TRANSFORMER_INFERENCE"] == "1":
-    assert torch.version.hip and torch.version.hip.startswith(os.environ["EXPECT_HIP"]), torch.version.hip
+want_torch = os.environ["REPRO_TORCH_REQUIREMENT"].split("==", 1)[1]
+# "2.9.1+rocm6.4" must match exactly; a bare "2.13.0" accepts its local build label ("+cpu").
+got = torch.__version__ if "+" in want_torch else torch.__version__.split("+")[0]
+assert got == want_torch, (torch.__version__, want_torch)
+if os.environ["REPRO_DS_BUILD_TRANSFORMER_INFERENCE"] == "1":
+    assert torch.version.hip and torch.version.hip.startswith(os.environ["REPRO_EXPECT_HIP"]), torch.version.hip
     from deepspeed.git_version_info import installed_ops
     assert installed_ops.get("transformer_inference"), installed_ops
     import importlib.util
     spec = importlib.util.find_spec("deepspeed.ops.transformer.inference.transformer_inference_op")
     assert spec is not None, "prebuilt transformer_inference_op missing"
     archs = open("/opt/repro/offload-archs.txt").read().split()
-    for arch in os.environ["PYTORCH_ROCM_ARCH"].split(";"):
+    for arch in os.environ["REPRO_PYTORCH_ROCM_ARCH"].split(";"):
         assert f"--offload-arch={arch}" in archs, (arch, archs)
 pins = dict(line.split("==") for line in open("/opt/repro/constraints.txt") if "==" in line and not line.startswith("#"))
 for pkg in ("deepspeed", "transformers"):
