@@ -134,6 +134,8 @@ def repro(
         if not out_dir.is_relative_to(RESULTS):
             raise _fail(f"--out must be under {RESULTS} for container runs (it is mounted there)")
         _ensure_images(c, choice, variants, dry_run)
+        if not dry_run:
+            out_dir.parent.mkdir(parents=True, exist_ok=True)
         inside = f"{containers.WORKDIR}/results/{out_dir.relative_to(RESULTS)}"
         code = 0
         for v in variants:  # each variant in its own image: before = as released, after = patched at build

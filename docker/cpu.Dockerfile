@@ -49,6 +49,7 @@ ENV PIP_CONSTRAINT="/opt/repro/constraints.txt /opt/repro/torch-constraint.txt" 
 FROM deps AS before
 ARG PIP_CERT
 ARG PIP_FIND_LINKS
+ARG REVISION=unknown
 # The reproduction's source comes after the dependencies: editing it does not rebuild torch.
 COPY . /opt/repro/src
 RUN PYTHONDONTWRITEBYTECODE=1 pip install --no-deps /opt/repro/src \
@@ -60,6 +61,7 @@ LABEL org.opencontainers.image.title="deepspeed-he-zero3-repro" \
       org.opencontainers.image.source="https://github.com/deepspeedai/DeepSpeed/issues/8391" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.version="0.1.0" \
+      org.opencontainers.image.revision="${REVISION}" \
       io.repro.variant="before" \
       io.repro.torch="${REPRO_TORCH_REQUIREMENT}" \
       io.repro.deepspeed="0.19.8" \

@@ -105,7 +105,7 @@ def image_name(backend: str, variant: str) -> str:
 def build_command(engine: str, backend: str, variant: str, build_args: dict[str, str]) -> list[str]:
     args = [a for k, v in sorted(build_args.items()) for a in ("--build-arg", f"{k}={v}")]
     revision = _git_revision()
-    labels = ["--label", f"org.opencontainers.image.revision={revision}"] if revision else []
+    labels = ["--build-arg", f"REVISION={revision}"] if revision else []
     dockerfile = str(DOCKERFILES[backend].relative_to(REPO_ROOT))
     if engine == "buildah":
         volumes = [a for v in _buildah_build_volumes() for a in ("--volume", v)]
@@ -179,6 +179,10 @@ def _render_gid() -> str | None:
         return str(node.stat().st_gid) if node else None
 
 
+def _host_user() -> str:
+    return f"{os.getuid()}:{os.getgid()}"
+
+
 @dataclass
 class RunMounts:
     results: Path
@@ -205,7 +209,8 @@ def run_command(
     volumes = [f"{REPO_ROOT}:{WORKDIR}:ro", f"{mounts.results.resolve()}:{WORKDIR}/results:rw"]
     if mounts.hf_cache is not None:
         volumes.append(f"{mounts.hf_cache}:{CONTAINER_HF_HOME}:rw")
-    env = {"REPRO_IMAGE": image}
+    # Run as the calling user, so results/ stays theirs; HOME in /tmp for that uid's caches.
+    env = {"REPRO_IMAGE": image, "HOME": "/tmp"}
     if mounts.hf_cache is not None:
         env["HF_HOME"] = CONTAINER_HF_HOME
     if backend == "rocm" and gpus:
@@ -220,6 +225,8 @@ def run_command(
             "run",
             "--isolation",
             "chroot",
+            "--user",
+            _host_user(),
             *vol_flags,
             *env_flags,
             "--workingdir",
@@ -229,6 +236,7 @@ def run_command(
             *inner,
         ]
     flags = ["--rm", "--workdir", WORKDIR, f"--shm-size={shm_size}", *vol_flags, *env_flags]
+    flags += ["--userns=keep-id"] if engine == "podman" else ["--user", _host_user()]
     if interactive:
         flags.insert(0, "-it")
     if backend == "rocm":

@@ -274,6 +274,7 @@ def plot(data: dict, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     floor = 1e-10  # exact zeros drawn here, labelled, since a log axis has no 0
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
@@ -293,6 +294,8 @@ def plot(data: dict, path: Path) -> None:
     ):
         ax.set_yscale("log")
         ax.axhline(floor, color="grey", lw=0.8, ls=":")
+        ax.text(0.01, floor * 2, "exactly 0", transform=ax.get_yaxis_transform(), color="grey", fontsize=8)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("layer")
         ax.set_title(title, fontsize=10)
         ax.legend()
