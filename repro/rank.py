@@ -37,6 +37,15 @@ def ds_config(spec: dict, world_size: int) -> dict:
     return config
 
 
+def _device(backend: str) -> torch.device:
+    """This rank's device: the CPU, or its own GPU (native and Hybrid Engine run on the same one)."""
+    from deepspeed.accelerator import get_accelerator
+
+    if backend != "cpu":
+        get_accelerator().set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device(get_accelerator().current_device_name())
+
+
 def _fault_injection(rank: int) -> None:
     """REPRO_FAULT=hang:<rank> or fail:<rank> makes one rank misbehave, for the launcher's tests."""
     kind, _, which = os.environ.get("REPRO_FAULT", "").partition(":")
@@ -143,9 +152,10 @@ def run(spec: dict) -> dict:
     _fault_injection(rank)
     timings["init_distributed"] = _lap()
 
+    device = _device(spec["backend"])
     loaded = models.build(spec["model"], spec["dtype"], spec["seed"])
-    model, heads = loaded.model, loaded.model.config.num_attention_heads
-    ids = models.prompt_ids(loaded, spec.get("prompt"))
+    model, heads = loaded.model.to(device), loaded.model.config.num_attention_heads
+    ids = models.prompt_ids(loaded, spec.get("prompt")).to(device)
     timings["build_model"] = _lap()
 
     # Native reference, built once, before ZeRO-3 partitions the same weights.
