@@ -118,7 +118,7 @@ def execute(opts: RunOptions, argv: list[str], log=print) -> int:
     """Runs the requested variants; returns the exit status the CLI documents."""
     package_dir, ds_version = patching.installed_deepspeed()
     installed_fixed = patching.is_fixed(patching.fix_status_of_package(package_dir))
-    if installed_fixed:
+    if installed_fixed and opts.variant != "after":
         log(
             f"note: DeepSpeed {ds_version} at {package_dir} already passes modifier_rank=0 in both transforms; "
             "`before` cannot reproduce the bug with it"
