@@ -107,38 +107,11 @@ def build_command(engine: str, backend: str, variant: str, build_args: dict[str,
     revision = _git_revision()
     labels = ["--build-arg", f"REVISION={revision}"] if revision else []
     dockerfile = str(DOCKERFILES[backend].relative_to(REPO_ROOT))
+    tail = ["-f", dockerfile, "--target", variant, "-t", image_name(backend, variant), *args, *labels, "."]
     if engine == "buildah":
         volumes = [a for v in _buildah_build_volumes() for a in ("--volume", v)]
-        return [
-            *Engine("buildah").base(),
-            "bud",
-            "--isolation",
-            "chroot",
-            "--layers",
-            *volumes,
-            "-f",
-            dockerfile,
-            "--target",
-            variant,
-            "-t",
-            image_name(backend, variant),
-            *args,
-            *labels,
-            ".",
-        ]
-    return [
-        engine,
-        "build",
-        "-f",
-        dockerfile,
-        "--target",
-        variant,
-        "-t",
-        image_name(backend, variant),
-        *args,
-        *labels,
-        ".",
-    ]
+        return [*Engine("buildah").base(), "bud", "--isolation", "chroot", "--layers", *volumes, *tail]
+    return [engine, "build", *tail]
 
 
 def _buildah_build_volumes() -> list[str]:

@@ -61,23 +61,14 @@ def rank_env(backend: str, extra_pythonpath: Path | None) -> dict[str, str]:
     return env
 
 
+def torchrun(module: str, ranks: int, port: int, *args: str) -> list[str]:
+    """`python -m torch.distributed.run` on this host for `python -m MODULE ARGS` on each rank."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(ranks),
+            "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", module, *args]  # fmt: skip
+
+
 def command(spec: LaunchSpec, spec_file: Path, port: int) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nnodes",
-        "1",
-        "--nproc-per-node",
-        str(spec.ranks),
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(port),
-        "-m",
-        "repro.rank",
-        str(spec_file),
-    ]
+    return torchrun("repro.rank", spec.ranks, port, str(spec_file))
 
 
 def _first_error(log: str) -> str:
@@ -132,22 +123,7 @@ def run_probe(
     module: str, out_json: Path, deepspeed_root: Path | None, ranks: int = 2, timeout_s: float = 300
 ) -> dict:
     """Runs a small rank script (`python -m MODULE OUT.json`) under torchrun on CPU; returns its JSON."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nnodes",
-        "1",
-        "--nproc-per-node",
-        str(ranks),
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(free_port()),
-        "-m",
-        module,
-        str(out_json),
-    ]
+    cmd = torchrun(module, ranks, free_port(), str(out_json))
     proc = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,

@@ -249,6 +249,15 @@ def run(spec: dict) -> dict:
     return result
 
 
+def finish(out: Path, result: dict) -> None:
+    """Rank 0 writes the result; then every rank leaves the process group cleanly."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    shutdown()
+
+
 def shutdown() -> None:
     """Barrier, then tear the process group down: a rank leaving with gloo threads alive aborts at exit."""
     import torch.distributed as dist
@@ -263,9 +272,7 @@ def main(argv: list[str]) -> int:
     result = run(spec)
     rss = environment.peak_rss_mb()
     Path(spec["out"]).with_suffix(f".rank{os.environ['RANK']}.rss").write_text(f"{rss}\n")
-    if int(os.environ["RANK"]) == 0:
-        Path(spec["out"]).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    shutdown()
+    finish(Path(spec["out"]), result)
     return 0
 
 

@@ -12,14 +12,13 @@ Three measurements on real partitions, 2+ ranks (rank 0 writes JSON; usage
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import torch
 
 from . import fallbacks, layout, models, shim
-from .rank import shutdown
+from .rank import finish
 from .zero3_probe import HEADS, HIDDEN, container_class, gathered
 
 
@@ -116,9 +115,7 @@ def main(out: str) -> int:
     from importlib.metadata import version
 
     result = {"deepspeed": version("deepspeed"), "world_size": world, **_transforms(config), **_generate(config)}
-    if torch.distributed.get_rank() == 0:
-        Path(out).write_text(json.dumps(result, indent=2) + "\n")
-    shutdown()
+    finish(Path(out), result)
     return 0
 
 

@@ -7,14 +7,13 @@ expected layouts. Rank 0 writes JSON: usage `python -m repro.zero3_probe OUT.jso
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import torch
 
 from . import layout, patching
-from .rank import shutdown
+from .rank import finish
 
 HEADS, HIDDEN = 4, 256
 
@@ -82,9 +81,7 @@ def main(out: str) -> int:
         "inference_layout_kept": diff(after_inference, expected) == 0,
         "training_layout_restored": diff(after_training, original) == 0,
     }
-    if torch.distributed.get_rank() == 0:
-        Path(out).write_text(json.dumps(result, indent=2) + "\n")
-    shutdown()
+    finish(Path(out), result)
     return 0
 
 
