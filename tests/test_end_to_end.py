@@ -7,31 +7,18 @@ import sys
 import pytest
 
 
-@pytest.fixture(scope="module")
-def tiny_pair(tmp_path_factory):
-    out = tmp_path_factory.mktemp("tiny") / "run"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "repro",
-            "run",
-            "--variant",
-            "both",
-            "--model",
-            "tiny",
-            "--out",
-            str(out),
-            "--cycles",
-            "4",
-            "--timeout",
-            "300",
-        ],
-        capture_output=True,
-        text=True,
-    )
+def _tiny_pair(out, *extra):
+    """Runs the tiny before/after pair; returns {name: JSON} for before, after and summary."""
+    cmd = [sys.executable, "-m", "repro", "run", "--variant", "both", "--model", "tiny", "--out", str(out),
+           "--timeout", "300", *extra]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {name: json.loads((out / f"{name}.json").read_text()) for name in ("before", "after", "summary")}
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(tmp_path_factory):
+    return _tiny_pair(tmp_path_factory.mktemp("tiny") / "run", "--cycles", "4")
 
 
 def test_before_reproduces_the_bug(tiny_pair):
@@ -97,29 +84,7 @@ def test_summary_and_recorded_fields(tiny_pair):
 
 
 def test_non_pinned_path_reproduces_and_is_fixed(tmp_path):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "repro",
-            "run",
-            "--variant",
-            "both",
-            "--model",
-            "tiny",
-            "--no-pin",
-            "--cycles",
-            "2",
-            "--out",
-            str(tmp_path / "run"),
-            "--timeout",
-            "300",
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    before = json.loads((tmp_path / "run" / "before.json").read_text())
-    after = json.loads((tmp_path / "run" / "after.json").read_text())
+    pair = _tiny_pair(tmp_path / "run", "--no-pin", "--cycles", "2")
+    before, after = pair["before"], pair["after"]
     assert before["pin_parameters"] is False and before["qkv"]["max_abs"] > 0
     assert after["qkv"]["max_abs"] == 0 and after["he_tokens"] == after["native_tokens"]
