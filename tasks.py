@@ -84,6 +84,8 @@ def _new_out(out: str | None, model: str, backend: str) -> Path:
         "shm_size": "private /dev/shm size for the container (default 16g)",
         "seccomp_unconfined": "add --security-opt seccomp=unconfined (ROCm): only for debuggers/profilers "
         "that need ptrace; the reproduction does not",
+        "checks": "also run the upstream regression test both ways, the audit and DeepSpeed's sanity checks "
+        "(default on; --no-checks skips them)",
         "dry_run": "print the commands, run nothing",
     }
 )
@@ -99,6 +101,7 @@ def repro(
     out="",
     shm_size=containers.DEFAULT_SHM,
     seccomp_unconfined=False,
+    checks=True,
     dry_run=False,
 ):
     """Run the before/after reproduction and write REPORT.md under results/ (the main job)."""
@@ -127,6 +130,7 @@ def repro(
             "--backend",
             choice.backend,
             *common,
+            *(["--with-checks"] if checks else []),
         ]
         code = containers.execute("local", cmd, dry_run)
     else:
@@ -140,7 +144,9 @@ def repro(
         code = 0
         for v in variants:  # each variant in its own image: before = as released, after = patched at build
             image = containers.image_name(choice.backend, v)
-            inner = ["python", "-m", "repro", "run", "--variant", v, "--out", inside, *common]
+            # The before image's run checks both ways itself (installed vs patched copy).
+            extra = ["--with-checks"] if checks and v == "before" else []
+            inner = ["python", "-m", "repro", "run", "--variant", v, "--out", inside, *common, *extra]
             cmd = containers.run_command(
                 choice.engine,
                 choice.backend,
