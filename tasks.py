@@ -72,6 +72,7 @@ def _new_out(out: str | None, model: str, backend: str) -> Path:
 
 
 @task(
+    auto_shortflags=False,
     help={
         "backend": "auto (ROCm image if an engine and /dev/kfd exist, else CPU image, else local), rocm, cpu",
         "engine": "auto, docker, podman, buildah, or local (this Python environment, no container)",
@@ -87,7 +88,7 @@ def _new_out(out: str | None, model: str, backend: str) -> Path:
         "checks": "also run the upstream regression test both ways, the audit and DeepSpeed's sanity checks "
         "(default on; --no-checks skips them)",
         "dry_run": "print the commands, run nothing",
-    }
+    },
 )
 def repro(
     c,
@@ -205,13 +206,14 @@ def build(c, backend="", variant="both", engine="auto", build_arg=None, dry_run=
 
 
 @task(
+    auto_shortflags=False,
     help={
         "in_image": "run the upstream regression test inside the before and after images (expect fail, pass)",
         "backend": "image backend for --in-image (default cpu)",
         "engine": "engine for --in-image (auto, docker, podman, buildah)",
         "pytest_args": "extra arguments for pytest (local runs)",
         "dry_run": "print the commands, run nothing",
-    }
+    },
 )
 def test(c, in_image=False, backend="cpu", engine="auto", pytest_args="", dry_run=False):
     """Run the project's tests locally, or the upstream regression test inside both images."""
@@ -264,12 +266,13 @@ def doctor(c):
 
 
 @task(
+    auto_shortflags=False,
     help={
         "backend": "image backend (default cpu)",
         "engine": "auto, docker, podman or buildah",
         "variant": "before or after image",
         "dry_run": "print the command only",
-    }
+    },
 )
 def shell(c, backend="cpu", engine="auto", variant="before", dry_run=False):
     """Open an interactive shell in an image, with the same mounts as `invoke repro`."""
@@ -286,11 +289,12 @@ def shell(c, backend="cpu", engine="auto", variant="before", dry_run=False):
 
 
 @task(
+    auto_shortflags=False,
     help={
         "images": "also remove the images the tasks built",
         "engine": "engine that holds the images",
         "dry_run": "print what would be removed",
-    }
+    },
 )
 def clean(c, images=False, engine="auto", dry_run=False):
     """Remove what the tasks made: results/runs/, the patched-DeepSpeed cache, and (--images) our images."""
@@ -313,10 +317,11 @@ def clean(c, images=False, engine="auto", dry_run=False):
 
 
 @task(
+    auto_shortflags=False,
     help={
         "full": "also run the Pythia-410M-shape pair (minutes, ~GBs of RAM)",
         "out": "write the numbers as JSON here too",
-    }
+    },
 )
 def bench(c, full=True, out=""):
     """Measure the speed/memory goals: tiny pair vs import floor, 410M pair wall and peak RSS per rank."""
