@@ -207,8 +207,13 @@ def _sanity(sanity: dict) -> list[str]:
         lines.append(
             f"- {variant}: control write via `param.copy_` detected: {_fmt(s['control_tracked_write_detected'])}; "
             f"Hybrid Engine transform (writes via `.data.copy_`) detected: {_fmt(s['transform_detected'])} "
-            f"(change lost on exit, max abs {_fmt(s['transform_change_lost_max_abs'])}); "
-            f"HE `generate()` raised: {_fmt(s['generate_detected'])}"
+            + (
+                f"(the change was lost on exit: max abs {_fmt(s['transform_change_lost_max_abs'])} from the "
+                "expected layout); "
+                if s["transform_change_lost_max_abs"]
+                else "(the change was kept); "
+            )
+            + f"HE `generate()` raised: {_fmt(s['generate_detected'])}"
             + (f" for {', '.join(s['flagged_parameters'])}" if s.get("flagged_parameters") else "")
         )
     return lines
