@@ -58,7 +58,21 @@ def rank_env(backend: str, extra_pythonpath: Path | None) -> dict[str, str]:
     if extra_pythonpath is not None:
         # JIT-built ops are keyed by include path: keep the patched copy's builds beside it.
         env["TORCH_EXTENSIONS_DIR"] = str(extra_pythonpath / "torch_extensions")
+    elif "TORCH_EXTENSIONS_DIR" not in env:
+        env["TORCH_EXTENSIONS_DIR"] = str(_extensions_dir())
     return env
+
+
+def _extensions_dir() -> Path:
+    """torch's default JIT cache is keyed by op name only, so one DeepSpeed release would load another's
+    stale `deepspeed_shm_comm` (seen: `no attribute 'vector_kernel_level'`); key it by the installation."""
+    import hashlib
+
+    from .patching import cache_root, installed_deepspeed
+
+    package_dir, version = installed_deepspeed()
+    key = hashlib.sha256(str(package_dir.resolve()).encode()).hexdigest()[:10]
+    return cache_root() / "torch_extensions" / f"deepspeed-{version}-{key}"
 
 
 def torchrun(module: str, ranks: int, port: int, *args: str) -> list[str]:

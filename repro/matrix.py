@@ -83,6 +83,7 @@ def _one(ds_version: str, out: Path, log) -> dict:
         env=env,
     )
     row["patch"] = "applies" if check.returncode == 0 else (check.stderr.strip().splitlines() or ["?"])[-1][:300]
+    row["modifier_rank_persists"] = _modifier_rank_persists(python, env, out / f"probe-{ds_version}.json")
     run_dir = out / f"deepspeed-{ds_version}"
     proc = subprocess.run(
         [
@@ -116,6 +117,20 @@ def _one(ds_version: str, out: Path, log) -> dict:
     return row
 
 
+def _modifier_rank_persists(python: Path, env: dict, out: Path) -> bool | None:
+    """The fix's premise on this release: does GatheredParameters(modifier_rank=0) keep the patched
+    transform's change on real 2-rank partitions (repro.zero3_probe)?"""
+    code = (
+        "import sys; from pathlib import Path; from repro import launch, patching; "
+        "r = launch.run_probe('repro.zero3_probe', Path(sys.argv[1]), patching.prepare_patched_copy()); "
+        "print(r['inference_layout_kept'] and r['training_layout_restored'])"
+    )
+    proc = subprocess.run([str(python), "-c", code, str(out)], capture_output=True, text=True, env=env)
+    out.unlink(missing_ok=True)
+    last = proc.stdout.strip().splitlines()[-1:] if proc.returncode == 0 else []
+    return {"True": True, "False": False}.get(last[0]) if last else None
+
+
 def render(rows: list[dict], torch_version: str, transformers_version: str) -> str:
     lines = [
         "# Affected DeepSpeed releases (tiny GPT-NeoX, 2 ranks, CPU, fp32)",
@@ -123,8 +138,9 @@ def render(rows: list[dict], torch_version: str, transformers_version: str) -> s
         f"CPU evidence, not AMD evidence. Each release in its own virtualenv with torch {torch_version} and "
         f"Transformers {transformers_version}; only DeepSpeed varies. Regenerate: `python -m repro matrix`.",
         "",
-        "| DeepSpeed | installs | imports | patch | bug reproduced before | fixed after | notes |",
-        "|---|---|---|---|---|---|---|",
+        "| DeepSpeed | installs | imports | patch | bug reproduced before | fixed after "
+        "| modifier_rank=0 persists (probe) | notes |",
+        "|---|---|---|---|---|---|---|---|",
     ]
 
     def fmt(v):
@@ -133,8 +149,16 @@ def render(rows: list[dict], torch_version: str, transformers_version: str) -> s
     for r in rows:
         lines.append(
             f"| {r['deepspeed']} | {fmt(r['installs'])} | {fmt(r['imports'])} | {fmt(r['patch'])} | "
-            f"{fmt(r['bug_reproduced_before'])} | {fmt(r['fixed_after'])} | {r['reason']} |"
+            f"{fmt(r['bug_reproduced_before'])} | {fmt(r['fixed_after'])} | {fmt(r.get('modifier_rank_persists'))} | "
+            f"{r['reason']} |"
         )
+    lines += [
+        "",
+        "`modifier_rank=0 persists (probe)`: `repro.zero3_probe` with the patched copy, on real 2-rank "
+        "partitions: the transform's change is kept and the training layout restored. Where it is `no`, "
+        "`GatheredParameters(modifier_rank=0)` itself does not persist an in-place change on that release's "
+        "CPU path, so the patch cannot take effect there on CPU; this says nothing about GPUs.",
+    ]
     return "\n".join(lines) + "\n"
 
 

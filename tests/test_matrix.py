@@ -28,6 +28,6 @@ def test_render_states_every_outcome():
         },
     ]
     text = matrix.render(rows, "2.13.0", "4.57.6")
-    assert "| 0.19.8 | yes | yes | applies | yes | yes | ok |" in text
-    assert "| 0.10.3 | no | no | n/a | n/a | n/a | install failed: x |" in text
+    assert "| 0.19.8 | yes | yes | applies | yes | yes | n/a | ok |" in text
+    assert "| 0.10.3 | no | no | n/a | n/a | n/a | n/a | install failed: x |" in text
     assert "CPU evidence, not AMD evidence" in text
