@@ -22,7 +22,12 @@ from types import ModuleType
 TARGET_MODULE = "transformers.models.gpt_neox.modeling_gpt_neox"
 ATTRIBUTES = {"hidden_size": "hidden_size", "num_attention_heads": "num_attention_heads"}
 PTH_NAME = "repro_transformers_shim.pth"
-PTH_LINE = "import repro.shim; repro.shim.install_import_hook()\n"
+# Loads this file as a module of its own, not `repro.shim`: importing the `repro` package at start-up
+# would pin it to site-packages and shadow a source checkout (`python -m repro` from the repo).
+PTH_TEMPLATE = (
+    "import importlib.util as _u; _s = _u.spec_from_file_location('_repro_transformers_shim', {path!r}); "
+    "_m = _u.module_from_spec(_s); _s.loader.exec_module(_m); _m.install_import_hook()\n"
+)
 
 
 def _config_property(attr: str, config_key: str) -> property:
@@ -106,5 +111,9 @@ def install_import_hook() -> None:
 def install_pth(site_dir: str | None = None) -> Path:
     """Writes the `.pth` file that installs the hook in every interpreter of this environment."""
     target = Path(site_dir or sysconfig.get_paths()["purelib"]) / PTH_NAME
-    target.write_text(PTH_LINE)
+    target.write_text(pth_line())
     return target
+
+
+def pth_line() -> str:
+    return PTH_TEMPLATE.format(path=str(Path(__file__).resolve()))

@@ -40,11 +40,12 @@ def test_instance_assignment_wins_over_config():
 
 def test_pth_install_patches_lazily_without_importing_torch(tmp_path):
     pth = shim.install_pth(str(tmp_path))
-    assert pth.read_text() == shim.PTH_LINE
+    assert pth.read_text() == shim.pth_line()
     code = textwrap.dedent(f"""
         import site, sys
         site.addsitedir({str(tmp_path)!r})
         assert "torch" not in sys.modules, "the shim hook imported torch at start-up"
+        assert "repro" not in sys.modules, "the shim hook must not pin the repro package at start-up"
         from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXAttention
         assert isinstance(GPTNeoXAttention.__dict__["hidden_size"], property)
         assert isinstance(GPTNeoXAttention.__dict__["num_attention_heads"], property)
