@@ -1,7 +1,6 @@
 """Reproduction of DeepSpeed issue #8391: ZeRO-3 Hybrid Engine drops GPT-NeoX QKV layout changes.
 
-Kept import-light on purpose: the Transformers shim hook is imported from a `.pth` file at every
-interpreter start-up, so nothing here may import torch.
+Kept import-light on purpose (no torch here): the CLI's usage errors must come back fast.
 """
 
 __version__ = "0.1.0"
