@@ -84,13 +84,20 @@ class _Loader(importlib.abc.Loader):
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    """Wraps the loader of Transformers' GPT-NeoX module; every other import is untouched."""
+    """Wraps the loader of Transformers' GPT-NeoX module; every other import is untouched.
+
+    This file may be loaded more than once (as `repro.shim` and by the `.pth` file, which a venv can
+    process twice through a lib64 symlink), each copy with its own class: finders recognise each other
+    by the `repro_shim` marker, never call one another, and only one is ever installed.
+    """
+
+    repro_shim = True
 
     def find_spec(self, fullname, path, target=None):  # noqa: ANN001, ANN201 - importlib protocol
         if fullname != TARGET_MODULE:
             return None
         for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
+            if getattr(finder, "repro_shim", False) or not hasattr(finder, "find_spec"):
                 continue
             spec = finder.find_spec(fullname, path, target)
             if spec is not None and spec.loader is not None:
@@ -104,7 +111,7 @@ def install_import_hook() -> None:
     if TARGET_MODULE in sys.modules:
         _apply_to_module(sys.modules[TARGET_MODULE])
         return
-    if not any(isinstance(f, _Finder) for f in sys.meta_path):
+    if not any(getattr(f, "repro_shim", False) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder())
 
 

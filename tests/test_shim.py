@@ -51,3 +51,18 @@ def test_pth_install_patches_lazily_without_importing_torch(tmp_path):
         assert isinstance(GPTNeoXAttention.__dict__["num_attention_heads"], property)
     """)
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_hook_loaded_twice_installs_once_and_does_not_recurse(tmp_path):
+    line = shim.pth_line()
+    code = textwrap.dedent(f"""
+        import sys
+        exec({line!r})
+        exec({line!r})  # a venv can process the same .pth twice (lib and lib64)
+        import repro.shim
+        repro.shim.install_import_hook()
+        assert sum(getattr(f, "repro_shim", False) for f in sys.meta_path) == 1
+        from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXAttention
+        assert isinstance(GPTNeoXAttention.__dict__["hidden_size"], property)
+    """)
+    subprocess.run([sys.executable, "-c", code], check=True)
