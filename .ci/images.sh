@@ -18,6 +18,13 @@ if ! command -v buildah >/dev/null || ! command -v debootstrap >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah debootstrap >/dev/null
 fi
 
+# vfs stores every layer as a full copy: a from-scratch build of both images needs ~30 GB.
+free_gb=$(df -BG --output=avail /var/lib 2>/dev/null | tail -n 1 | tr -dc 0-9)
+if [ "${free_gb:-0}" -lt 30 ]; then
+  echo "error: ${free_gb:-?} GB free under /var/lib; buildah's vfs storage needs ~30 GB (buildah rmi --all frees it)" >&2
+  exit 2
+fi
+
 t0=$(date +%s)
 if ! "${bah[@]}" inspect --type image "$BASE" >/dev/null 2>&1; then
   rootfs=$(mktemp -d)
@@ -58,3 +65,4 @@ done
   deepspeed-he-zero3-repro:cpu-after | tr '|' '\n' | tail -n 4 | head -n 3 || true
 .venv/bin/python .ci/layer_size.py deepspeed-he-zero3-repro:cpu-before deepspeed-he-zero3-repro:cpu-after
 echo "base image: $((t1 - t0)) s; image build: $((t2 - t1)) s; in-image runs: $((t3 - t2)) s"
+echo "vfs storage: $(du -sh /var/lib/containers/storage 2>/dev/null | cut -f1)"
