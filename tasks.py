@@ -157,6 +157,7 @@ def repro(
                 gpus=gpu_list,
                 shm_size=shm_size,
                 seccomp_unconfined=seccomp_unconfined,
+                digest=None if dry_run else containers.image_digest(choice.engine, image),
             )
             code = containers.execute(choice.engine, cmd, dry_run) or code
             if code == 2:

@@ -177,6 +177,7 @@ def run_command(
     shm_size: str = DEFAULT_SHM,
     seccomp_unconfined: bool = False,
     interactive: bool = False,
+    digest: str | None = None,
 ) -> list[str]:
     """The container command: source read-only, results read-write, HF cache when present."""
     volumes = [f"{REPO_ROOT}:{WORKDIR}:ro", f"{mounts.results.resolve()}:{WORKDIR}/results:rw"]
@@ -184,6 +185,8 @@ def run_command(
         volumes.append(f"{mounts.hf_cache}:{CONTAINER_HF_HOME}:rw")
     # Run as the calling user, so results/ stays theirs; HOME in /tmp for that uid's caches.
     env = {"REPRO_IMAGE": image, "HOME": "/tmp"}
+    if digest:
+        env["REPRO_IMAGE_DIGEST"] = digest  # recorded in the run's environment and report
     if mounts.hf_cache is not None:
         env["HF_HOME"] = CONTAINER_HF_HOME
     if backend == "rocm" and gpus:
@@ -236,10 +239,13 @@ def image_exists(engine: str, image: str) -> bool:
 
 
 def image_digest(engine: str, image: str) -> str | None:
-    fmt = "{{.Id}}" if engine != "buildah" else "{{.FromImageID}}"
-    base = Engine(engine).base() if engine == "buildah" else [engine]
-    out = subprocess.run([*base, "inspect", "--format", fmt, image], capture_output=True, text=True)
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    """The image's ID/digest as the engine reports it, for the report's environment section."""
+    if engine == "buildah":
+        cmd = [*Engine("buildah").base(), "inspect", "--type", "image", "--format", "{{.FromImageDigest}}", image]
+    else:
+        cmd = [engine, "image", "inspect", "--format", "{{.Id}}", image]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
 
 
 def shell_line(cmd: list[str]) -> str:

@@ -95,3 +95,10 @@ def test_build_command_targets_the_variant():
     assert "--target" in cmd and cmd[cmd.index("--target") + 1] == "after"
     assert "PYTORCH_ROCM_ARCH=gfx942" in cmd and cmd[-1] == "."
     assert Path(containers.REPO_ROOT / cmd[3]).exists()
+
+
+def test_image_digest_reaches_the_container_environment(tmp_path):
+    cmd = containers.run_command(
+        "docker", "cpu", "img", ["true"], containers.RunMounts(tmp_path, None), digest="sha256:abc"
+    )
+    assert "REPRO_IMAGE_DIGEST=sha256:abc" in cmd
