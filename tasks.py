@@ -17,7 +17,7 @@ from invoke import Exit, task
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from repro import containers  # noqa: E402
+from repro.host import containers  # noqa: E402
 
 RESULTS = ROOT / "results"
 VARIANTS = ("before", "after")
@@ -66,7 +66,7 @@ def _new_out(out: str | None, model: str, backend: str) -> Path:
         if path.exists() and any(path.iterdir()):
             raise _fail(f"--out {out} already holds files; choose a new directory (nothing is overwritten)")
         return path
-    from repro.run import new_run_dir
+    from repro.host.run import new_run_dir
 
     return new_run_dir(model, backend)
 
@@ -163,7 +163,7 @@ def repro(
             if code == 2:
                 break
     if not dry_run and (out_dir / "summary.json").exists():
-        from repro import report as report_mod
+        from repro.host import report as report_mod
 
         report_mod.main(out_dir)
     if code:
@@ -248,7 +248,7 @@ def test(c, in_image=False, backend="cpu", engine="auto", pytest_args="", dry_ru
 @task(help={"dir": "a run directory holding before.json / after.json / summary.json"})
 def report(c, dir):
     """Regenerate a run's REPORT.md and plot from its JSON (no re-measuring)."""
-    from repro import report as report_mod
+    from repro.host import report as report_mod
 
     if dir in ("-h", "--help"):  # invoke hands a positional argument its help flag
         c.run(f"{shlex.quote(sys.executable)} -m invoke --help report", pty=False)
@@ -261,7 +261,7 @@ def report(c, dir):
 @task
 def doctor(c):
     """What is present and missing on this host (engine, AMD devices, ROCm, disk, shm, HF cache, deps)."""
-    from repro import doctor as doctor_mod
+    from repro.host import doctor as doctor_mod
 
     print(doctor_mod.render(doctor_mod.checks()))
 
@@ -299,7 +299,7 @@ def shell(c, backend="cpu", engine="auto", variant="before", dry_run=False):
 )
 def clean(c, images=False, engine="auto", dry_run=False):
     """Remove what the tasks made: results/runs/, the patched-DeepSpeed cache, and (--images) our images."""
-    from repro.patching import cache_root
+    from repro.paths import cache_root
 
     for path in (RESULTS / "runs", cache_root()):
         print(f"remove {path}")
@@ -326,7 +326,7 @@ def clean(c, images=False, engine="auto", dry_run=False):
 )
 def bench(c, full=True, out=""):
     """Measure the speed/memory goals: tiny pair vs import floor, 410M pair wall and peak RSS per rank."""
-    from repro import bench as bench_mod
+    from repro.host import bench as bench_mod
 
     result = bench_mod.run(["tiny", "pythia-410m"] if full else ["tiny"])
     print(bench_mod.render(result))

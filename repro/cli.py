@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .run import EXIT_USAGE, RunOptions, UsageError
+from .options import EXIT_USAGE, RunOptions, UsageError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -80,25 +80,25 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             return _run(args, argv)
         if args.command == "audit":
-            from . import audit
+            from .host import audit
 
             return audit.main(args.json)
         if args.command == "report":
-            from . import report
+            from .host import report
 
             return report.main(args.dir)
         if args.command == "matrix":
-            from . import matrix
+            from .host import matrix
 
             versions = args.versions.split(",") if args.versions else (matrix.FULL if args.full else matrix.DEFAULT)
             return matrix.main(versions, args.out)
         if args.command == "fix-status":
-            from . import patching
+            from . import fixstatus
 
-            package_dir, version = patching.installed_deepspeed()
-            status = patching.fix_status_of_package(package_dir)
+            package_dir, version = fixstatus.installed_deepspeed()
+            status = fixstatus.fix_status_of_package(package_dir)
             print(f"DeepSpeed {version} at {package_dir}: " + ", ".join(f"{k}={v}" for k, v in status.items()))
-            return 0 if patching.is_fixed(status) else 1
+            return 0 if fixstatus.is_fixed(status) else 1
         if args.command == "shim":
             from . import shim
 
@@ -111,9 +111,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, argv: list[str]) -> int:
-    from .models import ModelUnavailable
-    from .patching import PatchError
-    from .run import execute, stderr_log, validate
+    from .fixstatus import PatchError
+    from .host.run import execute, stderr_log, validate
+    from .model_registry import ModelUnavailable
 
     opts = RunOptions(
         variant=args.variant,

@@ -11,7 +11,7 @@ import pytest  # noqa: E402
 def tiny_config():
     from transformers import GPTNeoXConfig
 
-    from repro.models import TINY
+    from repro.model_registry import TINY
 
     return GPTNeoXConfig(**TINY)
 

@@ -1,0 +1,216 @@
+"""`python -m repro audit`: static scan of the installed DeepSpeed for the bug's class.
+
+A finding is a `with GatheredParameters(...)` context without `modifier_rank` (or with
+`modifier_rank=None`) whose body writes to parameters: `.copy_(...)`, other in-place `*_()` calls
+on `.data`, `x.data += ...`, `x.data = ...`, or a call to a DeepSpeed function that does one of
+those (resolved by name, transitively). Under ZeRO-3 with >= 2 ranks such writes are discarded.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..fixstatus import installed_deepspeed
+
+# Sites named elsewhere, so the audit's reader sees which findings are already understood.
+KNOWN = {
+    ("module_inject/containers/features/hybrid_megatron.py", "transform_for_inference"): "issue #8391 (our patch)",
+    ("module_inject/containers/features/hybrid_megatron.py", "transform_for_training"): "issue #8391 (our patch)",
+    ("runtime/hybrid_engine.py", "unfuse_lora_weight_non_pinned"): "candidate named in FINDINGS (LoRA, non-pinned)",
+    ("runtime/hybrid_engine.py", "_zero3_forward"): "candidate named in FINDINGS (LoRA, non-pinned)",
+}
+INPLACE_ON_DATA = {
+    "copy_",
+    "add_",
+    "sub_",
+    "mul_",
+    "div_",
+    "zero_",
+    "fill_",
+    "addmm_",
+    "clamp_",
+    "normal_",
+    "uniform_",
+    "masked_fill_",
+    "index_copy_",
+    "transpose_",
+    "t_",
+}
+
+
+@dataclass
+class Finding:
+    file: str
+    line: int
+    function: str
+    context: str
+    writes: list[str]
+    known: str | None
+
+
+def _is_gather(call: ast.AST) -> bool:
+    if not isinstance(call, ast.Call):
+        return False
+    name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+    return name == "GatheredParameters"
+
+
+def _modifier_missing(call: ast.Call) -> bool:
+    for kw in call.keywords:
+        if kw.arg == "modifier_rank":
+            return isinstance(kw.value, ast.Constant) and kw.value.value is None
+    return len(call.args) < 2  # second positional argument is modifier_rank
+
+
+# Helper names too generic to resolve by name alone (they would match unrelated writers).
+GENERIC = {
+    "forward",
+    "__call__",
+    "save",
+    "load",
+    "generate",
+    "_generate",
+    "step",
+    "backward",
+    "apply",
+    "run",
+    "update",
+    "__init__",
+}
+MAX_DEFINITIONS = 3  # a helper name defined more often than this is ambiguous
+PARAM_LIKE = ("param", "weight", "bias", "qkv")
+
+
+def _has_data(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr == "data" for n in ast.walk(node))
+
+
+def _param_like(node: ast.AST) -> bool:
+    """`x.data`, or a name that reads as a parameter (`param`, `self.qkvw`, `weight`, ...)."""
+    text = ast.unparse(node).lower()
+    return _has_data(node) or any(word in text for word in PARAM_LIKE)
+
+
+def _direct_writes(body: list[ast.stmt]) -> list[str]:
+    writes = []
+    for node in (n for stmt in body for n in ast.walk(stmt)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            attr = node.func.attr
+            if attr in INPLACE_ON_DATA and _param_like(node.func.value):
+                writes.append(f"line {node.lineno}: {ast.unparse(node.func)}(...)")
+        elif isinstance(node, ast.AugAssign) and _has_data(node.target):
+            writes.append(f"line {node.lineno}: {ast.unparse(node.target)} {type(node.op).__name__}=")
+        elif isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Attribute) and t.attr == "data" for t in node.targets
+        ):
+            writes.append(f"line {node.lineno}: {ast.unparse(node.targets[0])} = ...")
+    return writes
+
+
+def _called_names(body: list[ast.stmt]) -> list[tuple[int, str]]:
+    calls = []
+    for node in (n for stmt in body for n in ast.walk(stmt)):
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+            if name and name not in GENERIC:
+                calls.append((node.lineno, name))
+    return calls
+
+
+def _functions(trees: dict[str, ast.Module]) -> dict[str, list[tuple[str, ast.FunctionDef]]]:
+    by_name: dict[str, list[tuple[str, ast.FunctionDef]]] = {}
+    for rel, tree in trees.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                by_name.setdefault(node.name, []).append((rel, node))
+    return by_name
+
+
+def _writer_names(functions: dict[str, list[tuple[str, ast.FunctionDef]]]) -> dict[str, str]:
+    """Function name -> where it writes, for every function that writes directly or via another."""
+    writers = {
+        name: f"{rel}:{fn.lineno}" for name, defs in functions.items() for rel, fn in defs if _direct_writes(fn.body)
+    }
+    changed = True
+    while changed:
+        changed = False
+        for name, defs in functions.items():
+            if name in writers:
+                continue
+            for rel, fn in defs if len(defs) <= MAX_DEFINITIONS else []:
+                if any(callee in writers for _, callee in _called_names(fn.body)):
+                    writers[name] = f"{rel}:{fn.lineno}"
+                    changed = True
+                    break
+    return writers
+
+
+def scan(package_dir: Path) -> list[Finding]:
+    trees = {}
+    for path in sorted(package_dir.rglob("*.py")):
+        try:
+            trees[path.relative_to(package_dir).as_posix()] = ast.parse(path.read_text(), str(path))
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+    writers = _writer_names(_functions(trees))
+    findings = []
+    for rel, tree in trees.items():
+        for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                if not isinstance(node, ast.With | ast.AsyncWith):
+                    continue
+                gathers = [i.context_expr for i in node.items if _is_gather(i.context_expr)]
+                if not gathers or not all(_modifier_missing(g) for g in gathers):
+                    continue
+                writes = _direct_writes(node.body)
+                writes += [
+                    f"line {line}: calls {name}() which writes ({writers[name]})"
+                    for line, name in _called_names(node.body)
+                    if name in writers
+                ]
+                if writes and _innermost(fn, node):
+                    findings.append(
+                        Finding(
+                            f"deepspeed/{rel}",
+                            node.lineno,
+                            fn.name,
+                            ast.unparse(gathers[0]),
+                            writes,
+                            KNOWN.get((rel, fn.name)),
+                        )
+                    )
+    return findings
+
+
+def _innermost(fn: ast.AST, with_node: ast.AST) -> bool:
+    """Attribute each `with` to the closest enclosing function only (nested defs are scanned alone)."""
+    for child in ast.walk(fn):
+        if child is not fn and isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+            if any(n is with_node for n in ast.walk(child)):
+                return False
+    return True
+
+
+def render_text(findings: list[Finding], version: str) -> str:
+    lines = [
+        f"DeepSpeed {version}: {len(findings)} GatheredParameters context(s) without modifier_rank "
+        "that write to parameters"
+    ]
+    for f in findings:
+        lines.append(f"{f.file}:{f.line}  {f.function}()  {f.context}" + (f"  [{f.known}]" if f.known else ""))
+        lines.extend(f"    {w}" for w in f.writes)
+    return "\n".join(lines)
+
+
+def main(json_path: Path | None = None) -> int:
+    package_dir, version = installed_deepspeed()
+    findings = scan(package_dir)
+    print(render_text(findings, version))
+    if json_path is not None:
+        json_path.write_text(
+            json.dumps({"deepspeed": version, "findings": [asdict(f) for f in findings]}, indent=2) + "\n"
+        )
+    return 0

@@ -1,0 +1,281 @@
+"""Container engines and the exact commands our tasks run: which engine and backend, image names,
+build and run command lines (ROCm flags as AMD documents them). Commands are built as lists and
+printed verbatim, so `--dry-run` output can be pasted into a bug report."""
+
+from __future__ import annotations
+
+import grp
+import os
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..paths import REPO_ROOT
+
+ENGINES = ("docker", "podman", "buildah")
+AUTO_ENGINES = ("docker", "podman")
+IMAGE_REPO = "deepspeed-he-zero3-repro"
+DOCKERFILES = {"rocm": REPO_ROOT / "docker" / "rocm.Dockerfile", "cpu": REPO_ROOT / "docker" / "cpu.Dockerfile"}
+WORKDIR = "/workspace"
+CONTAINER_HF_HOME = "/hf-cache"
+DEFAULT_SHM = "16g"
+
+
+class EngineError(RuntimeError):
+    """A missing engine, device or image; the message is one actionable line (exit status 2)."""
+
+
+@dataclass
+class Choice:
+    backend: str  # "rocm", "cpu"
+    engine: str  # "docker", "podman", "buildah" or "local"
+    reason: str
+
+
+@dataclass
+class Engine:
+    name: str
+    buildah_storage: str = field(default_factory=lambda: os.environ.get("REPRO_BUILDAH_STORAGE", "vfs"))
+
+    def base(self) -> list[str]:
+        if self.name == "buildah":
+            return ["buildah", "--storage-driver", self.buildah_storage]
+        return [self.name]
+
+
+def engine_works(name: str) -> bool:
+    """Docker's client exists without an engine: ask the engine, not the client."""
+    if shutil.which(name) is None:
+        return False
+    probe = {"docker": ["docker", "info"], "podman": ["podman", "info"], "buildah": ["buildah", "version"]}[name]
+    try:
+        return subprocess.run(probe, capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def amd_gpu_present() -> bool:
+    return Path("/dev/kfd").exists()
+
+
+def choose(backend: str, engine: str, dry_run: bool = False) -> Choice:
+    """Resolves `auto`s; refuses impossible combinations before anything expensive starts.
+
+    With `dry_run` nothing will run, so missing devices and engines do not stop the commands from
+    being printed (the choice's reason says what is missing).
+    """
+    if backend not in ("auto", "rocm", "cpu"):
+        raise EngineError(f"--backend must be auto, rocm or cpu, not {backend!r}")
+    if engine not in ("auto", "local", *ENGINES):
+        raise EngineError(f"--engine must be auto, docker, podman, buildah or local, not {engine!r}")
+    missing = []
+    if backend == "rocm" and not amd_gpu_present():
+        missing.append("--backend rocm needs an AMD GPU: /dev/kfd is missing (is the amdgpu driver loaded?)")
+    if engine not in ("auto", "local") and not engine_works(engine):
+        missing.append(
+            f"--engine {engine}: `{engine}` is not installed or its engine is not running (see `invoke doctor`)"
+        )
+    if missing and not dry_run:
+        raise EngineError(missing[0])
+    if dry_run and engine == "auto" and backend == "rocm":
+        engine = next((e for e in AUTO_ENGINES if engine_works(e)), "docker")
+    if missing:
+        return Choice(backend, engine, "dry run; for a real run: " + "; ".join(missing))
+    if engine == "auto":
+        # buildah is opt-in (--engine buildah): it builds images well but is no daily runtime, and where
+        # it is all there is (our CI machines) the base images cannot be pulled anyway.
+        engine = next((e for e in AUTO_ENGINES if engine_works(e)), "local")
+    if backend == "auto":
+        if engine != "local" and amd_gpu_present():
+            return Choice("rocm", engine, f"{engine} works and /dev/kfd is present: ROCm image")
+        if engine != "local":
+            return Choice("cpu", engine, f"{engine} works but no AMD GPU (/dev/kfd): CPU image")
+        return Choice("cpu", "local", "no working container engine: local CPU run in this Python environment")
+    if backend == "rocm" and engine == "local":
+        return Choice("rocm", "local", "local run on this host's ROCm torch")
+    return Choice(backend, engine, f"asked for --backend {backend} --engine {engine}")
+
+
+def image_name(backend: str, variant: str) -> str:
+    return f"{IMAGE_REPO}:{backend}-{variant}"
+
+
+def build_command(engine: str, backend: str, variant: str, build_args: dict[str, str]) -> list[str]:
+    args = [a for k, v in sorted(build_args.items()) for a in ("--build-arg", f"{k}={v}")]
+    revision = _git_revision()
+    labels = ["--build-arg", f"REVISION={revision}"] if revision else []
+    dockerfile = str(DOCKERFILES[backend].relative_to(REPO_ROOT))
+    tail = ["-f", dockerfile, "--target", variant, "-t", image_name(backend, variant), *args, *labels, "."]
+    if engine == "buildah":
+        volumes = [a for v in _buildah_build_volumes() for a in ("--volume", v)]
+        return [*Engine("buildah").base(), "bud", "--isolation", "chroot", "--layers", *volumes, *tail]
+    return [engine, "build", *tail]
+
+
+def _buildah_build_volumes() -> list[str]:
+    """REPRO_BUILD_VOLUMES: extra host:container mounts for RUN steps (CA bundle, wheel folder)."""
+    return [v for v in os.environ.get("REPRO_BUILD_VOLUMES", "").split(",") if v]
+
+
+def _git_revision() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
+    except OSError:
+        return None
+    return out.stdout.strip() or None
+
+
+def gpu_ids(spec: str | None, check_present: bool = True) -> list[str]:
+    """`--gpus 0,1` -> ["0", "1"], checked against /dev/dri/renderD* so a typo fails early."""
+    if not spec:
+        return []
+    ids = [g.strip() for g in spec.split(",") if g.strip()]
+    if not all(g.isdigit() for g in ids):
+        raise EngineError(f"--gpus must be comma-separated device indices like 0,1, not {spec!r}")
+    present = len(list(Path("/dev/dri").glob("renderD*"))) if Path("/dev/dri").exists() else 0
+    absent = [g for g in ids if int(g) >= present]
+    if absent and check_present:
+        raise EngineError(
+            f"--gpus {spec}: device(s) {','.join(absent)} absent; this host shows {present} GPU "
+            "render node(s) in /dev/dri"
+        )
+    return ids
+
+
+def _render_gid() -> str | None:
+    try:
+        return str(grp.getgrnam("render").gr_gid)
+    except KeyError:
+        node = next(iter(sorted(Path("/dev/dri").glob("renderD*"))), None) if Path("/dev/dri").exists() else None
+        return str(node.stat().st_gid) if node else None
+
+
+def _host_user() -> str:
+    return f"{os.getuid()}:{os.getgid()}"
+
+
+@dataclass
+class RunMounts:
+    results: Path
+    hf_cache: Path | None
+
+
+def default_mounts(results: Path) -> RunMounts:
+    hf = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+    return RunMounts(results=results, hf_cache=hf if hf.is_dir() else None)
+
+
+def run_command(
+    engine: str,
+    backend: str,
+    image: str,
+    inner: list[str],
+    mounts: RunMounts,
+    gpus: list[str] | None = None,
+    shm_size: str = DEFAULT_SHM,
+    seccomp_unconfined: bool = False,
+    interactive: bool = False,
+    digest: str | None = None,
+) -> list[str]:
+    """The container command: source read-only, results read-write, HF cache when present."""
+    volumes = [f"{REPO_ROOT}:{WORKDIR}:ro", f"{mounts.results.resolve()}:{WORKDIR}/results:rw"]
+    if mounts.hf_cache is not None:
+        volumes.append(f"{mounts.hf_cache}:{CONTAINER_HF_HOME}:rw")
+    # Run as the calling user, so results/ stays theirs; HOME in /tmp for that uid's caches.
+    env = {"REPRO_IMAGE": image, "HOME": "/tmp"}
+    if digest:
+        env["REPRO_IMAGE_DIGEST"] = digest  # recorded in the run's environment and report
+    if mounts.hf_cache is not None:
+        env["HF_HOME"] = CONTAINER_HF_HOME
+    if backend == "rocm" and gpus:
+        env["HIP_VISIBLE_DEVICES"] = ",".join(gpus)
+    env_flags = [a for k, v in env.items() for a in ("-e", f"{k}={v}")]
+    if "HF_TOKEN" in os.environ:
+        env_flags += ["-e", "HF_TOKEN"]  # by name only: the value never appears in a command or a file
+    vol_flags = [a for v in volumes for a in ("-v", v)]
+    if engine == "buildah":
+        return [
+            *Engine("buildah").base(),
+            "run",
+            "--isolation",
+            "chroot",
+            "--user",
+            _host_user(),
+            *vol_flags,
+            *env_flags,
+            "--workingdir",
+            WORKDIR,
+            "$CONTAINER",
+            "--",
+            *inner,
+        ]
+    flags = ["--rm", "--workdir", WORKDIR, f"--shm-size={shm_size}", *vol_flags, *env_flags]
+    flags += ["--userns=keep-id"] if engine == "podman" else ["--user", _host_user()]
+    if interactive:
+        flags.insert(0, "-it")
+    if backend == "rocm":
+        flags += ["--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "video"]
+        gid = _render_gid()
+        if gid:
+            flags += ["--group-add", gid]
+        if engine == "podman":
+            flags += ["--device", "amd.com/gpu=all"]
+        if seccomp_unconfined:
+            flags += ["--security-opt", "seccomp=unconfined"]
+    return [engine, "run", *flags, image, *inner]
+
+
+def image_exists(engine: str, image: str) -> bool:
+    if engine == "local":
+        return True
+    cmd = {
+        "docker": ["docker", "image", "inspect", image],
+        "podman": ["podman", "image", "exists", image],
+        "buildah": [*Engine("buildah").base(), "inspect", "--type", "image", image],
+    }[engine]
+    return subprocess.run(cmd, capture_output=True).returncode == 0
+
+
+def image_digest(engine: str, image: str) -> str | None:
+    """The image's ID/digest as the engine reports it, for the report's environment section."""
+    if engine == "buildah":
+        cmd = [*Engine("buildah").base(), "inspect", "--type", "image", "--format", "{{.FromImageDigest}}", image]
+    else:
+        cmd = [engine, "image", "inspect", "--format", "{{.Id}}", image]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
+
+
+def shell_line(cmd: list[str]) -> str:
+    return " ".join(c if c == "$CONTAINER" else shlex.quote(c) for c in cmd)
+
+
+def execute(engine: str, cmd: list[str], dry_run: bool, echo=print) -> int:
+    """Prints the exact command, then runs it (buildah: in a container made from the image)."""
+    if engine != "buildah" or "$CONTAINER" not in cmd:
+        echo(f"$ {shell_line(cmd)}")
+        return 0 if dry_run else subprocess.run(cmd).returncode
+    image = _image_of_buildah_run(cmd)
+    create = [*Engine("buildah").base(), "from", "--pull-never", image]
+    echo(f"$ CONTAINER=$({shell_line(create)})")
+    echo(f"$ {shell_line(cmd)}")
+    echo(f"$ {shell_line([*Engine('buildah').base(), 'rm', '$CONTAINER'])}")
+    if dry_run:
+        return 0
+    made = subprocess.run(create, capture_output=True, text=True)
+    if made.returncode != 0:
+        raise EngineError(f"buildah from {image} failed: {made.stderr.strip().splitlines()[-1:]}")
+    container = made.stdout.strip().splitlines()[-1]
+    try:
+        return subprocess.run([container if c == "$CONTAINER" else c for c in cmd]).returncode
+    finally:
+        subprocess.run([*Engine("buildah").base(), "rm", container], capture_output=True)
+
+
+def _image_of_buildah_run(cmd: list[str]) -> str:
+    for i, arg in enumerate(cmd):
+        if arg == "-e" and cmd[i + 1].startswith("REPRO_IMAGE="):
+            return cmd[i + 1].split("=", 1)[1]
+    raise EngineError("internal: buildah run command without REPRO_IMAGE")

@@ -1,0 +1,184 @@
+"""Starts the ranks of one variant under torchrun and bounds them: a rank that fails or hangs
+ends the whole run within `timeout_s`, and its error is surfaced, not buried in the log."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..paths import REPO_ROOT, cache_root
+
+
+class LaunchError(RuntimeError):
+    """A rank failed or hung; the message is the one line to show, the log holds the rest."""
+
+
+@dataclass
+class LaunchSpec:
+    variant: str
+    model: str
+    dtype: str
+    ranks: int
+    backend: str  # "cpu", "rocm" or "cuda"
+    new_tokens: int
+    cycles: int
+    pin: bool
+    seed: int
+    prompt: str | None
+    timeout_s: float
+
+    @property
+    def dist_backend(self) -> str:
+        return "gloo" if self.backend == "cpu" else "nccl"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_env(backend: str, extra_pythonpath: Path | None) -> dict[str, str]:
+    env = dict(os.environ)
+    paths = [str(extra_pythonpath)] if extra_pythonpath else []
+    paths += [str(REPO_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+    env["PYTHONUNBUFFERED"] = "1"
+    if backend == "cpu":
+        env["DS_ACCELERATOR"] = "cpu"
+    if extra_pythonpath is not None:
+        # JIT-built ops are keyed by include path: keep the patched copy's builds beside it.
+        env["TORCH_EXTENSIONS_DIR"] = str(extra_pythonpath / "torch_extensions")
+    elif "TORCH_EXTENSIONS_DIR" not in env:
+        env["TORCH_EXTENSIONS_DIR"] = str(_extensions_dir())
+    return env
+
+
+def _extensions_dir() -> Path:
+    """torch's default JIT cache is keyed by op name only, so one DeepSpeed release would load another's
+    stale `deepspeed_shm_comm` (seen: `no attribute 'vector_kernel_level'`); key it by the installation."""
+    import hashlib
+
+    from ..fixstatus import installed_deepspeed
+
+    package_dir, version = installed_deepspeed()
+    key = hashlib.sha256(str(package_dir.resolve()).encode()).hexdigest()[:10]
+    return cache_root() / "torch_extensions" / f"deepspeed-{version}-{key}"
+
+
+def torchrun(module: str, ranks: int, port: int, *args: str) -> list[str]:
+    """`python -m torch.distributed.run` on this host for `python -m MODULE ARGS` on each rank."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(ranks),
+            "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", module, *args]  # fmt: skip
+
+
+def command(spec: LaunchSpec, spec_file: Path, port: int) -> list[str]:
+    return torchrun("repro.rank", spec.ranks, port, str(spec_file))
+
+
+def _first_error(log: str) -> str:
+    """The most telling line of a failed run's log: a rank's exception, else torchrun's summary."""
+    lines = log.splitlines()
+    for pattern in (r"^\[rank\d+\]: \w+(Error|Exception)\b.*", r"^\w+(Error|Exception): .*", r".*exitcode\s*:.*"):
+        found = [ln for ln in lines if re.match(pattern, ln.strip())]
+        if found:
+            return found[-1].strip()
+    return lines[-1].strip() if lines else "no output"
+
+
+def run_variant(spec: LaunchSpec, out_dir: Path, patched_root: Path | None) -> dict:
+    """Runs one variant; returns its result JSON (rank 0's), or raises LaunchError."""
+    out_json = out_dir / f"{spec.variant}.json"
+    spec_file = out_dir / f".{spec.variant}.spec.json"
+    log_file = out_dir / f"{spec.variant}.log"
+    spec_file.write_text(json.dumps({**spec.__dict__, "dist_backend": spec.dist_backend, "out": str(out_json)}))
+    cmd = command(spec, spec_file, free_port())
+    with open(log_file, "w") as log:
+        log.write("$ " + " ".join(cmd) + "\n")
+        log.flush()
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=rank_env(spec.backend, patched_root),
+            cwd=REPO_ROOT,
+            start_new_session=True,
+        )
+        try:
+            code = proc.wait(timeout=spec.timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            raise LaunchError(
+                f"{spec.variant}: a rank did not finish within {spec.timeout_s:.0f} s (hung?); "
+                f"all ranks were stopped; see {log_file}"
+            ) from None
+    spec_file.unlink(missing_ok=True)
+    if code != 0 or not out_json.exists():
+        raise LaunchError(
+            f"{spec.variant}: ranks exited with status {code}: {_first_error(log_file.read_text())} "
+            f"(full log: {log_file})"
+        )
+    result = json.loads(out_json.read_text())
+    result["peak_rss_mb_per_rank"] = _collect_rss(out_json, spec.ranks)
+    out_json.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    return result
+
+
+def run_probe(
+    module: str, out_json: Path, deepspeed_root: Path | None, ranks: int = 2, timeout_s: float = 300
+) -> dict:
+    """Runs a small rank script (`python -m MODULE OUT.json`) under torchrun on CPU; returns its JSON."""
+    cmd = torchrun(module, ranks, free_port(), str(out_json))
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=rank_env("cpu", deepspeed_root),
+        cwd=REPO_ROOT,
+        start_new_session=True,
+    )
+    try:
+        output, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        raise LaunchError(f"{module}: ranks did not finish within {timeout_s:.0f} s") from None
+    if proc.returncode != 0 or not out_json.exists():
+        log = out_json.with_suffix(".log")
+        log.write_text(output)
+        raise LaunchError(
+            f"{module}: ranks exited with status {proc.returncode}: {_first_error(output)} (full log: {log})"
+        )
+    return json.loads(out_json.read_text())
+
+
+def _collect_rss(out_json: Path, ranks: int) -> list[float]:
+    values = []
+    for rank in range(ranks):
+        f = out_json.with_suffix(f".rank{rank}.rss")
+        if f.exists():
+            values.append(float(f.read_text()))
+            f.unlink()
+    return values
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=10)
+            return
+        except subprocess.TimeoutExpired:
+            continue

@@ -1,0 +1,74 @@
+"""Runs the upstream regression test (tests/upstream/) against a DeepSpeed and says how it ended.
+
+Used by our suite and by `invoke test --in-image`: the expected pair is fail (installed DeepSpeed)
+then pass (patched copy), and a failure only counts when it is an assertion about the layout or
+the modifier rank, not an import or collection error.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from ..paths import REPO_ROOT
+
+UPSTREAM_TEST = REPO_ROOT / "tests" / "upstream" / "test_hybrid_megatron_zero3.py"
+
+
+def run_upstream_test(deepspeed_root: Path | None = None, timeout_s: float = 300) -> dict:
+    """Runs the file in a fresh interpreter; `deepspeed_root` (a dir holding `deepspeed/`) goes first."""
+    env = dict(os.environ, DS_ACCELERATOR="cpu")
+    if deepspeed_root is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(deepspeed_root), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    with tempfile.TemporaryDirectory() as tmp:
+        xml = Path(tmp) / "junit.xml"
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "--rootdir",
+                str(UPSTREAM_TEST.parent),
+                f"--junitxml={xml}",
+                str(UPSTREAM_TEST),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            cwd=UPSTREAM_TEST.parent,
+        )
+        cases = _cases(xml) if xml.exists() else {}
+    failed = {name: kind for name, kind in cases.items() if kind != "passed"}
+    return {
+        "outcome": "pass" if proc.returncode == 0 else "fail",
+        "exit_code": proc.returncode,
+        "tests": cases,
+        "failed_for_the_right_reason": bool(failed) and all(kind == "AssertionError" for kind in failed.values()),
+        "output_tail": proc.stdout[-2000:],
+    }
+
+
+def _cases(xml: Path) -> dict[str, str]:
+    """test name -> "passed", or the failure/error type (AssertionError, ImportError, ...)."""
+    cases = {}
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        problem = case.find("failure") if case.find("failure") is not None else case.find("error")
+        cases[case.get("name", "?")] = "passed" if problem is None else _exception_type(problem)
+    return cases
+
+
+def _exception_type(problem: ET.Element) -> str:
+    """The exception pytest reported ("E   SomeError: ..." lines), or the junit tag if none."""
+    found = re.findall(r"^E\s+(\w+(?:Error|Exception))\b", problem.text or "", re.MULTILINE)
+    if found:
+        return found[-1]
+    return "AssertionError" if (problem.get("message") or "").startswith("assert") else problem.tag

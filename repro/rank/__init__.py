@@ -1,0 +1,1 @@
+"""Rank side: code that runs under torchrun, one process per rank (imports torch and DeepSpeed)."""

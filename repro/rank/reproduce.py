@@ -1,0 +1,246 @@
+"""One rank of a reproduction run: build the native reference, hand the model to DeepSpeed's
+Hybrid Engine under ZeRO-3, and measure. Started by `python -m repro.rank SPEC.json` (see __main__)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from .. import fixstatus, shim, verdict
+from . import environment, fallbacks, layout, measure, models
+
+
+def ds_config(spec: dict, world_size: int) -> dict:
+    config = {
+        "train_micro_batch_size_per_gpu": 1,
+        "train_batch_size": world_size,
+        "zero_optimization": {"stage": 3},
+        "hybrid_engine": {
+            "enabled": True,
+            "pin_parameters": spec["pin"],
+            "max_out_tokens": 512,
+            "inference_tp_size": 1,
+            "release_inference_cache": False,
+        },
+    }
+    if spec["dtype"] == "bf16":
+        config["bf16"] = {"enabled": True}
+    elif spec["dtype"] == "fp16":
+        config["fp16"] = {"enabled": True}
+    return config
+
+
+def _device(backend: str) -> torch.device:
+    """This rank's device: the CPU, or its own GPU (native and Hybrid Engine run on the same one)."""
+    from deepspeed.accelerator import get_accelerator
+
+    if backend != "cpu":
+        get_accelerator().set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device(get_accelerator().current_device_name())
+
+
+def _fault_injection(rank: int) -> None:
+    """REPRO_FAULT=hang:<rank> or fail:<rank> makes one rank misbehave, for the launcher's tests."""
+    kind, _, which = os.environ.get("REPRO_FAULT", "").partition(":")
+    if which and int(which) == rank:
+        if kind == "hang":
+            time.sleep(10**6)
+        if kind == "fail":
+            raise RuntimeError(f"injected failure on rank {rank} (REPRO_FAULT)")
+
+
+def _generate(model, ids: torch.Tensor, new_tokens: int):
+    out = model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        do_sample=False,
+        pad_token_id=0,
+        return_dict_in_generate=True,
+        output_logits=True,
+    )
+    return out.sequences[0, ids.shape[1] :].tolist(), out.logits[0][0].float()
+
+
+def _layers(model):
+    return model.gpt_neox.layers
+
+
+def _gathered_qkv(containers):
+    """Yields each layer's QKV weight and bias as the inference containers hold them, one layer at a time."""
+    from deepspeed.runtime.zero import GatheredParameters
+
+    for c in containers:
+        with GatheredParameters([c.qkvw, c.qkvb]):
+            yield c.qkvw.detach().clone(), c.qkvb.detach().clone()
+
+
+def _expected_qkv(qkv_orig: dict, layers: int, heads: int):
+    """Yields the inference layout each layer should hold, computed from the native weights."""
+    for i in range(layers):
+        prefix = f"gpt_neox.layers.{i}.attention.query_key_value"
+        yield (
+            layout.to_inference(qkv_orig[f"{prefix}.weight"], heads),
+            layout.to_inference(qkv_orig[f"{prefix}.bias"], heads),
+        )
+
+
+def _release_freed_memory() -> None:
+    """Hands memory freed by ZeRO-3 partitioning back to the OS, so it does not inflate peak RSS."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:  # not glibc: nothing to trim
+        pass
+
+
+def _chunks(named: list, max_elements: int = 50_000_000):
+    """Groups parameters so each gather moves at most ~max_elements (bounded memory, few collectives)."""
+    group, size = [], 0
+    for name, p in named:
+        if group and size + p.ds_numel > max_elements:
+            yield group
+            group, size = [], 0
+        group.append((name, p))
+        size += p.ds_numel
+    if group:
+        yield group
+
+
+def _params_vs_originals(engine, digests: dict, qkv_orig: dict) -> tuple[bool, float, list[str]]:
+    from deepspeed.runtime.zero import GatheredParameters
+
+    changed, drift = [], 0.0
+    for group in _chunks(list(engine.module.named_parameters())):
+        with GatheredParameters([p for _, p in group]):
+            for name, p in group:
+                if measure.digest(p) != digests[name]:
+                    changed.append(name)
+                if name in qkv_orig:
+                    drift = max(drift, measure.max_abs(p, qkv_orig[name]))
+    return not changed, drift, changed
+
+
+def run(spec: dict) -> dict:
+    started = time.time()
+    timings: dict[str, float] = {}
+    mark = [started]
+
+    def _lap() -> float:
+        now = time.time()
+        elapsed, mark[0] = now - mark[0], now
+        return round(elapsed, 3)
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    shim.apply()
+    import deepspeed
+
+    op_state = fallbacks.install()
+    timings["imports"] = _lap()
+    deepspeed.init_distributed(dist_backend=spec["dist_backend"])
+    _fault_injection(rank)
+    timings["init_distributed"] = _lap()
+
+    device = _device(spec["backend"])
+    loaded = models.build(spec["model"], spec["dtype"], spec["seed"])
+    model, heads = loaded.model.to(device), loaded.model.config.num_attention_heads
+    ids = models.prompt_ids(loaded, spec.get("prompt")).to(device)
+    timings["build_model"] = _lap()
+
+    # Native reference, built once, before ZeRO-3 partitions the same weights.
+    native_trace = measure.Trace()
+    for i, layer in enumerate(_layers(model)):
+        native_trace.hook(layer.attention, i, "attention")
+        native_trace.hook(layer, i, "layer")
+    with torch.no_grad():
+        native_tokens, native_logits = _generate(model, ids, spec["new_tokens"])
+    native_trace.remove()
+    timings["native_generate"] = _lap()
+    qkv_orig = {n: p.detach().clone() for n, p in model.named_parameters() if "query_key_value" in n}
+    digests = {n: measure.digest(p) for n, p in model.named_parameters()}
+
+    engine, *_ = deepspeed.initialize(model=model, config=ds_config(spec, world))
+    _release_freed_memory()
+    timings["deepspeed_initialize"] = _lap()
+    hm = sys.modules["deepspeed.module_inject.containers.features.hybrid_megatron"]
+    fix = fixstatus.fix_status_of_source(Path(hm.__file__).read_text())
+
+    engine.eval()
+    containers = engine._inference_containers
+    qkv = measure.qkv_report(_gathered_qkv(containers), _expected_qkv(qkv_orig, len(containers), heads))
+    timings["eval_and_qkv"] = _lap()
+    he_trace = measure.Trace()
+    for i, (layer, container) in enumerate(zip(_layers(engine.module), engine._inference_containers, strict=True)):
+        he_trace.hook(container.module.attention, i, "attention", bias_of=container.module.attention)
+        he_trace.hook(layer, i, "layer")
+    with torch.no_grad():
+        he_tokens, he_logits = _generate(engine, ids, spec["new_tokens"])
+    he_trace.remove()
+    timings["he_generate"] = _lap()
+    paths = fallbacks.kernel_paths(c.module for c in engine._inference_containers)
+    engine.train()
+
+    completed, matches_after = 0, None
+    for cycle in range(spec["cycles"]):
+        engine.eval()
+        last = cycle == spec["cycles"] - 1
+        with torch.no_grad():
+            tokens, _ = _generate(engine, ids, spec["new_tokens"] if last else 1)
+        if last:
+            matches_after = tokens == native_tokens
+        engine.train()
+        completed += 1
+    timings["cycles"] = _lap()
+    restored, drift, changed = _params_vs_originals(engine, digests, qkv_orig)
+    timings["restore_check"] = _lap()
+
+    result = {
+        "variant": spec["variant"],
+        "backend": spec["backend"],
+        "world_size": world,
+        "model": loaded.source,
+        "dtype": spec["dtype"],
+        "pin_parameters": spec["pin"],
+        "prompt_ids": ids[0].tolist(),
+        "versions": environment.versions(),
+        "environment": environment.describe("torchrun", world),
+        "deepspeed_path": str(Path(deepspeed.__file__).parent),
+        "hybrid_megatron_path": hm.__file__,
+        "patched": fixstatus.is_fixed(fix),
+        "fix_status": fix,
+        "native_tokens": native_tokens,
+        "he_tokens": he_tokens,
+        "native_first_token": native_tokens[0],
+        "he_first_token": he_tokens[0],
+        "first_divergent_token": measure.first_divergent_index(native_tokens, he_tokens),
+        "logits_max_abs": measure.max_abs(native_logits, he_logits),
+        "qkv": qkv,
+        "first_mismatch": measure.first_mismatch(native_trace, he_trace, spec["dtype"]),
+        "per_layer_divergence": measure.per_layer_divergence(native_trace, he_trace),
+        "cycles": {
+            "requested": spec["cycles"],
+            "completed": completed,
+            "restored_exactly": restored,
+            "max_abs_drift": drift,
+            "changed_parameters": changed,
+            "he_matches_native_after": matches_after,
+        },
+        "kernel_paths": {
+            "compiled_op": op_state["compiled_op"],
+            "compiled_op_error": op_state["compiled_op_error"],
+            **paths,
+        },
+        "duration_s": round(time.time() - started, 2),
+        "timings_s": timings,
+        "peak_rss_mb": environment.peak_rss_mb(),
+    }
+    result["verdict"] = verdict.of_variant(result)
+    return result

@@ -1,0 +1,104 @@
+"""Engine choice and the exact commands: AMD's documented ROCm flags, no --privileged."""
+
+from pathlib import Path
+
+import pytest
+
+from repro.host import containers
+
+
+def test_rocm_run_command_uses_amds_documented_flags(monkeypatch, tmp_path):
+    monkeypatch.setattr(containers, "_render_gid", lambda: "109")
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    mounts = containers.RunMounts(results=tmp_path, hf_cache=None)
+    cmd = containers.run_command("docker", "rocm", "img", ["python", "-V"], mounts, gpus=["0", "1"])
+    line = " ".join(cmd)
+    for flag in (
+        "--device /dev/kfd",
+        "--device /dev/dri",
+        "--group-add video",
+        "--group-add 109",
+        "--shm-size=16g",
+        "-e HIP_VISIBLE_DEVICES=0,1",
+    ):
+        assert flag in line, flag
+    assert "--privileged" not in line and "seccomp" not in line and "--ipc=host" not in line
+    assert f"{containers.REPO_ROOT}:{containers.WORKDIR}:ro" in cmd
+    assert f"{tmp_path.resolve()}:{containers.WORKDIR}/results:rw" in cmd
+    assert cmd[-3:] == ["img", "python", "-V"]
+
+
+def test_seccomp_only_on_request_and_podman_gets_cdi(monkeypatch, tmp_path):
+    monkeypatch.setattr(containers, "_render_gid", lambda: None)
+    mounts = containers.RunMounts(results=tmp_path, hf_cache=None)
+    cmd = containers.run_command("podman", "rocm", "img", ["true"], mounts, seccomp_unconfined=True)
+    assert "seccomp=unconfined" in cmd and "amd.com/gpu=all" in cmd
+
+
+def test_hf_token_passes_by_name_only(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_TOKEN", "hf_secret_value")
+    cmd = containers.run_command("docker", "cpu", "img", ["true"], containers.RunMounts(tmp_path, tmp_path))
+    assert "HF_TOKEN" in cmd and not any("hf_secret_value" in c for c in cmd)
+    assert f"{tmp_path}:{containers.CONTAINER_HF_HOME}:rw" in cmd
+
+
+def test_cpu_run_has_no_device_flags(tmp_path):
+    cmd = containers.run_command("docker", "cpu", "img", ["true"], containers.RunMounts(tmp_path, None))
+    assert "/dev/kfd" not in " ".join(cmd)
+
+
+def test_auto_without_engine_runs_locally(monkeypatch):
+    monkeypatch.setattr(containers, "engine_works", lambda name: False)
+    monkeypatch.setattr(containers, "amd_gpu_present", lambda: False)
+    choice = containers.choose("auto", "auto")
+    assert (choice.backend, choice.engine) == ("cpu", "local") and "no working container engine" in choice.reason
+
+
+def test_auto_with_docker_and_kfd_picks_rocm(monkeypatch):
+    monkeypatch.setattr(containers, "engine_works", lambda name: name == "docker")
+    monkeypatch.setattr(containers, "amd_gpu_present", lambda: True)
+    assert containers.choose("auto", "auto").backend == "rocm"
+
+
+@pytest.mark.parametrize(
+    ("backend", "engine", "message"),
+    [
+        ("rocm", "auto", "/dev/kfd is missing"),
+        ("gpu", "auto", "--backend must be"),
+        ("cpu", "lxc", "--engine must be"),
+    ],
+)
+def test_impossible_choices_are_refused(monkeypatch, backend, engine, message):
+    monkeypatch.setattr(containers, "amd_gpu_present", lambda: False)
+    with pytest.raises(containers.EngineError, match=message):
+        containers.choose(backend, engine)
+
+
+def test_docker_client_without_engine_is_not_an_engine(monkeypatch):
+    monkeypatch.setattr(containers.shutil, "which", lambda name: "/usr/bin/docker")
+    monkeypatch.setattr(containers.subprocess, "run", lambda *a, **k: type("P", (), {"returncode": 1})())
+    with pytest.raises(containers.EngineError, match="not installed or its engine is not running"):
+        containers.choose("cpu", "docker")
+
+
+def test_absent_gpus_are_refused(monkeypatch):
+    monkeypatch.setattr(containers.Path, "exists", lambda self: False)
+    with pytest.raises(containers.EngineError, match="absent"):
+        containers.gpu_ids("0,1")
+    with pytest.raises(containers.EngineError, match="comma-separated"):
+        containers.gpu_ids("all")
+
+
+def test_build_command_targets_the_variant():
+    cmd = containers.build_command("docker", "rocm", "after", {"PYTORCH_ROCM_ARCH": "gfx942"})
+    assert cmd[:4] == ["docker", "build", "-f", "docker/rocm.Dockerfile"]
+    assert "--target" in cmd and cmd[cmd.index("--target") + 1] == "after"
+    assert "PYTORCH_ROCM_ARCH=gfx942" in cmd and cmd[-1] == "."
+    assert Path(containers.REPO_ROOT / cmd[3]).exists()
+
+
+def test_image_digest_reaches_the_container_environment(tmp_path):
+    cmd = containers.run_command(
+        "docker", "cpu", "img", ["true"], containers.RunMounts(tmp_path, None), digest="sha256:abc"
+    )
+    assert "REPRO_IMAGE_DIGEST=sha256:abc" in cmd

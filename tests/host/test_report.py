@@ -1,0 +1,29 @@
+"""Reports come from JSON only, deterministically; committed reports regenerate byte for byte."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from repro.host import report
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMITTED = sorted(p.parent for p in (ROOT / "results").rglob("REPORT.md") if "runs" not in p.parts)
+
+
+@pytest.mark.parametrize("run_dir", COMMITTED, ids=lambda p: str(p.relative_to(ROOT)))
+def test_committed_report_regenerates_identically(run_dir, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("REPORT.md", "*.png", "*.log"))
+    assert report.main(copy) == 0
+    assert (copy / "REPORT.md").read_bytes() == (run_dir / "REPORT.md").read_bytes()
+    assert (copy / "qkv_divergence.png").stat().st_size > 10_000
+
+
+def test_reference_run_is_committed():
+    assert COMMITTED, "results/reference/ must hold at least one run"
+
+
+def test_report_of_a_missing_run_is_a_clear_error(tmp_path, capsys):
+    assert report.main(tmp_path) == 2
+    assert "has no summary.json" in capsys.readouterr().err

@@ -1,0 +1,128 @@
+import types
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from repro.rank import fallbacks
+
+
+@pytest.mark.parametrize("start", [0, 5])
+def test_partial_rotary_matches_transformers(tiny_config, start):
+    from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXRotaryEmbedding, apply_rotary_pos_emb
+
+    heads = tiny_config.num_attention_heads
+    head_size = tiny_config.hidden_size // heads
+    rotary_dim = int(head_size * tiny_config.rotary_pct)
+    q, k = torch.randn(1, heads, 3, head_size), torch.randn(1, heads, 3, head_size)
+    positions = torch.arange(start, start + 3)
+    cos, sin = GPTNeoXRotaryEmbedding(tiny_config)(q, positions[None])
+    ref_q, ref_k = apply_rotary_pos_emb(q, k, cos, sin)
+
+    got_q = fallbacks.apply_partial_rotary(q, positions, rotary_dim, tiny_config.rotary_emb_base)
+    got_k = fallbacks.apply_partial_rotary(k, positions, rotary_dim, tiny_config.rotary_emb_base)
+    torch.testing.assert_close(got_q, ref_q)
+    torch.testing.assert_close(got_k, ref_k)
+    assert torch.equal(got_q[..., rotary_dim:], q[..., rotary_dim:])  # only the first rotary_dim dims move
+
+
+def test_decode_position_is_number_of_cached_tokens():
+    from deepspeed.ops.transformer.inference.op_binding.workspace import InferenceContext
+
+    ctx = InferenceContext.Instance()
+    ctx.reset_tokens(6)  # a 6-token prompt was cached ...
+    ctx.advance_tokens()  # ... and its forward completed
+    assert fallbacks._positions(False, 1, torch.device("cpu")).tolist() == [6]
+    assert fallbacks._positions(True, 4, torch.device("cpu")).tolist() == [0, 1, 2, 3]
+
+
+def test_parallel_residual_mlp_matches_transformers(tiny_config):
+    from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXLayer
+
+    torch.manual_seed(0)
+    layer = GPTNeoXLayer(tiny_config, layer_idx=0).eval()
+    for p in layer.parameters():
+        torch.nn.init.normal_(p, std=0.5)
+    x = torch.randn(2, 5, tiny_config.hidden_size)
+    attn_out = torch.randn_like(x)
+    ln, mlp = layer.post_attention_layernorm, layer.mlp
+    with torch.no_grad():
+        expected = mlp(ln(x))
+        out, normed = fallbacks.mlp_gemm_fallback(
+            None,
+            attn_out,
+            x,
+            torch.zeros(x.shape[-1]),
+            mlp.dense_h_to_4h.weight,
+            mlp.dense_4h_to_h.weight,
+            mlp.dense_h_to_4h.bias,
+            ln.weight,
+            ln.bias,
+            ln.eps,
+            True,
+            False,
+            None,
+            None,
+            False,
+            None,
+            True,
+        )
+    torch.testing.assert_close(out + mlp.dense_4h_to_h.bias, expected, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(normed, ln(x))
+
+
+def test_sequential_mlp_branch_keeps_deepspeed_semantics():
+    x, r, bias_in = torch.randn(1, 2, 8), torch.randn(1, 2, 8), torch.randn(8)
+    w1, w2, b1 = torch.randn(8, 16), torch.randn(16, 8), torch.randn(16)
+    g, beta = torch.ones(8), torch.zeros(8)
+    out, normed = fallbacks.mlp_gemm_fallback(
+        None, x, r, bias_in, w1, w2, b1, g, beta, 1e-5, True, True, None, None, False, None, False
+    )
+    ref_normed = F.layer_norm(x + r + bias_in, (8,), g, beta, 1e-5)
+    torch.testing.assert_close(normed, ref_normed)
+    torch.testing.assert_close(out, F.gelu(ref_normed @ w1 + b1) @ w2)
+
+
+@pytest.fixture
+def clean_base_op():
+    from deepspeed.ops.transformer.inference.op_binding.base import BaseOp
+
+    saved = BaseOp.inference_module
+    yield BaseOp
+    BaseOp.inference_module = saved
+
+
+def _config():
+    from deepspeed.ops.transformer.inference.config import DeepSpeedInferenceConfig
+
+    return DeepSpeedInferenceConfig(hidden_size=64, heads=4, dtype=torch.float32)
+
+
+def test_missing_compiled_op_selects_completed_fallbacks(clean_base_op):
+    from deepspeed.ops.transformer.inference.op_binding.mlp_gemm import MLPGemmOp
+    from deepspeed.ops.transformer.inference.op_binding.softmax_context import SoftmaxContextOp
+
+    clean_base_op.inference_module = None
+    state = fallbacks.install()
+    assert state["compiled_op"] == "missing" and state["compiled_op_error"]
+    ops = torch.nn.ModuleList([SoftmaxContextOp(_config()), MLPGemmOp(_config())])
+    assert ops[0].softmax_context_func.__func__ is fallbacks.softmax_context_fallback
+    assert ops[1].mlp_gemm_func.__func__ is fallbacks.mlp_gemm_fallback
+    paths = fallbacks.kernel_paths([ops])
+    assert paths["SoftmaxContextOp.softmax_context_func"] == "fallback"
+    assert paths["MLPGemmOp.mlp_gemm_func"] == "fallback"
+
+
+def test_a_compiled_kernel_that_exists_is_never_replaced(clean_base_op):
+    from deepspeed.ops.transformer.inference.op_binding.softmax_context import SoftmaxContextOp
+
+    def softmax_context_fp32(*args):
+        return "compiled"
+
+    clean_base_op.inference_module = types.ModuleType("transformer_inference_op")
+    clean_base_op.inference_module.softmax_context_fp32 = softmax_context_fp32
+    state = fallbacks.install()
+    assert state["compiled_op"] == "loaded"
+    op = SoftmaxContextOp(_config())
+    assert op.softmax_context_func is softmax_context_fp32
+    assert fallbacks.kernel_paths([op]) == {"SoftmaxContextOp.softmax_context_func": "compiled"}

@@ -1,0 +1,40 @@
+import pytest
+import torch
+
+from repro.rank import measure
+
+
+def test_qkv_report_is_zero_for_identical_and_positive_otherwise():
+    w, b = torch.randn(12, 4), torch.randn(12)
+    assert measure.qkv_report([(w, b)], [(w.clone(), b.clone())])["max_abs"] == 0
+    report = measure.qkv_report([(w, b)], [(w + 1, b)])
+    assert report["max_abs"] == pytest.approx(1, abs=1e-5)
+    assert report["per_layer"][0]["weight_max_abs"] == report["max_abs"]
+    assert report["per_layer"][0]["bias_max_abs"] == 0
+    assert report["mean_abs"] == pytest.approx(48 / 60, abs=1e-5)
+
+
+def test_digest_tracks_bits_not_values():
+    x = torch.tensor([0.0, 1.0])
+    assert measure.digest(x) == measure.digest(x.clone())
+    assert measure.digest(x) != measure.digest(torch.tensor([-0.0, 1.0]))
+
+
+def test_first_mismatch_attributes_module_and_respects_dtype_tolerance():
+    native, he = measure.Trace(), measure.Trace()
+    for i in range(3):
+        native.attention[i] = native.layer[i] = torch.ones(2, 4)
+        he.attention[i] = he.layer[i] = torch.ones(2, 4)
+    assert measure.first_mismatch(native, he, "fp32") is None
+    he.layer[1] = torch.ones(2, 4) + 0.01
+    assert measure.first_mismatch(native, he, "bf16") is None
+    found = measure.first_mismatch(native, he, "fp32")
+    assert (found["layer"], found["module"]) == (1, "mlp") and found["max_abs"] == pytest.approx(0.01, abs=1e-6)
+    he.attention[0] = torch.zeros(2, 4)
+    assert measure.first_mismatch(native, he, "fp32")["layer"] == 0
+    assert measure.first_mismatch(native, he, "fp32")["module"] == "attention"
+
+
+def test_first_divergent_index():
+    assert measure.first_divergent_index([1, 2, 3], [1, 2, 3]) is None
+    assert measure.first_divergent_index([1, 2, 3], [1, 5, 3]) == 1
