@@ -38,8 +38,8 @@ if ! "${bah[@]}" inspect --type image "$BASE" >/dev/null 2>&1; then
 fi
 t1=$(date +%s)
 
-# Host CA bundle and wheel folder at paths of their own, for RUN steps only (FINDINGS: mounting over
-# the image's own CA file breaks dpkg).
+# Host CA bundle and wheel folder at paths of their own, for RUN steps only (mounting over the image's
+# own CA file breaks dpkg when ca-certificates installs).
 export REPRO_BUILD_VOLUMES="$CA:/host-ca/ca-certificates.crt:ro,$WHEELS:/host-wheels:ro"
 .venv/bin/invoke build --backend cpu --engine buildah \
   --build-arg "BASE_IMAGE=$BASE" --build-arg "TORCH_REQUIREMENT=torch==2.13.0" --build-arg "TORCH_INDEX_URL=" \
@@ -54,6 +54,12 @@ s = json.load(open(f"{sys.argv[1]}/summary.json"))
 assert s["bug_reproduced_before"] and s["fixed_after"] and s["expectation_held"], s["reason"]
 print("in-image reproduction: before reproduces, after fixed")
 PY
+# Nothing may compile at container start (the ranks skip DeepSpeed's JIT-built CPU comm op).
+if grep -lE "Building extension module|Emitting ninja build file|ninja: " "$out"/*.log; then
+  echo "error: a container run JIT-compiled an op (see the logs above)" >&2
+  exit 1
+fi
+echo "in-image runs compiled nothing"
 .venv/bin/invoke test --in-image --backend cpu --engine buildah
 t3=$(date +%s)
 

@@ -35,11 +35,7 @@ else
 fi
 pip install transformers huggingface-hub tokenizers safetensors invoke rich matplotlib pytest
 
-# DeepSpeed's CPU accelerator JIT-builds its shm comm op on the first process group (~30 s): do it
-# now, into a cache every user of the image can read and lock.
-if [ "$DS_BUILD_TRANSFORMER_INFERENCE" != 1 ]; then
-  DS_ACCELERATOR=cpu python -c \
-    'from deepspeed.accelerator import get_accelerator; get_accelerator().create_op_builder("ShareMemCommBuilder").load()'
-fi
+# Nothing is JIT-compiled at run time: the ranks skip DeepSpeed's CPU shm comm op (repro/rank/lifecycle.py),
+# the only op the CPU accelerator would build; the ROCm inference op is prebuilt above.
 chmod -R a+rwX "$TORCH_EXTENSIONS_DIR"
 pip check

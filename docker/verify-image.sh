@@ -3,6 +3,7 @@
 set -euo pipefail
 export PYTHONDONTWRITEBYTECODE=1
 python - <<'PY'
+# Runs at the end of the before stage: a failure here fails the image build.
 import os
 from importlib.metadata import version
 
@@ -16,9 +17,14 @@ if os.environ["REPRO_DS_BUILD_TRANSFORMER_INFERENCE"] == "1":
     assert torch.version.hip and torch.version.hip.startswith(os.environ["REPRO_EXPECT_HIP"]), torch.version.hip
     from deepspeed.git_version_info import installed_ops
     assert installed_ops.get("transformer_inference"), installed_ops
-    import importlib.util
-    spec = importlib.util.find_spec("deepspeed.ops.transformer.inference.transformer_inference_op")
-    assert spec is not None, "prebuilt transformer_inference_op missing"
+    # Load the prebuilt extension itself (dlopen of the .so and its HIP libraries; no GPU needed), the way
+    # DeepSpeed's BaseOp does, and check the fp16/fp32 kernels the GPT-NeoX path binds are in it.
+    import importlib
+    from deepspeed.ops.op_builder import InferenceBuilder
+    op = importlib.import_module(InferenceBuilder().absolute_name())
+    for kernel in ("softmax_context_fp16", "softmax_context_fp32", "mlp_gemm_fp16", "mlp_gemm_fp32"):
+        assert hasattr(op, kernel), f"{op.__file__} lacks {kernel}"
+    print("transformer_inference op loads:", op.__file__)
     archs = open("/opt/repro/offload-archs.txt").read().split()
     for arch in os.environ["REPRO_PYTORCH_ROCM_ARCH"].split(";"):
         assert f"--offload-arch={arch}" in archs, (arch, archs)

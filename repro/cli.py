@@ -1,6 +1,7 @@
-"""Command line: `python -m repro run|audit|report|sanity|matrix|shim`.
+"""Command line: `python -m repro run|audit|report|matrix|fix-status|regression|shim`.
 
-Exit status: 0 expectation held, 1 expectation failed (reason on one line), 2 usage/environment.
+Exit status: 0 expectation held, 1 expectation failed (reason on one line), 2 usage/environment,
+3 a run that broke before it could be judged (a rank crashed or hung), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -36,9 +37,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help="default fp32 on CPU, bf16 on GPU")
     run.add_argument("--ranks", type=int, default=2, help="world size; the bug needs >= 2")
     run.add_argument("--allow-single-rank", action="store_true", help="run with --ranks 1 anyway (hides the bug)")
-    run.add_argument("--backend", choices=["auto", "cpu", "rocm", "cuda"], default="auto")
+    run.add_argument(
+        "--backend",
+        choices=["auto", "cpu", "rocm", "cuda"],
+        default="auto",
+        help="auto: $REPRO_BACKEND (set by the images), else what torch sees; a GPU intent without a GPU is refused",
+    )
     run.add_argument("--new-tokens", type=int, default=8, help="greedy tokens generated per comparison")
-    run.add_argument("--cycles", type=int, default=20, help="eval() -> generate -> train() repetitions")
+    run.add_argument("--cycles", type=int, default=20, help="eval() -> train() layout transitions (upstream: 20)")
+    run.add_argument(
+        "--soak", action="store_true", help="also run a one-token HE generate inside every cycle (slower)"
+    )
     run.add_argument(
         "--no-pin",
         dest="pin",
@@ -67,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
     matrix.add_argument("--out", type=Path, required=True, help="directory for matrix.json and MATRIX.md")
 
     sub.add_parser("fix-status", help="does the installed DeepSpeed carry the fix? exit 0 yes, 1 no")
+
+    sub.add_parser(
+        "regression",
+        help="the upstream regression test on this DeepSpeed: exit 0 passed, 1 failed on its assertions "
+        "(the bug), 3 failed for another reason (import or collection error: nothing proven)",
+    )
 
     shim = sub.add_parser("shim", help="install the Transformers shim for every Python process of this env")
     shim.add_argument("--site-dir", help="site-packages directory (default: this interpreter's purelib)")
@@ -99,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
             status = fixstatus.fix_status_of_package(package_dir)
             print(f"DeepSpeed {version} at {package_dir}: " + ", ".join(f"{k}={v}" for k, v in status.items()))
             return 0 if fixstatus.is_fixed(status) else 1
+        if args.command == "regression":
+            from .host import regression
+
+            return regression.main()
         if args.command == "shim":
             from . import shim
 
@@ -123,6 +142,7 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
         backend=args.backend,
         new_tokens=args.new_tokens,
         cycles=args.cycles,
+        soak=args.soak,
         pin=args.pin,
         seed=args.seed,
         prompt=args.prompt,

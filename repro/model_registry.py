@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
 
 DTYPE_NAMES = ("fp32", "bf16", "fp16")
@@ -56,19 +58,23 @@ def _unavailable(name: str, why: str) -> ModelUnavailable:
     )
 
 
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
 def check_available(name: str) -> None:
-    """Cheap pre-flight (no torch, no weights): is the model's config reachable from here?"""
+    """Cheap pre-flight (no torch, no weights): is the model's config reachable from here, and is it a
+    GPT-NeoX? Every failure is one line saying which: a local path, or a hub id."""
     if name in ARCHITECTURES:
         return
-    path = Path(name)
-    if path.exists():
-        if not (path / "config.json").is_file():
-            raise ModelUnavailable(f"--model {name}: directory has no config.json (expected a save_pretrained dir)")
+    path = Path(name).expanduser()
+    if path.exists() or not HUB_ID.match(name):
+        _check_local_dir(name, path)
         return
     from huggingface_hub import hf_hub_download, try_to_load_from_cache
 
     cached = try_to_load_from_cache(name, "config.json")
     if isinstance(cached, str):
+        _check_config(name, Path(cached))
         return
     if _offline():
         raise _unavailable(
@@ -78,6 +84,33 @@ def check_available(name: str) -> None:
             + ") and HF_HUB_OFFLINE is set",
         )
     try:
-        hf_hub_download(name, "config.json")
+        config = hf_hub_download(name, "config.json")
     except Exception as exc:  # network, auth, missing repo: all end the same way for the user
         raise _unavailable(name, f"the hub did not provide it ({type(exc).__name__})") from exc
+    _check_config(name, Path(config))
+
+
+def _check_local_dir(name: str, path: Path) -> None:
+    if not path.exists():
+        raise ModelUnavailable(
+            f"--model {name}: no such local directory (and not a hub id like EleutherAI/pythia-410m-deduped, "
+            "nor pythia-410m or tiny)"
+        )
+    if not path.is_dir():
+        raise ModelUnavailable(f"--model {name}: is a file; pass the directory save_pretrained wrote")
+    if not (path / "config.json").is_file():
+        raise ModelUnavailable(f"--model {name}: directory has no config.json (expected a save_pretrained dir)")
+    _check_config(name, path / "config.json")
+
+
+def _check_config(name: str, config: Path) -> None:
+    try:
+        model_type = json.loads(config.read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise ModelUnavailable(
+            f"--model {name}: {config} is not a readable JSON config ({type(exc).__name__})"
+        ) from exc
+    if model_type != "gpt_neox":
+        raise ModelUnavailable(
+            f"--model {name} is a {model_type or 'model of unknown type'}; this reproduction needs GPT-NeoX"
+        )

@@ -5,7 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-EXIT_OK, EXIT_EXPECTATION, EXIT_USAGE = 0, 1, 2
+# 0: expectation held; 1: it failed (the reason on one line); 2: usage or environment error, found before
+# anything expensive started; 3: a run that started and broke (a rank crashed or hung, a check raised), so
+# nothing was judged; 130: interrupted (Ctrl-C / SIGTERM), every rank stopped.
+EXIT_OK, EXIT_EXPECTATION, EXIT_USAGE, EXIT_BROKEN, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+VARIANTS = ("before", "after")
 
 
 class UsageError(RuntimeError):
@@ -21,6 +25,7 @@ class RunOptions:
     backend: str = "auto"
     new_tokens: int = 8
     cycles: int = 20
+    soak: bool = False
     pin: bool = True
     seed: int = 1234
     prompt: str | None = None
@@ -31,4 +36,25 @@ class RunOptions:
 
 
 def variants_of(variant: str) -> list[str]:
-    return ["before", "after"] if variant == "both" else [variant]
+    if variant not in ("before", "after", "both"):
+        raise UsageError(f"--variant must be before, after or both, not {variant!r}")
+    return list(VARIANTS) if variant == "both" else [variant]
+
+
+def out_clash(out: Path, variants: list[str]) -> list[str]:
+    """The files in `out` that running `variants` would overwrite. One rule for every entry point:
+    a directory may be reused only by a variant it holds no result of (the container path runs
+    `before` and `after` into one directory, one image each); anything else a user ran is kept."""
+    if not out.exists():
+        return []
+    if not out.is_dir():
+        return [out.name]
+    return [f"{v}{ext}" for v in variants for ext in (".json", ".log") if (out / f"{v}{ext}").exists()]
+
+
+def check_new_out(out: Path, variants: list[str]) -> None:
+    clash = out_clash(out, variants)
+    if clash:
+        raise UsageError(
+            f"--out {out} already holds {', '.join(clash)}; choose a new directory (nothing is overwritten)"
+        )

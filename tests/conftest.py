@@ -1,8 +1,14 @@
-"""Test-wide settings: CPU accelerator for DeepSpeed, and shared tiny fixtures."""
+"""Test-wide settings: CPU accelerator for DeepSpeed, caches inside the checkout (never ~/.cache), and
+shared tiny fixtures. tests/upstream/ is collected by tests/host/test_regression.py, against both DeepSpeeds."""
 
 import os
+from pathlib import Path
 
+_CACHE = Path(__file__).resolve().parent.parent / "build" / "test-cache"
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
+os.environ.setdefault("REPRO_CACHE_DIR", str(_CACHE / "repro"))
+os.environ.setdefault("MPLCONFIGDIR", str(_CACHE / "matplotlib"))
+os.environ.setdefault("HF_HOME", str(_CACHE / "huggingface"))
 
 import pytest  # noqa: E402
 
@@ -16,4 +22,4 @@ def tiny_config():
     return GPTNeoXConfig(**TINY)
 
 
-collect_ignore = ["upstream"]  # run by test_upstream_regression.py against both DeepSpeeds
+collect_ignore = ["upstream"]

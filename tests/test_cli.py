@@ -1,5 +1,6 @@
 """Bad input: one line, exit status 2, before anything expensive starts."""
 
+import os
 import subprocess
 import sys
 import time
@@ -34,9 +35,26 @@ def test_existing_results_directory_is_never_overwritten(capsys, tmp_path):
     assert (tmp_path / "before.json").read_text() == "{}"
 
 
-def test_gpu_backend_without_gpu_is_refused(capsys):
+def test_gpu_backend_without_gpu_is_refused_with_what_is_missing(capsys):
     code, err = _run(capsys, "run", "--model", "tiny", "--backend", "rocm")
-    assert code == 2 and "no ROCM GPU" in err
+    assert code == 2 and "torch sees no ROCM GPU" in err and "/dev/kfd is missing" in err
+    assert "--backend cpu" in err and len(err.strip().splitlines()) == 1
+
+
+def _cli(*argv, env=None, cwd=None):
+    full_env = {**os.environ, "DS_ACCELERATOR": "cpu", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "repro", *argv], capture_output=True, text=True, env=full_env, cwd=cwd, timeout=120
+    )
+
+
+def test_the_images_command_with_rocm_intent_refuses_on_a_host_without_gpu(tmp_path):
+    """What `docker run ... python -m repro run` does in the ROCm image (REPRO_BACKEND=rocm) when the
+    container was started without /dev/kfd: exit 2 naming it, no CPU run, no results folder."""
+    proc = _cli("run", "--model", "tiny", "--out", str(tmp_path / "out"), env={"REPRO_BACKEND": "rocm"})
+    assert proc.returncode == 2, proc.stderr
+    assert "REPRO_BACKEND asks for rocm but torch sees no ROCM GPU: /dev/kfd is missing" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()
 
 
 def test_missing_offline_model_is_a_clear_error(tmp_path):
@@ -60,6 +78,47 @@ def test_missing_offline_model_is_a_clear_error(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert "cannot load model 'EleutherAI/not-a-real-model'" in proc.stderr and "Traceback" not in proc.stderr
     assert time.time() - started < 60
+
+
+def _bad_model_dirs(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    (corrupt / "config.json").write_text("{not json")
+    llama = tmp_path / "llama"
+    llama.mkdir()
+    (llama / "config.json").write_text('{"model_type": "llama"}')
+    return {
+        "/no/such/dir": "no such local directory",
+        str(empty): "has no config.json",
+        str(corrupt): "is not a readable JSON config",
+        str(llama): "is a llama; this reproduction needs GPT-NeoX",
+    }
+
+
+def test_bad_models_are_one_line_and_status_2(tmp_path, capsys):
+    for model, message in _bad_model_dirs(tmp_path).items():
+        code, err = _run(capsys, "run", "--model", model, "--out", str(tmp_path / "out"))
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, (model, err)
+        assert not (tmp_path / "out").exists()
+
+
+def test_unwritable_out_is_refused(tmp_path, capsys):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    if os.access(locked, os.W_OK):  # root writes anywhere: check as another user is not possible here
+        pytest.skip("running as root: every directory is writable")
+    code, err = _run(capsys, "run", "--model", "tiny", "--out", str(locked / "run"))
+    assert code == 2 and "is not writable" in err
+
+
+def test_writability_rule_names_the_nearest_existing_parent(tmp_path, monkeypatch):
+    from repro.host import run
+
+    monkeypatch.setattr(run.os, "access", lambda path, mode: str(path) != str(tmp_path))
+    with pytest.raises(run.UsageError, match=f"{tmp_path} is not writable"):
+        run._check_writable(tmp_path / "a" / "b")
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["audit", "--help"], ["report", "--help"]])

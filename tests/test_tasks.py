@@ -25,7 +25,7 @@ def test_every_task_is_listed_with_help():
         assert _invoke(task, "--help").returncode == 0
 
 
-def test_rocm_dry_run_prints_amds_flags_and_runs_nothing():
+def test_rocm_dry_run_prints_every_command_with_the_rocm_intent_and_runs_nothing():
     proc = _invoke(
         "repro",
         "--backend",
@@ -39,7 +39,10 @@ def test_rocm_dry_run_prints_amds_flags_and_runs_nothing():
         "results/runs/dry-run-test",
     )
     assert proc.returncode == 0, proc.stderr
-    runs = [line for line in proc.stdout.splitlines() if line.startswith("$ docker run")]
+    lines = proc.stdout.splitlines()
+    builds = [line for line in lines if line.startswith("$ docker build -f docker/Dockerfile")]
+    assert [b.split("--target ")[1].split()[0] for b in builds] == ["before", "after"]
+    runs = [line for line in lines if line.startswith("$ docker run")]
     assert len(runs) == 2  # before image, after image
     for flag in (
         "--device /dev/kfd",
@@ -48,13 +51,11 @@ def test_rocm_dry_run_prints_amds_flags_and_runs_nothing():
         "-e HIP_VISIBLE_DEVICES=0,1",
         "--shm-size=16g",
         "deepspeed-he-zero3-repro:rocm-before",
+        "--backend rocm",  # the container refuses instead of running on its CPU when the GPU is not visible
+        "--dtype bf16",
     ):
         assert flag in runs[0], flag
     assert "--privileged" not in proc.stdout
-    assert any(
-        line.startswith("$ docker build -f docker/rocm.Dockerfile --target before")
-        for line in proc.stdout.splitlines()
-    )
     assert not (ROOT / "results/runs/dry-run-test").exists()
 
 
@@ -77,11 +78,11 @@ def test_bad_input_is_one_line_and_status_2(args):
     assert err.startswith("error:") and len(err.splitlines()) == 1 and "Traceback" not in err, err
 
 
-def test_existing_results_directory_is_refused(tmp_path):
-    (tmp_path / "keep.json").write_text("{}")
+def test_existing_results_are_refused_and_kept(tmp_path):
+    (tmp_path / "before.json").write_text("{}")
     proc = _invoke("repro", "--engine", "local", "--out", str(tmp_path))
-    assert proc.returncode == 2 and "already holds files" in proc.stderr
-    assert (tmp_path / "keep.json").read_text() == "{}"
+    assert proc.returncode == 2 and "already holds before.json" in proc.stderr
+    assert (tmp_path / "before.json").read_text() == "{}"
 
 
 def test_missing_image_is_named():

@@ -1,6 +1,6 @@
 """`invoke bench`: the speed and memory goals, measured in one run and printed as numbers.
 
-Goals (issue 2): tiny pair wall <= 1.5x the floor (two cold imports of torch + deepspeed +
+Goals: tiny pair wall <= 1.5x the floor (two cold imports of torch + deepspeed +
 transformers, one per variant); Pythia-410M-shape pair <= 60 s on 2 cores; peak RSS per rank
 for 410M fp32 <= 4 GB.
 """

@@ -1,9 +1,11 @@
-"""Optional evidence a run can add to its directory (`repro run --with-checks`): the upstream
-regression test both ways, the bug-class audit, and DeepSpeed's own detector, each as JSON."""
+"""Optional evidence a run adds to its directory (`repro run --with-checks`), after its summary is
+written: the upstream regression test both ways, the bug-class audit, and DeepSpeed's own detector,
+each as JSON. A check that breaks records its error in its own file; it never costs the run its summary."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -11,7 +13,7 @@ from .. import fixstatus
 from . import audit, launch, patched_copy, regression
 
 
-def _after_root() -> Path | None:
+def after_root() -> Path | None:
     """The `after` DeepSpeed: the patched copy, or the installed one when it already has the fix."""
     package_dir, _ = fixstatus.installed_deepspeed()
     return (
@@ -21,19 +23,17 @@ def _after_root() -> Path | None:
     )
 
 
-def write_all(out: Path, log=print) -> None:
-    package_dir, version = fixstatus.installed_deepspeed()
-    after = _after_root()
-    log("[checks] upstream regression test, installed and patched DeepSpeed ...")
+def _regression(after: Path | None) -> dict:
     reg = {"before": regression.run_upstream_test(None), "after": regression.run_upstream_test(after)}
-    _write(out / "regression.json", {v: {k: r[k] for k in r if k != "output_tail"} for v, r in reg.items()})
-    log(f"[checks] regression test: before={reg['before']['outcome']} after={reg['after']['outcome']}")
+    return {v: {k: r[k] for k in r if k != "output_tail"} for v, r in reg.items()}
 
-    log("[checks] bug-class audit of the installed DeepSpeed ...")
-    findings = audit.scan(package_dir)
-    _write(out / "audit.json", {"deepspeed": version, "findings": [asdict(f) for f in findings]})
 
-    log("[checks] enable_sanity_checks probe, 2 ranks ...")
+def _audit() -> dict:
+    package_dir, version = fixstatus.installed_deepspeed()
+    return {"deepspeed": version, "findings": [asdict(f) for f in audit.scan(package_dir)]}
+
+
+def _sanity(out: Path, after: Path | None) -> dict:
     sanity = {}
     for variant, root in (("before", None), ("after", after)):
         try:
@@ -41,8 +41,30 @@ def write_all(out: Path, log=print) -> None:
         except launch.LaunchError as exc:
             sanity[variant] = {"error": str(exc)}
         (out / f".sanity-{variant}.json").unlink(missing_ok=True)
-    _write(out / "sanity.json", sanity)
+    return sanity
 
 
-def _write(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+def write_all(out: Path, log=print) -> dict[str, str]:
+    """Runs every check; returns {check: "ok" | "error: ..."} for the summary."""
+    try:
+        after = patched_copy.after_root()
+    except fixstatus.PatchError as exc:
+        return {name: f"error: {exc}" for name in ("regression", "audit", "sanity")}
+    steps: list[tuple[str, str, Callable[[], dict]]] = [
+        ("regression", "upstream regression test, installed and patched DeepSpeed", lambda: _regression(after)),
+        ("audit", "bug-class audit of the installed DeepSpeed", _audit),
+        ("sanity", "enable_sanity_checks probe, 2 ranks", lambda: _sanity(out, after)),
+    ]
+    status = {}
+    for name, what, fn in steps:
+        log(f"[checks] {what} ...")
+        try:
+            data = fn()
+            status[name] = "ok"
+        except Exception as exc:  # one broken check is recorded; the others still run
+            data = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+            status[name] = f"error: {data['error']}"
+        (out / f"{name}.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        if name == "regression" and "error" not in data:
+            log(f"[checks] regression test: before={data['before']['outcome']} after={data['after']['outcome']}")
+    return status

@@ -4,7 +4,6 @@ printed verbatim, so `--dry-run` output can be pasted into a bug report."""
 
 from __future__ import annotations
 
-import grp
 import os
 import shlex
 import shutil
@@ -13,11 +12,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..paths import REPO_ROOT
+from . import amd
 
 ENGINES = ("docker", "podman", "buildah")
 AUTO_ENGINES = ("docker", "podman")
 IMAGE_REPO = "deepspeed-he-zero3-repro"
-DOCKERFILES = {"rocm": REPO_ROOT / "docker" / "rocm.Dockerfile", "cpu": REPO_ROOT / "docker" / "cpu.Dockerfile"}
+DOCKERFILE = REPO_ROOT / "docker" / "Dockerfile"
+# The flavours of docker/Dockerfile: its ARG defaults are the ROCm image; the CPU twin overrides these.
+FLAVOURS: dict[str, dict[str, str]] = {
+    "rocm": {},
+    "cpu": {
+        "BASE_IMAGE": "debian:bookworm-slim",
+        "TORCH_REQUIREMENT": "torch==2.9.1+cpu",
+        "TORCH_INDEX_URL": "https://download.pytorch.org/whl/cpu",
+        "DS_BUILD_TRANSFORMER_INFERENCE": "0",
+        "PYTORCH_ROCM_ARCH": "",
+        "ROCM_WAVEFRONT_SIZE": "",
+        "EXPECT_HIP": "",
+        "REPRO_BACKEND": "cpu",
+        "DS_ACCELERATOR": "cpu",
+    },
+}
 WORKDIR = "/workspace"
 CONTAINER_HF_HOME = "/hf-cache"
 DEFAULT_SHM = "16g"
@@ -57,7 +72,34 @@ def engine_works(name: str) -> bool:
 
 
 def amd_gpu_present() -> bool:
-    return Path("/dev/kfd").exists()
+    return amd.KFD.exists()
+
+
+def resolve_engine(engine: str, *, allow_local: bool, dry_run: bool = False) -> str:
+    """The one rule for `--engine auto`: the first working of docker, podman (buildah is opt-in: it
+    builds well but is no daily runtime); else `local` where allowed. Explicit engines are checked."""
+    if engine not in ("auto", "local", *ENGINES):
+        raise EngineError(f"--engine must be auto, docker, podman, buildah or local, not {engine!r}")
+    if engine == "local":
+        if not allow_local:
+            raise EngineError("this task needs a container engine (docker, podman or buildah); see `invoke doctor`")
+        return "local"
+    if engine == "auto":
+        found = next((e for e in AUTO_ENGINES if engine_works(e)), None)
+        if found:
+            return found
+        if allow_local:
+            return "local"
+        if dry_run:
+            return "docker"
+        raise EngineError(
+            "no working container engine (docker or podman; buildah with --engine buildah); see `invoke doctor`"
+        )
+    if not dry_run and not engine_works(engine):
+        raise EngineError(
+            f"--engine {engine}: `{engine}` is not installed or its engine is not running (see `invoke doctor`)"
+        )
+    return engine
 
 
 def choose(backend: str, engine: str, dry_run: bool = False) -> Choice:
@@ -68,34 +110,30 @@ def choose(backend: str, engine: str, dry_run: bool = False) -> Choice:
     """
     if backend not in ("auto", "rocm", "cpu"):
         raise EngineError(f"--backend must be auto, rocm or cpu, not {backend!r}")
-    if engine not in ("auto", "local", *ENGINES):
-        raise EngineError(f"--engine must be auto, docker, podman, buildah or local, not {engine!r}")
     missing = []
     if backend == "rocm" and not amd_gpu_present():
-        missing.append("--backend rocm needs an AMD GPU: /dev/kfd is missing (is the amdgpu driver loaded?)")
-    if engine not in ("auto", "local") and not engine_works(engine):
-        missing.append(
-            f"--engine {engine}: `{engine}` is not installed or its engine is not running (see `invoke doctor`)"
-        )
+        missing.append("--backend rocm needs an AMD GPU: " + amd.why_no_gpu())
+    try:
+        resolved = resolve_engine(engine, allow_local=True, dry_run=dry_run)
+    except EngineError as exc:
+        if not dry_run or engine not in ENGINES:
+            raise
+        resolved, missing = engine, [*missing, str(exc)]
     if missing and not dry_run:
         raise EngineError(missing[0])
-    if dry_run and engine == "auto" and backend == "rocm":
-        engine = next((e for e in AUTO_ENGINES if engine_works(e)), "docker")
+    if dry_run and engine == "auto" and backend == "rocm" and resolved == "local":
+        resolved = "docker"  # a dry run prints what an AMD host with Docker would run
     if missing:
-        return Choice(backend, engine, "dry run; for a real run: " + "; ".join(missing))
-    if engine == "auto":
-        # buildah is opt-in (--engine buildah): it builds images well but is no daily runtime, and where
-        # it is all there is (our CI machines) the base images cannot be pulled anyway.
-        engine = next((e for e in AUTO_ENGINES if engine_works(e)), "local")
+        return Choice(backend, resolved, "dry run; for a real run: " + "; ".join(missing))
     if backend == "auto":
-        if engine != "local" and amd_gpu_present():
-            return Choice("rocm", engine, f"{engine} works and /dev/kfd is present: ROCm image")
-        if engine != "local":
-            return Choice("cpu", engine, f"{engine} works but no AMD GPU (/dev/kfd): CPU image")
+        if resolved != "local" and amd_gpu_present():
+            return Choice("rocm", resolved, f"{resolved} works and /dev/kfd is present: ROCm image")
+        if resolved != "local":
+            return Choice("cpu", resolved, f"{resolved} works but no AMD GPU (/dev/kfd): CPU image")
         return Choice("cpu", "local", "no working container engine: local CPU run in this Python environment")
-    if backend == "rocm" and engine == "local":
+    if backend == "rocm" and resolved == "local":
         return Choice("rocm", "local", "local run on this host's ROCm torch")
-    return Choice(backend, engine, f"asked for --backend {backend} --engine {engine}")
+    return Choice(backend, resolved, f"asked for --backend {backend} --engine {engine}")
 
 
 def image_name(backend: str, variant: str) -> str:
@@ -103,10 +141,12 @@ def image_name(backend: str, variant: str) -> str:
 
 
 def build_command(engine: str, backend: str, variant: str, build_args: dict[str, str]) -> list[str]:
-    args = [a for k, v in sorted(build_args.items()) for a in ("--build-arg", f"{k}={v}")]
+    """The flavour's build args, then the caller's (which win): `invoke build --build-arg BASE_IMAGE=...`."""
+    merged = {**FLAVOURS[backend], **build_args}
+    args = [a for k, v in sorted(merged.items()) for a in ("--build-arg", f"{k}={v}")]
     revision = _git_revision()
     labels = ["--build-arg", f"REVISION={revision}"] if revision else []
-    dockerfile = str(DOCKERFILES[backend].relative_to(REPO_ROOT))
+    dockerfile = str(DOCKERFILE.relative_to(REPO_ROOT))
     tail = ["-f", dockerfile, "--target", variant, "-t", image_name(backend, variant), *args, *labels, "."]
     if engine == "buildah":
         volumes = [a for v in _buildah_build_volumes() for a in ("--volume", v)]
@@ -144,12 +184,17 @@ def gpu_ids(spec: str | None, check_present: bool = True) -> list[str]:
     return ids
 
 
-def _render_gid() -> str | None:
+def device_group_ids() -> list[str]:
+    """Numeric owners of /dev/kfd and /dev/dri/renderD* on this host (from `stat`), for `--group-add`:
+    a group *name* would be resolved inside the image, whose /etc/group does not know the host's ids."""
+    return [str(g) for g in amd.group_ids(amd.device_nodes())]
+
+
+def selinux_enforcing() -> bool:
     try:
-        return str(grp.getgrnam("render").gr_gid)
-    except KeyError:
-        node = next(iter(sorted(Path("/dev/dri").glob("renderD*"))), None) if Path("/dev/dri").exists() else None
-        return str(node.stat().st_gid) if node else None
+        return Path("/sys/fs/selinux/enforce").read_text().strip() == "1"
+    except OSError:
+        return False
 
 
 def _host_user() -> str:
@@ -178,11 +223,19 @@ def run_command(
     seccomp_unconfined: bool = False,
     interactive: bool = False,
     digest: str | None = None,
+    selinux_label: bool | None = None,
 ) -> list[str]:
-    """The container command: source read-only, results read-write, HF cache when present."""
-    volumes = [f"{REPO_ROOT}:{WORKDIR}:ro", f"{mounts.results.resolve()}:{WORKDIR}/results:rw"]
+    """The container command: source read-only, results read-write, HF cache when present.
+
+    ROCm flags as AMD documents them: /dev/kfd and /dev/dri, plus the host's numeric group ids of those
+    nodes; rootless podman keeps the caller's groups instead (`--group-add keep-groups`). On SELinux
+    hosts (enforcing, or `selinux_label=True`) bind mounts get `:z`, or the container cannot read them.
+    """
+    label = selinux_enforcing() if selinux_label is None else selinux_label
+    z = ",z" if label else ""
+    volumes = [f"{REPO_ROOT}:{WORKDIR}:ro{z}", f"{mounts.results.resolve()}:{WORKDIR}/results:rw{z}"]
     if mounts.hf_cache is not None:
-        volumes.append(f"{mounts.hf_cache}:{CONTAINER_HF_HOME}:rw")
+        volumes.append(f"{mounts.hf_cache}:{CONTAINER_HF_HOME}:rw{z}")
     # Run as the calling user, so results/ stays theirs; HOME in /tmp for that uid's caches.
     env = {"REPRO_IMAGE": image, "HOME": "/tmp"}
     if digest:
@@ -216,12 +269,12 @@ def run_command(
     if interactive:
         flags.insert(0, "-it")
     if backend == "rocm":
-        flags += ["--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "video"]
-        gid = _render_gid()
-        if gid:
-            flags += ["--group-add", gid]
-        if engine == "podman":
-            flags += ["--device", "amd.com/gpu=all"]
+        flags += ["--device", "/dev/kfd", "--device", "/dev/dri"]
+        if engine == "podman" and os.geteuid() != 0:
+            flags += ["--group-add", "keep-groups"]  # rootless: exclusive of other --group-add values
+        else:
+            gids = ["video", *(g for g in device_group_ids() if g != "44")]  # 44: video on Debian/Ubuntu
+            flags += [a for gid in gids for a in ("--group-add", gid)]
         if seccomp_unconfined:
             flags += ["--security-opt", "seccomp=unconfined"]
     return [engine, "run", *flags, image, *inner]

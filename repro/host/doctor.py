@@ -8,7 +8,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import containers
+from . import amd, containers
 
 
 @dataclass
@@ -40,32 +40,49 @@ def _engines() -> list[Check]:
 
 
 def _amd() -> list[Check]:
-    kfd, dri = Path("/dev/kfd"), Path("/dev/dri")
-    renders = sorted(dri.glob("renderD*")) if dri.exists() else []
-    groups = {g: os.access(str(renders[0]), os.R_OK | os.W_OK) if renders else False for g in ("render",)}
-    rocm = Path("/opt/rocm/.info/version")
+    """Catches a doomed AMD host before a 40 GB build: driver, devices, groups, GPU architectures."""
+    nodes = amd.device_nodes()
+    renders = amd.render_nodes(nodes)
+    kfd = any(n.path.endswith("kfd") for n in nodes)
+    denied = [n for n in nodes if not n.accessible]
+    archs = amd.gfx_archs()
+    unsupported = sorted({a for a in archs if a not in amd.IMAGE_ARCHS})
+    driver = amd.driver_version()
     return [
         Check(
             "AMD: /dev/kfd",
-            kfd.exists(),
-            "present" if kfd.exists() else "missing",
+            kfd,
+            "present" if kfd else "missing",
             "load the amdgpu kernel driver (ROCm install guide: amdgpu-install --usecase=dkms)",
             "ROCm runs",
         ),
         Check("AMD: GPU render nodes", bool(renders), f"{len(renders)} in /dev/dri", "same as /dev/kfd", "ROCm runs"),
         Check(
-            "AMD: render/video group access",
-            all(groups.values()) and bool(renders),
-            "this user can open the render node" if all(groups.values()) and renders else "no access",
-            "usermod -aG render,video $USER, then log in again",
+            "AMD: device access (groups)",
+            kfd and bool(renders) and not denied,
+            "this user can open /dev/kfd and every render node; containers get group ids "
+            + ",".join(map(str, amd.group_ids(nodes)))
+            if kfd and renders and not denied
+            else ("no devices" if not nodes else "cannot open " + ", ".join(n.path for n in denied)),
+            "usermod -aG render,video $USER, then log in again"
+            + (f" (group ids {','.join(sorted({str(n.gid) for n in denied}))})" if denied else ""),
             "ROCm runs",
         ),
         Check(
-            "AMD: ROCm userspace",
-            rocm.exists(),
-            rocm.read_text().strip() if rocm.exists() else "not found",
-            "only needed for --engine local on ROCm; the ROCm image carries its own",
-            "local ROCm runs",
+            "AMD: GPU architectures",
+            bool(archs) and not unsupported,
+            ", ".join(archs) if archs else "no GPU agents in /sys/class/kfd",
+            f"the ROCm image's op is built for {';'.join(amd.IMAGE_ARCHS)} (MI250, MI300X); for "
+            f"{', '.join(unsupported) or 'your GPU'}: invoke build --build-arg PYTORCH_ROCM_ARCH=<arch>",
+            "ROCm runs",
+        ),
+        Check(
+            "AMD: amdgpu driver",
+            driver is not None,
+            f"amdgpu-dkms {driver}" if driver else "no /sys/module/amdgpu/version (in-box kernel driver, or none)",
+            f"ROCm {amd.ROCM_RELEASE} user space supports kernel drivers within +/- 2 ROCm releases (AMD's user and "
+            "kernel-space support matrix); install amdgpu-dkms from ROCm 6.2-6.4+ (amdgpu-install --usecase=dkms)",
+            "ROCm runs",
         ),
     ]
 
@@ -113,6 +130,14 @@ def _python() -> list[Check]:
 
 def checks() -> list[Check]:
     return [*_engines(), *_amd(), *_resources(), *_python()]
+
+
+def exit_code(results: list[Check]) -> int:
+    """0 when some way of running works (an engine, or this Python with its deps); 2 when none does."""
+    ok = {c.name for c in results if c.ok}
+    engine = any(name.startswith("engine:") for name in ok)
+    local = all(f"python: {m}" in ok for m in ("torch", "deepspeed", "transformers"))
+    return 0 if engine or local else 2
 
 
 def render(results: list[Check]) -> str:

@@ -20,6 +20,33 @@ class LaunchError(RuntimeError):
     """A rank failed or hung; the message is the one line to show, the log holds the rest."""
 
 
+class Interrupted(BaseException):
+    """Ctrl-C or SIGTERM reached the host process; every rank has been stopped when it propagates.
+    A BaseException, like KeyboardInterrupt, so no `except Exception` on the way swallows it."""
+
+
+def interrupt_on_sigterm() -> None:
+    """Ranks run in a session of their own (a hung rank can be killed as a group), so a terminal's
+    Ctrl-C or a scheduler's SIGTERM reaches only this process: turn SIGTERM into `Interrupted`."""
+
+    def handler(signum, frame):  # noqa: ARG001 - signal handler signature
+        raise Interrupted(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _wait(proc: subprocess.Popen, timeout_s: float, communicate: bool = False):
+    """Waits for the rank group; on Ctrl-C / SIGTERM stops every rank, then re-raises as Interrupted."""
+    try:
+        return proc.communicate(timeout=timeout_s)[0] if communicate else proc.wait(timeout=timeout_s)
+    except KeyboardInterrupt:
+        _kill_group(proc)
+        raise Interrupted("SIGINT") from None
+    except Interrupted:
+        _kill_group(proc)
+        raise
+
+
 @dataclass
 class LaunchSpec:
     variant: str
@@ -33,6 +60,7 @@ class LaunchSpec:
     seed: int
     prompt: str | None
     timeout_s: float
+    soak: bool = False
 
     @property
     def dist_backend(self) -> str:
@@ -114,7 +142,7 @@ def run_variant(spec: LaunchSpec, out_dir: Path, patched_root: Path | None) -> d
             start_new_session=True,
         )
         try:
-            code = proc.wait(timeout=spec.timeout_s)
+            code = _wait(proc, spec.timeout_s)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             raise LaunchError(
@@ -148,7 +176,7 @@ def run_probe(
         start_new_session=True,
     )
     try:
-        output, _ = proc.communicate(timeout=timeout_s)
+        output = _wait(proc, timeout_s, communicate=True)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         raise LaunchError(f"{module}: ranks did not finish within {timeout_s:.0f} s") from None
@@ -171,14 +199,19 @@ def _collect_rss(out_json: Path, ranks: int) -> list[float]:
     return values
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen, grace_s: float = 4.0) -> None:
+    """SIGTERM to torchrun and every rank (one session), SIGKILL after `grace_s`: done within ~2x grace."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
             return
         try:
-            proc.wait(timeout=10)
-            return
+            proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             continue
+        try:  # torchrun gone: make sure no rank outlived it
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return

@@ -77,3 +77,10 @@ def prepare_patched_copy(root: Path | None = None) -> Path:
     os.replace(staging / "deepspeed", copy)
     shutil.rmtree(staging, ignore_errors=True)
     return dest
+
+
+def after_root() -> Path | None:
+    """The `after` DeepSpeed for PYTHONPATH: the patched copy, or None when the installed one already has
+    the fix (the `after` image), so it is its own `after`."""
+    package_dir, _ = installed_deepspeed()
+    return None if is_fixed(fix_status_of_package(package_dir)) else prepare_patched_copy()

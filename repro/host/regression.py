@@ -72,3 +72,21 @@ def _exception_type(problem: ET.Element) -> str:
     if found:
         return found[-1]
     return "AssertionError" if (problem.get("message") or "").startswith("assert") else problem.tag
+
+
+def outcome_code(result: dict) -> int:
+    """0 passed; 1 failed on its assertions only (the bug is present); 3 failed for another reason."""
+    if result["outcome"] == "pass":
+        return 0
+    return 1 if result["failed_for_the_right_reason"] else 3
+
+
+def main() -> int:
+    """`python -m repro regression`: run inside an image by `invoke test --in-image`."""
+    result = run_upstream_test(None)
+    code = outcome_code(result)
+    meaning = {0: "passed", 1: "failed on its assertions (bug present)", 3: "failed for another reason"}[code]
+    print(f"upstream regression test {meaning}: {result['tests']}")
+    if code == 3:
+        print(result["output_tail"], file=sys.stderr)
+    return code

@@ -50,6 +50,16 @@ def _fmt(value) -> str:
     return str(value)
 
 
+def _steps(values: list[float] | None) -> str:
+    return "n/a" if values is None else " ".join(_fmt(float(v)) if v else "0" for v in values)
+
+
+def _cycles(r: dict) -> str:
+    c = r["cycles"]
+    text = f"{c['completed']}/{c['requested']}" + (f" ({c['mode']})" if c.get("mode") else "")
+    return text + (f", stopped: {c['stopped_early']}" if c.get("stopped_early") else "")
+
+
 def _first_mismatch(r: dict) -> str:
     fm = r.get("first_mismatch")
     return "none" if fm is None else f"layer {fm['layer']} {fm['module']} (max abs {_fmt(fm['max_abs'])})"
@@ -73,10 +83,12 @@ def _table(data: dict) -> list[str]:
         ("HE tokens", lambda r: r["he_tokens"]),
         ("first divergent token index", lambda r: _fmt(r.get("first_divergent_token")).replace("n/a", "none")),
         ("first-step logits max abs diff", lambda r: r["logits_max_abs"]),
+        ("logits max abs diff per step (same prefix)", lambda r: _steps(r.get("logits_max_abs_per_step"))),
+        ("native top-1 vs top-2 margin per step", lambda r: _steps(r.get("native_margins"))),
         ("QKV max abs diff (held vs expected inference layout)", lambda r: r["qkv"]["max_abs"]),
         ("QKV mean abs diff", lambda r: r["qkv"]["mean_abs"]),
         ("first divergent layer/module", _first_mismatch),
-        ("eval/train cycles completed", lambda r: f"{r['cycles']['completed']}/{r['cycles']['requested']}"),
+        ("eval/train cycles completed", _cycles),
         ("training layout restored bitwise", lambda r: r["cycles"]["restored_exactly"]),
         ("max abs drift after cycles", lambda r: r["cycles"]["max_abs_drift"]),
         ("HE matches native after cycles", lambda r: r["cycles"]["he_matches_native_after"]),
@@ -117,6 +129,37 @@ def _upstream(data: dict) -> list[str]:
         f"| QKV max abs, after | {UPSTREAM['qkv_max_abs_after']} | {ours(a, lambda r: r['qkv']['max_abs'])} |",
         f"| first tokens native / HE, after | {UPSTREAM['first_tokens_after']} | "
         f"{ours(a, lambda r: str(r['native_first_token']) + ' / ' + str(r['he_first_token']))} |",
+    ]
+
+
+def _kernel_note(data: dict) -> list[str]:
+    """First lines of the report: which kernels produced these numbers."""
+    r = data.get("before") or data.get("after") or {}
+    kp, backend, dtype = r.get("kernel_paths", {}), r.get("backend"), r.get("dtype")
+    if backend == "cpu":
+        return []
+    if backend == "rocm" and dtype == "bf16":
+        return [
+            "**Kernels: DeepSpeed >= 0.18.4 builds no BF16 inference kernels on ROCm, so in BF16 every "
+            "op below ran on DeepSpeed's PyTorch fallbacks (two completed for GPT-NeoX by this project), "
+            "not on compiled AMD kernels.**"
+        ]
+    if kp.get("compiled_op") != "loaded":
+        return [f"**Kernels: the compiled transformer_inference op did NOT load ({kp.get('compiled_op_error')}); "
+                "this run is not evidence about DeepSpeed's GPU kernels.**"]  # fmt: skip
+    return ["Kernels: DeepSpeed's compiled transformer_inference op loaded (per-op paths below)."]
+
+
+def _tie_rule(data: dict) -> list[str]:
+    r = data.get("before") or data.get("after") or {}
+    dtype = r.get("dtype", "fp32")
+    from ..verdict import NEAR_TIE
+
+    return [
+        f"- Verdict rule ({dtype}): decisive = QKV exact, training layout restored bitwise, first token equal to "
+        f"native. A later token may differ only as a near-tie: native's top-1 vs top-2 margin at that step below "
+        f"{NEAR_TIE.get(dtype, 0):g} x max(1, |top-1 logit|)"
+        + (", and no material layer divergence (fp32)." if dtype == "fp32" else ".")
     ]
 
 
@@ -224,14 +267,18 @@ def render(data: dict) -> str:
     lines = ["# DeepSpeed #8391 reproduction: ZeRO-3 Hybrid Engine drops GPT-NeoX QKV layout changes", ""]
     state = "HELD" if s["expectation_held"] else "FAILED"
     lines += [f"**Expectation {state}**: {s['reason']}.", ""]
+    if s.get("interrupted"):
+        lines += ["**This run was interrupted; only the variants listed ran.**", ""]
     for v in VARIANTS:
         if v in data:
             lines.append(f"- **{v}**: {data[v]['verdict']}")
+    kernels = _kernel_note(data)
+    lines += ["", *kernels, *([""] if kernels else [])]
     lines += [
-        "",
         "## What this run shows, and what it does not",
         "",
         *_scope(data),
+        *(_tie_rule(data) if any("native_margins" in data.get(v, {}) for v in VARIANTS) else []),
         "",
         "## Before vs after",
         "",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 import time
@@ -10,38 +11,67 @@ from pathlib import Path
 
 from .. import fixstatus, verdict
 from ..model_registry import ARCHITECTURES, DTYPE_NAMES, ModelUnavailable, check_available
-from ..options import EXIT_EXPECTATION, EXIT_OK, EXIT_USAGE, RunOptions, UsageError, variants_of
-from ..paths import RUNS_DIR
+from ..options import (
+    EXIT_BROKEN,
+    EXIT_EXPECTATION,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    RunOptions,
+    UsageError,
+    check_new_out,
+    variants_of,
+)
+from ..paths import RESULTS_DIR, RUNS_DIR
 from . import patched_copy
-from .launch import LaunchError, LaunchSpec, run_variant
+from .launch import Interrupted, LaunchError, LaunchSpec, interrupt_on_sigterm, run_variant
 
 
 def detect_backend() -> str:
-    """cpu unless torch sees a GPU; ROCm builds of torch report HIP."""
+    """What torch sees: a GPU (ROCm builds report HIP) or only the CPU; "rocm-no-gpu" for a ROCm build
+    of torch that sees none (a GPU image without its devices: never a reason to run on the CPU)."""
     import torch
 
     if torch.cuda.is_available():
         return "rocm" if torch.version.hip else "cuda"
-    return "cpu"
+    return "rocm-no-gpu" if torch.version.hip else "cpu"
+
+
+def resolve_backend(requested: str) -> str:
+    """`--backend`, else the image's intent (REPRO_BACKEND), else what torch sees. A GPU intent that
+    torch cannot honour is refused with what is missing, never downgraded to a CPU run."""
+    if requested not in ("auto", "cpu", "rocm", "cuda"):
+        raise UsageError(f"--backend must be auto, cpu, rocm or cuda, not {requested!r}")
+    intent = requested if requested != "auto" else os.environ.get("REPRO_BACKEND", "auto")
+    if intent == "cpu":
+        return "cpu"
+    seen = detect_backend()
+    if intent == "auto" and seen != "rocm-no-gpu":
+        return seen
+    wanted = "rocm" if intent == "auto" else intent
+    if seen != wanted:
+        from . import amd
+
+        source = "--backend" if requested != "auto" else ("REPRO_BACKEND" if intent != "auto" else "a ROCm torch")
+        why = amd.why_no_gpu() if wanted == "rocm" else "no CUDA device visible"
+        raise UsageError(
+            f"{source} asks for {wanted} but torch sees no {wanted.upper()} GPU: {why}; "
+            "to run on the CPU on purpose, pass --backend cpu"
+        )
+    return wanted
 
 
 def validate(opts: RunOptions) -> RunOptions:
-    if opts.variant not in ("before", "after", "both"):
-        raise UsageError(f"--variant must be before, after or both, not {opts.variant!r}")
+    variants = variants_of(opts.variant)
     if opts.ranks < 1:
-        raise UsageError("--ranks must be at least 2")
+        raise UsageError("--ranks must be at least 1 (and 2 to show the bug)")
     if opts.ranks == 1 and not opts.allow_single_rank:
         raise UsageError(
-            "--ranks 1 hides the bug: with one rank ZeRO-3's gather returns the partition itself, "
-            "so the in-place change survives; use --ranks 2 (or --allow-single-rank to run anyway)"
+            "--ranks 1 hides the bug: the Hybrid Engine at world size 1 keeps the transformed QKV, so `before` "
+            "looks correct; use --ranks 2 (or --allow-single-rank to run anyway)"
         )
-    if opts.backend not in ("auto", "cpu", "rocm", "cuda"):
-        raise UsageError(f"--backend must be auto, cpu, rocm or cuda, not {opts.backend!r}")
-    backend = detect_backend() if opts.backend == "auto" else opts.backend
-    if backend != "cpu" and detect_backend() != backend:
-        raise UsageError(f"--backend {backend}: torch sees no {backend.upper()} GPU here; use --backend cpu")
-    dtype = opts.dtype or ("fp32" if backend == "cpu" else "bf16")
-    if dtype not in DTYPE_NAMES:
+    dtype = opts.dtype
+    if dtype is not None and dtype not in DTYPE_NAMES:
         raise UsageError(f"--dtype must be one of {', '.join(DTYPE_NAMES)}, not {dtype!r}")
     if opts.new_tokens < 1 or opts.cycles < 1:
         raise UsageError("--new-tokens and --cycles must be at least 1")
@@ -52,23 +82,36 @@ def validate(opts: RunOptions) -> RunOptions:
     except ModelUnavailable as exc:
         raise UsageError(str(exc)) from exc
     if opts.out is not None:
-        clash = [f"{v}.json" for v in variants_of(opts.variant) if (opts.out / f"{v}.json").exists()]
-        if clash:
-            raise UsageError(
-                f"--out {opts.out} already holds {', '.join(clash)}; choose a new directory (nothing is overwritten)"
-            )
-    opts.backend, opts.dtype = backend, dtype
+        check_new_out(opts.out, variants)
+        _check_writable(opts.out)
+    backend = resolve_backend(opts.backend)
+    opts.backend, opts.dtype = backend, dtype or ("fp32" if backend == "cpu" else "bf16")
     return opts
 
 
-def new_run_dir(model: str, backend: str) -> Path:
+def _check_writable(out: Path) -> None:
+    """The nearest existing ancestor of `out` must be writable, or the run would die after its ranks."""
+    probe = out
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out}: {probe} is not writable by this user; choose another directory")
+
+
+def new_run_dir(model: str, backend: str, dtype: str | None = None, gpu: str | None = None) -> Path:
+    """A directory that does not exist yet. CPU runs go to results/runs/ (not committed); AMD runs to
+    results/amd-<gpu>-<dtype>-<model>-<time>/, ready to commit as AMD evidence."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     slug = "".join(c if c.isalnum() or c in "-." else "-" for c in Path(model).name)
+    if backend == "rocm":
+        base, name = RESULTS_DIR, f"amd-{gpu or 'gpu'}-{dtype or 'bf16'}-{slug}-{stamp}"
+    else:
+        base, name = RUNS_DIR, f"{stamp}-{backend}-{slug}"
     for n in range(1000):
-        candidate = RUNS_DIR / (f"{stamp}-{backend}-{slug}" + ("" if n == 0 else f"-{n}"))
+        candidate = base / (name + ("" if n == 0 else f"-{n}"))
         if not candidate.exists():
             return candidate
-    raise UsageError(f"cannot find a free run directory under {RUNS_DIR}")
+    raise UsageError(f"cannot find a free run directory under {base}")
 
 
 def _spec(opts: RunOptions, variant: str) -> LaunchSpec:
@@ -80,6 +123,7 @@ def _spec(opts: RunOptions, variant: str) -> LaunchSpec:
         backend=opts.backend,
         new_tokens=opts.new_tokens,
         cycles=opts.cycles,
+        soak=opts.soak,
         pin=opts.pin,
         seed=opts.seed,
         prompt=opts.prompt,
@@ -88,7 +132,7 @@ def _spec(opts: RunOptions, variant: str) -> LaunchSpec:
 
 
 def execute(opts: RunOptions, argv: list[str], log=print) -> int:
-    """Runs the requested variants; returns the exit status the CLI documents."""
+    """Runs the requested variants; returns the exit status the CLI documents (repro.options)."""
     package_dir, ds_version = fixstatus.installed_deepspeed()
     installed_fixed = fixstatus.is_fixed(fixstatus.fix_status_of_package(package_dir))
     if installed_fixed and opts.variant != "after":
@@ -96,40 +140,48 @@ def execute(opts: RunOptions, argv: list[str], log=print) -> int:
             f"note: DeepSpeed {ds_version} at {package_dir} already passes modifier_rank=0 in both transforms; "
             "`before` cannot reproduce the bug with it"
         )
-    variants = variants_of(opts.variant)
-    out = opts.out or new_run_dir(opts.model, opts.backend)
+    out = opts.out or new_run_dir(opts.model, opts.backend, opts.dtype)
     out.mkdir(parents=True, exist_ok=True)
     log(f"run directory: {out}")
     results: dict[str, dict] = {}
     started = time.time()
+    interrupt_on_sigterm()
     try:
-        for variant in variants:
+        for variant in variants_of(opts.variant):
             log(
                 f"[{variant}] {opts.ranks} ranks, {opts.model}, {opts.dtype}, {opts.backend}, "
                 f"pin_parameters={opts.pin} ..."
             )
-            if variant == "before":
-                results[variant] = run_variant(_spec(opts, variant), out, None)
-            else:
-                # An installed DeepSpeed that has the fix (the `after` image) is its own `after`.
-                root = None if installed_fixed else patched_copy.prepare_patched_copy()
-                results[variant] = run_variant(_spec(opts, variant), out, root)
+            root = None if variant == "before" else patched_copy.after_root()
+            results[variant] = run_variant(_spec(opts, variant), out, root)
             log(f"[{variant}] {results[variant]['verdict']} ({results[variant]['duration_s']} s)")
+    except (KeyboardInterrupt, Interrupted) as exc:
+        why = "SIGINT" if isinstance(exc, KeyboardInterrupt) else str(exc)
+        _write_summary(out, opts, argv, results, started, error=f"interrupted by {why}", interrupted=True)
+        log(f"interrupted ({why}): every rank was stopped; partial results in {out}")
+        return EXIT_INTERRUPTED
     except (LaunchError, fixstatus.PatchError) as exc:
         log(f"error: {exc}")
         _write_summary(out, opts, argv, results, started, error=str(exc))
-        return EXIT_EXPECTATION if isinstance(exc, LaunchError) else EXIT_USAGE
+        return EXIT_BROKEN if isinstance(exc, LaunchError) else EXIT_USAGE
+    summary = _write_summary(out, opts, argv, results, started)
     if opts.with_checks:
         from . import checks
 
-        checks.write_all(out, log=log)
-    summary = _write_summary(out, opts, argv, results, started)
+        summary["checks"] = checks.write_all(out, log=log)
+        _write_json(out / "summary.json", summary)
     log(("OK: " if summary["expectation_held"] else "EXPECTATION FAILED: ") + summary["reason"])
     return EXIT_OK if summary["expectation_held"] else EXIT_EXPECTATION
 
 
 def _write_summary(
-    out: Path, opts: RunOptions, argv: list[str], results: dict, started: float, error: str | None = None
+    out: Path,
+    opts: RunOptions,
+    argv: list[str],
+    results: dict,
+    started: float,
+    error: str | None = None,
+    interrupted: bool = False,
 ) -> dict:
     # A variant run earlier into the same directory (one per image) counts too: read, never rewritten.
     for name in ("before", "after"):
@@ -142,14 +194,19 @@ def _write_summary(
         command="python -m repro " + shlex.join(argv),
         variants=sorted(results),
         error=error,
+        interrupted=interrupted,
         options={k: (str(v) if isinstance(v, Path) else v) for k, v in opts.__dict__.items()},
         wall_s=round(time.time() - started, 2),
         patch=patched_copy.patch_file().name,
         patch_text=patched_copy.patch_file().read_text(),
         environment=next((r["environment"] for r in results.values()), None),
     )
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    _write_json(out / "summary.json", summary)
     return summary
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def stderr_log(message: str) -> None:

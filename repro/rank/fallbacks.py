@@ -1,10 +1,13 @@
 """Completes DeepSpeed's pure-PyTorch inference fallbacks for GPT-NeoX.
 
 Where DeepSpeed's compiled `transformer_inference` op is missing (CPU; ROCm in BF16 for
-DeepSpeed >= 0.18.4), the op bindings fall back to PyTorch, but two fallbacks are incomplete for
-GPT-NeoX: the attention fallback builds a Llama rotary embedding with an outdated signature and
-rotates the whole head, and the MLP fallback raises for the parallel residual. We replace only
-those two fallback methods: a compiled kernel, when it exists, is still what DeepSpeed binds.
+DeepSpeed >= 0.18.4, which builds no BF16 kernels there), the op bindings fall back to PyTorch, but
+two fallbacks are incomplete for GPT-NeoX: the attention fallback builds a Llama rotary embedding
+with an outdated signature and rotates the whole head, and the MLP fallback raises for the parallel
+residual. `install()` always replaces those two fallback methods (a method only runs when its op
+binding chose the fallback); it empties the compiled module only when loading it failed, so a
+compiled kernel that exists is still what DeepSpeed binds. `kernel_paths()` records per op which
+ran, so a report never confuses the two.
 """
 
 from __future__ import annotations

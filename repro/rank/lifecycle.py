@@ -5,6 +5,25 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+SHM_COMM_OP = "deepspeed_shm_comm"
+
+
+def init_distributed(dist_backend: str) -> None:
+    """`deepspeed.init_distributed`, without DeepSpeed's CPU shared-memory comm op.
+
+    DeepSpeed JIT-compiles that op the first time a process group starts (~30 s on 2 cores, again for
+    every DeepSpeed copy, and inside every fresh container). It only speeds up tensor-parallel
+    inference all-reduce on CPU; with inference_tp_size 1 nothing calls it, and ZeRO-3's gathers go
+    through torch.distributed. Marking it incompatible (the flag `build_shm_op` reads) skips the build.
+    """
+    import deepspeed
+    import deepspeed.ops
+
+    compatible = dict(getattr(deepspeed.ops, "__compatible_ops__", {}))
+    compatible[SHM_COMM_OP] = False
+    deepspeed.ops.__compatible_ops__ = compatible
+    deepspeed.init_distributed(dist_backend=dist_backend)
+
 
 def finish(out: Path, result: dict) -> None:
     """Rank 0 writes the result; then every rank leaves the process group cleanly."""

@@ -17,6 +17,23 @@ def max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.float() - b.float()).abs().max().item()
 
 
+def top2_margin(logits: torch.Tensor) -> float:
+    """How far the greedy choice is from the runner-up: a small margin is a near-tie, where rounding
+    alone (bf16 kernels vs Hugging Face's attention) can flip the token."""
+    top = torch.topk(logits.float().flatten(), 2).values
+    return (top[0] - top[1]).item()
+
+
+def per_step_max_abs(
+    native: list[torch.Tensor], he: list[torch.Tensor], native_tokens: list[int], he_tokens: list[int]
+) -> list[float]:
+    """Logit differences step by step, while both runs still share the same prefix (after the first
+    divergent token they are conditioned on different text and no longer comparable)."""
+    stop = first_divergent_index(native_tokens, he_tokens)
+    steps = min(len(native), len(he)) if stop is None else stop + 1
+    return [max_abs(native[i], he[i]) for i in range(steps)]
+
+
 def digest(t: torch.Tensor) -> str:
     """Bitwise identity of a tensor without keeping a copy of it."""
     return hashlib.sha256(t.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes()).hexdigest()

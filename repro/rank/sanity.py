@@ -19,7 +19,7 @@ import torch
 
 from .. import shim
 from . import fallbacks, layout, models
-from .lifecycle import finish
+from .lifecycle import finish, init_distributed
 from .zero3_probe import HEADS, HIDDEN, container_class, gathered
 
 
@@ -107,10 +107,9 @@ def _generate(config: dict) -> dict:
 
 def main(out: str) -> int:
     shim.apply()
-    import deepspeed
 
     fallbacks.install()
-    deepspeed.init_distributed(dist_backend="gloo")
+    init_distributed("gloo")
     world = torch.distributed.get_world_size()
     config = {"train_batch_size": world, "zero_optimization": {"stage": 3, "enable_sanity_checks": True}}
     from importlib.metadata import version

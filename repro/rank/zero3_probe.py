@@ -14,7 +14,7 @@ import torch
 
 from .. import fixstatus
 from . import layout
-from .lifecycle import finish
+from .lifecycle import finish, init_distributed
 
 HEADS, HIDDEN = 4, 256
 
@@ -47,7 +47,7 @@ def gathered(params: list[torch.nn.Parameter]) -> list[torch.Tensor]:
 def main(out: str) -> int:
     import deepspeed
 
-    deepspeed.init_distributed(dist_backend="gloo")
+    init_distributed("gloo")
     torch.manual_seed(0)
     reference = torch.nn.Linear(HIDDEN, 3 * HIDDEN)
     config = {"train_batch_size": torch.distributed.get_world_size(), "zero_optimization": {"stage": 3}}

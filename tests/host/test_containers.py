@@ -8,31 +8,59 @@ from repro.host import containers
 
 
 def test_rocm_run_command_uses_amds_documented_flags(monkeypatch, tmp_path):
-    monkeypatch.setattr(containers, "_render_gid", lambda: "109")
+    monkeypatch.setattr(containers, "device_group_ids", lambda: ["109", "44"])
     monkeypatch.delenv("HF_TOKEN", raising=False)
     mounts = containers.RunMounts(results=tmp_path, hf_cache=None)
-    cmd = containers.run_command("docker", "rocm", "img", ["python", "-V"], mounts, gpus=["0", "1"])
+    cmd = containers.run_command(
+        "docker", "rocm", "img", ["python", "-V"], mounts, gpus=["0", "1"], selinux_label=False
+    )
     line = " ".join(cmd)
     for flag in (
         "--device /dev/kfd",
         "--device /dev/dri",
         "--group-add video",
-        "--group-add 109",
+        "--group-add 109",  # the host's numeric render gid, from stat: names resolve inside the image
         "--shm-size=16g",
         "-e HIP_VISIBLE_DEVICES=0,1",
     ):
         assert flag in line, flag
+    assert line.count("--group-add") == 2  # 44 is video already
     assert "--privileged" not in line and "seccomp" not in line and "--ipc=host" not in line
     assert f"{containers.REPO_ROOT}:{containers.WORKDIR}:ro" in cmd
     assert f"{tmp_path.resolve()}:{containers.WORKDIR}/results:rw" in cmd
     assert cmd[-3:] == ["img", "python", "-V"]
 
 
-def test_seccomp_only_on_request_and_podman_gets_cdi(monkeypatch, tmp_path):
-    monkeypatch.setattr(containers, "_render_gid", lambda: None)
+def test_device_group_ids_come_from_stat_of_the_nodes(monkeypatch):
+    nodes = [
+        containers.amd.DeviceNode("/dev/kfd", 993, True),
+        containers.amd.DeviceNode("/dev/dri/renderD128", 992, True),
+    ]
+    monkeypatch.setattr(containers.amd, "device_nodes", lambda: nodes)
+    assert containers.device_group_ids() == ["992", "993"]
+
+
+def test_rootless_podman_keeps_the_callers_groups(monkeypatch, tmp_path):
+    monkeypatch.setattr(containers, "device_group_ids", lambda: ["109"])
+    monkeypatch.setattr(containers.os, "geteuid", lambda: 1000)
+    cmd = containers.run_command("podman", "rocm", "img", ["true"], containers.RunMounts(tmp_path, None))
+    assert "keep-groups" in cmd and "109" not in cmd and "--userns=keep-id" in cmd
+
+
+def test_seccomp_only_on_request(monkeypatch, tmp_path):
+    monkeypatch.setattr(containers, "device_group_ids", lambda: [])
     mounts = containers.RunMounts(results=tmp_path, hf_cache=None)
-    cmd = containers.run_command("podman", "rocm", "img", ["true"], mounts, seccomp_unconfined=True)
-    assert "seccomp=unconfined" in cmd and "amd.com/gpu=all" in cmd
+    assert "seccomp=unconfined" in containers.run_command(
+        "docker", "rocm", "img", ["t"], mounts, seccomp_unconfined=True
+    )
+    assert "seccomp=unconfined" not in containers.run_command("docker", "rocm", "img", ["t"], mounts)
+
+
+@pytest.mark.parametrize(("enforcing", "suffix"), [(True, ":ro,z"), (False, ":ro")])
+def test_selinux_hosts_get_relabelled_mounts(monkeypatch, tmp_path, enforcing, suffix):
+    monkeypatch.setattr(containers, "selinux_enforcing", lambda: enforcing)
+    cmd = containers.run_command("docker", "cpu", "img", ["true"], containers.RunMounts(tmp_path, None))
+    assert f"{containers.REPO_ROOT}:{containers.WORKDIR}{suffix}" in cmd
 
 
 def test_hf_token_passes_by_name_only(monkeypatch, tmp_path):
@@ -91,10 +119,17 @@ def test_absent_gpus_are_refused(monkeypatch):
 
 def test_build_command_targets_the_variant():
     cmd = containers.build_command("docker", "rocm", "after", {"PYTORCH_ROCM_ARCH": "gfx942"})
-    assert cmd[:4] == ["docker", "build", "-f", "docker/rocm.Dockerfile"]
+    assert cmd[:4] == ["docker", "build", "-f", "docker/Dockerfile"]
     assert "--target" in cmd and cmd[cmd.index("--target") + 1] == "after"
     assert "PYTORCH_ROCM_ARCH=gfx942" in cmd and cmd[-1] == "."
     assert Path(containers.REPO_ROOT / cmd[3]).exists()
+
+
+def test_cpu_flavour_is_the_same_dockerfile_with_its_args_and_user_args_win():
+    cmd = containers.build_command("docker", "cpu", "before", {"BASE_IMAGE": "local/bookworm"})
+    assert cmd[3] == "docker/Dockerfile"
+    assert "REPRO_BACKEND=cpu" in cmd and "DS_ACCELERATOR=cpu" in cmd and "DS_BUILD_TRANSFORMER_INFERENCE=0" in cmd
+    assert "BASE_IMAGE=local/bookworm" in cmd and "BASE_IMAGE=debian:bookworm-slim" not in cmd
 
 
 def test_image_digest_reaches_the_container_environment(tmp_path):

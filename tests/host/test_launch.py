@@ -27,6 +27,7 @@ def test_free_port_is_bindable():
     assert 1024 < launch.free_port() < 65536
 
 
+@pytest.mark.distributed
 def test_hung_rank_is_stopped_within_the_timeout(tmp_path, monkeypatch):
     monkeypatch.setenv("REPRO_FAULT", "hang:1")
     started = time.time()
@@ -35,6 +36,7 @@ def test_hung_rank_is_stopped_within_the_timeout(tmp_path, monkeypatch):
     assert time.time() - started < 20 + 25  # timeout plus the bounded SIGTERM/SIGKILL grace
 
 
+@pytest.mark.distributed
 def test_failing_rank_error_is_surfaced_in_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("REPRO_FAULT", "fail:1")
     with pytest.raises(launch.LaunchError) as exc:

@@ -85,11 +85,20 @@ def test_sequential_mlp_branch_keeps_deepspeed_semantics():
 
 @pytest.fixture
 def clean_base_op():
+    """install() patches three DeepSpeed classes; every one is restored, so no later test sees ours."""
     from deepspeed.ops.transformer.inference.op_binding.base import BaseOp
+    from deepspeed.ops.transformer.inference.op_binding.mlp_gemm import MLPGemmOp
+    from deepspeed.ops.transformer.inference.op_binding.softmax_context import SoftmaxContextOp
 
-    saved = BaseOp.inference_module
+    saved = (
+        BaseOp.inference_module,
+        SoftmaxContextOp.__dict__["softmax_context_fallback"],
+        MLPGemmOp.__dict__["mlp_gemm_fallback"],
+    )
     yield BaseOp
-    BaseOp.inference_module = saved
+    BaseOp.inference_module = saved[0]
+    SoftmaxContextOp.softmax_context_fallback = saved[1]
+    MLPGemmOp.mlp_gemm_fallback = saved[2]
 
 
 def _config():

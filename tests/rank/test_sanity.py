@@ -1,6 +1,10 @@
 """DeepSpeed's enable_sanity_checks misses this bug, and false-positives in HE generate()."""
 
+import pytest
+
 from repro.host import launch
+
+pytestmark = pytest.mark.distributed
 
 
 def test_detector_misses_data_writes_and_flags_generate(tmp_path):

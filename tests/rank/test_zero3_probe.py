@@ -4,6 +4,8 @@ import pytest
 
 from repro.host import launch, patched_copy
 
+pytestmark = pytest.mark.distributed
+
 
 @pytest.mark.parametrize("variant", ["before", "after"])
 def test_repartitioned_values_keep_the_inference_layout_only_with_the_fix(tmp_path, variant):

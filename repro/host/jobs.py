@@ -1,0 +1,252 @@
+"""The work behind each invoke task (tasks.py only parses options and prints): the before/after pair
+locally or one image per variant, image builds, the upstream test inside the images, cleaning up.
+Every command is printed before it runs, so `--dry-run` output can be pasted into a bug report."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..model_registry import ModelUnavailable, check_available
+from ..options import EXIT_BROKEN, EXIT_EXPECTATION, EXIT_USAGE, UsageError, check_new_out, variants_of
+from ..paths import RESULTS_DIR, RUNS_DIR, cache_root
+from . import amd, containers
+from .run import new_run_dir
+
+REAL_PYTHIA = "EleutherAI/pythia-410m-deduped"
+GPU_NAMES = {"gfx90a": "mi250", "gfx942": "mi300x"}
+
+
+class JobError(RuntimeError):
+    """One line for the user and the exit status to end with (2: usage/environment)."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class ReproRequest:
+    backend: str = "auto"
+    engine: str = "auto"
+    model: str = ""
+    ranks: int = 2
+    gpus: str = ""
+    dtype: str = ""
+    variant: str = "both"
+    out: str = ""
+    shm_size: str = containers.DEFAULT_SHM
+    seccomp_unconfined: bool = False
+    selinux_label: bool | None = None
+    checks: bool = True
+    dry_run: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def choose(backend: str, engine: str, dry_run: bool, log=print) -> containers.Choice:
+    try:
+        choice = containers.choose(backend, engine, dry_run)
+    except containers.EngineError as exc:
+        raise JobError(str(exc)) from None
+    log(f"backend={choice.backend} engine={choice.engine}: {choice.reason}")
+    return choice
+
+
+def default_model(backend: str, log=print) -> str:
+    """On an AMD host the real Pythia-410M-deduped when it can be loaded (cache or hub), so the numbers
+    sit beside the upstream report's; else (and on CPU) the seeded-random Pythia-410M architecture."""
+    if backend != "rocm":
+        return "pythia-410m"
+    try:
+        check_available(REAL_PYTHIA)
+    except ModelUnavailable as exc:
+        log(f"note: {REAL_PYTHIA} is not available ({exc}); falling back to seeded random weights (pythia-410m)")
+        return "pythia-410m"
+    return REAL_PYTHIA
+
+
+def gpu_label() -> str:
+    archs = amd.gfx_archs()
+    return GPU_NAMES.get(archs[0], archs[0]) if archs else "gpu"
+
+
+def out_dir(out: str, model: str, backend: str, dtype: str, variants: list[str]) -> Path:
+    if not out:
+        return new_run_dir(model, backend, dtype, gpu_label() if backend == "rocm" else None)
+    path = Path(out)
+    try:
+        check_new_out(path, variants)
+    except UsageError as exc:
+        raise JobError(str(exc)) from None
+    return path
+
+
+def repro(req: ReproRequest, log=print) -> int:
+    """The main job; returns the exit status of the run (0 expectation held)."""
+    variants = _variants(req.variant)
+    if int(req.ranks) < 2:
+        raise JobError("--ranks 1 hides the bug (the Hybrid Engine keeps the change at world size 1); use --ranks 2")
+    choice = choose(req.backend, req.engine, req.dry_run, log)
+    if req.gpus and choice.backend != "rocm":
+        raise JobError("--gpus applies to the ROCm backend only")
+    try:
+        gpu_list = containers.gpu_ids(req.gpus, check_present=not req.dry_run) if choice.backend == "rocm" else []
+    except containers.EngineError as exc:
+        raise JobError(str(exc)) from None
+    model = req.model or default_model(choice.backend, log)
+    dtype = req.dtype or ("bf16" if choice.backend == "rocm" else "fp32")
+    out = out_dir(req.out, model, choice.backend, dtype, variants)
+    common = ["--model", model, "--ranks", str(req.ranks), "--dtype", dtype, "--backend", choice.backend]
+    if choice.engine == "local":
+        cmd = [sys.executable, "-m", "repro", "run", "--variant", req.variant, "--out", str(out), *common]
+        code = containers.execute("local", cmd + (["--with-checks"] if req.checks else []), req.dry_run, log)
+    else:
+        code = _repro_in_images(req, choice, variants, out, common, gpu_list, log)
+    if not req.dry_run and (out / "summary.json").exists():
+        from . import report
+
+        report.main(out)
+    return code
+
+
+def _repro_in_images(req, choice, variants, out: Path, common: list[str], gpus: list[str], log) -> int:
+    out = out.resolve()
+    if not out.is_relative_to(RESULTS_DIR):
+        raise JobError(f"--out must be under {RESULTS_DIR} for container runs (it is mounted there)")
+    ensure_images(choice, variants, req.dry_run, log)
+    if not req.dry_run:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    inside = f"{containers.WORKDIR}/results/{out.relative_to(RESULTS_DIR)}"
+    code = 0
+    for v in variants:  # each variant in its own image: before = as released, after = patched at build
+        image = containers.image_name(choice.backend, v)
+        # The before image's run checks both ways itself (installed vs patched copy).
+        extra = ["--with-checks"] if req.checks and v == "before" else []
+        inner = ["python", "-m", "repro", "run", "--variant", v, "--out", inside, *common, *extra]
+        cmd = containers.run_command(
+            choice.engine,
+            choice.backend,
+            image,
+            inner,
+            containers.default_mounts(RESULTS_DIR),
+            gpus=gpus,
+            shm_size=req.shm_size,
+            seccomp_unconfined=req.seccomp_unconfined,
+            digest=None if req.dry_run else containers.image_digest(choice.engine, image),
+            selinux_label=req.selinux_label,
+        )
+        code = containers.execute(choice.engine, cmd, req.dry_run, log) or code
+        if code in (EXIT_USAGE, 130):
+            break
+    return code
+
+
+def ensure_images(choice: containers.Choice, variants: list[str], dry_run: bool, log=print) -> None:
+    for variant in variants:
+        image = containers.image_name(choice.backend, variant)
+        if dry_run or not containers.image_exists(choice.engine, image):
+            log(f"image {image} {'(would be built if missing)' if dry_run else 'is missing: building it'}")
+            build(choice.backend, variant, choice.engine, {}, dry_run, log)
+
+
+def build(backend: str, variant: str, engine: str, build_args: dict[str, str], dry_run: bool, log=print) -> None:
+    """Builds the before/after images (after = before + the patch, one small layer)."""
+    backend = backend or ("rocm" if containers.amd_gpu_present() else "cpu")
+    if backend not in containers.FLAVOURS:
+        raise JobError(f"--backend must be rocm or cpu, not {backend!r}")
+    try:
+        engine = containers.resolve_engine(engine, allow_local=False, dry_run=dry_run)
+    except containers.EngineError as exc:
+        raise JobError(str(exc)) from None
+    for v in _variants(variant):
+        cmd = containers.build_command(engine, backend, v, build_args)
+        started = time.time()
+        code = containers.execute(engine, cmd, dry_run, log)
+        if code:
+            raise JobError(f"building {containers.image_name(backend, v)} failed (status {code})", code=1)
+        if not dry_run:
+            log(f"built {containers.image_name(backend, v)} in {time.time() - started:.0f} s")
+
+
+def parse_build_args(pairs: list[str]) -> dict[str, str]:
+    args = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise JobError(f"--build-arg must look like KEY=VALUE, not {pair!r}")
+        args[key] = value
+    return args
+
+
+IN_IMAGE_OUTCOME = {0: "pass", 1: "fail (assertions: the bug)", 3: "fail for another reason (nothing proven)"}
+
+
+def test_in_images(backend: str, engine: str, dry_run: bool, log=print) -> int:
+    """The upstream regression test inside both images. Proven only when `before` fails on its
+    assertions (exit 1 of `repro regression`) and `after` passes (0); an import error is not proof."""
+    choice = choose(backend, engine, dry_run, log)
+    if choice.engine == "local":
+        raise JobError("--in-image needs a container engine (docker, podman or buildah); see `invoke doctor`")
+    ensure_images(choice, ["before", "after"], dry_run, log)
+    codes = {}
+    for v in ("before", "after"):
+        image = containers.image_name(choice.backend, v)
+        inner = ["python", "-m", "repro", "regression"]
+        mounts = containers.default_mounts(RESULTS_DIR)
+        cmd = containers.run_command(choice.engine, choice.backend, image, inner, mounts)
+        codes[v] = containers.execute(choice.engine, cmd, dry_run, log)
+    if dry_run:
+        return 0
+    outcome = {v: IN_IMAGE_OUTCOME.get(c, f"broken (status {c})") for v, c in codes.items()}
+    log(f"upstream regression test: before={outcome['before']} after={outcome['after']} (expected: before fails "
+        "on its assertions, after passes)")  # fmt: skip
+    if codes == {"before": 1, "after": 0}:
+        return 0
+    broken = any(c not in (0, 1) for c in codes.values())
+    raise JobError("the regression test did not prove the fix both ways", EXIT_BROKEN if broken else EXIT_EXPECTATION)
+
+
+def shell(backend: str, engine: str, variant: str, dry_run: bool, log=print) -> int:
+    choice = choose(backend, engine, dry_run, log)
+    if choice.engine == "local":
+        raise JobError("`invoke shell` needs a container engine; see `invoke doctor`")
+    image = containers.image_name(choice.backend, variant)
+    if not dry_run and not containers.image_exists(choice.engine, image):
+        raise JobError(f"image {image} does not exist; build it with `invoke build --backend {choice.backend}`")
+    mounts = containers.default_mounts(RESULTS_DIR)
+    cmd = containers.run_command(choice.engine, choice.backend, image, ["bash"], mounts, interactive=True)
+    return containers.execute(choice.engine, cmd, dry_run, log)
+
+
+def clean(images: bool, engine: str, dry_run: bool, log=print) -> None:
+    """Removes what the tasks made: results/runs/, the cache (patched copies, matrix venvs), and with
+    `images` our images from the one engine `--engine` resolves to (the same rule as every task)."""
+    for path in (RUNS_DIR, cache_root()):
+        log(f"remove {path}")
+        if not dry_run and path.exists():
+            shutil.rmtree(path)
+    if not images:
+        return
+    try:
+        engine = containers.resolve_engine(engine, allow_local=False, dry_run=dry_run)
+    except containers.EngineError as exc:
+        raise JobError(str(exc)) from None
+    for backend in containers.FLAVOURS:
+        for v in ("before", "after"):
+            cmd = [*containers.Engine(engine).base(), "rmi", containers.image_name(backend, v)]
+            containers.execute(engine, cmd, dry_run, log)
+
+
+def local_tests(pytest_args: str, dry_run: bool, log=print) -> int:
+    cmd = [sys.executable, "-m", "pytest", "-q", *pytest_args.split()]
+    return containers.execute("local", cmd, dry_run, log)
+
+
+def _variants(variant: str) -> list[str]:
+    try:
+        return variants_of(variant)
+    except UsageError as exc:
+        raise JobError(str(exc)) from None
