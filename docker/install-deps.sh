@@ -33,7 +33,7 @@ if [ "$DS_BUILD_TRANSFORMER_INFERENCE" = 1 ]; then
 else
   DS_BUILD_OPS=0 pip install --no-build-isolation deepspeed
 fi
-pip install transformers huggingface-hub tokenizers safetensors invoke rich matplotlib pytest
+pip install transformers huggingface-hub tokenizers safetensors invoke matplotlib pytest
 
 # Nothing is JIT-compiled at run time: the ranks skip DeepSpeed's CPU shm comm op (repro/rank/lifecycle.py),
 # the only op the CPU accelerator would build; the ROCm inference op is prebuilt above.

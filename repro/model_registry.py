@@ -90,6 +90,16 @@ def check_available(name: str) -> None:
     _check_config(name, Path(config))
 
 
+def check_cached(name: str) -> None:
+    """Like `check_available` for a hub id, from the local Hugging Face cache only (no network)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(name, "config.json")
+    if not isinstance(cached, str):
+        raise _unavailable(name, "it is not in the Hugging Face cache (not looked up on the hub in a dry run)")
+    _check_config(name, Path(cached))
+
+
 def _check_local_dir(name: str, path: Path) -> None:
     if not path.exists():
         raise ModelUnavailable(

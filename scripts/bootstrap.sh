@@ -2,8 +2,19 @@
 # Idempotent set-up of .venv with the pinned stack (constraints.txt); a second run costs ~1 s.
 # TORCH_REQUIREMENT picks the torch build (default torch==2.13.0, the CPU build on our machines;
 # elsewhere e.g. TORCH_REQUIREMENT=torch==2.9.1 PIP_INDEX_URL=https://download.pytorch.org/whl/cpu).
+#
+#   scripts/bootstrap.sh          everything: local runs and the test suite
+#   scripts/bootstrap.sh --host   an AMD host that runs the containers: invoke, the host-side code and
+#                                 what it imports (no torch, DeepSpeed or Transformers; the images carry them)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+mode=full
+case "${1:-}" in
+  "") ;;
+  --host) mode=host ;;
+  *) echo "usage: scripts/bootstrap.sh [--host]" >&2; exit 2 ;;
+esac
 
 python=${PYTHON:-python3}
 torch_req=${TORCH_REQUIREMENT:-torch==2.13.0}
@@ -13,8 +24,20 @@ if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null
 fi
 
 key=$(cat constraints.txt pyproject.toml scripts/bootstrap.sh | sha256sum | cut -c1-16)
-stamp=".venv/.bootstrap-${key}-$(echo "$torch_req" | tr -c 'A-Za-z0-9.=+' _)"
+stamp=".venv/.bootstrap-${mode}-${key}-$(echo "$torch_req" | tr -c 'A-Za-z0-9.=+' _)"
 if [ -f "$stamp" ]; then
+  exit 0
+fi
+
+if [ "$mode" = host ]; then
+  echo "bootstrap: creating .venv for the host side only (no torch)" >&2
+  "$python" -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -c constraints.txt --no-deps -e .
+  .venv/bin/python -m pip install -q -c constraints.txt invoke matplotlib huggingface-hub
+  rm -f .venv/.bootstrap-*
+  touch "$stamp"
+  echo "bootstrap: done (host side: invoke doctor, invoke build, invoke repro with an engine)" >&2
   exit 0
 fi
 

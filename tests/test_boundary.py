@@ -47,3 +47,14 @@ def test_the_blocker_blocks():
 def test_cli_help_loads_no_torch(argv):
     proc = _python(f"import sys; from repro.cli import main; sys.exit(main({argv!r}))")
     assert proc.returncode == 0 and "usage:" in proc.stdout, proc.stderr[-2000:]
+
+
+def test_a_rocm_dry_run_needs_no_torch_on_the_host():
+    """What an AMD host with only `scripts/bootstrap.sh --host` runs: the ROCm commands, printed."""
+    proc = _python(
+        "from invoke.main import program; "
+        "program.run(['invoke', 'repro', '--backend', 'rocm', '--engine', 'docker', '--gpus', '0,1', '--dry-run', "
+        "'--model', 'pythia-410m', '--out', 'results/runs/boundary-dry-run'], exit=False)"
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "docker run" in proc.stdout and "--backend rocm" in proc.stdout

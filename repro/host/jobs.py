@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..model_registry import ModelUnavailable, check_available
+from ..model_registry import ModelUnavailable, check_available, check_cached
 from ..options import EXIT_BROKEN, EXIT_EXPECTATION, EXIT_USAGE, UsageError, check_new_out, variants_of
 from ..paths import RESULTS_DIR, RUNS_DIR, cache_root
 from . import amd, containers
@@ -55,13 +55,17 @@ def choose(backend: str, engine: str, dry_run: bool, log=print) -> containers.Ch
     return choice
 
 
-def default_model(backend: str, log=print) -> str:
-    """On an AMD host the real Pythia-410M-deduped when it can be loaded (cache or hub), so the numbers
-    sit beside the upstream report's; else (and on CPU) the seeded-random Pythia-410M architecture."""
+def default_model(backend: str, log=print, network: bool = True) -> str:
+    """On an AMD host the real Pythia-410M-deduped when it can be loaded (cache, or the hub unless
+    `network` is off, as in a dry run), so the numbers sit beside the upstream report's; else (and on
+    CPU) the seeded-random Pythia-410M architecture, and the log says it fell back."""
     if backend != "rocm":
         return "pythia-410m"
     try:
-        check_available(REAL_PYTHIA)
+        if network:
+            check_available(REAL_PYTHIA)
+        else:
+            check_cached(REAL_PYTHIA)
     except ModelUnavailable as exc:
         log(f"note: {REAL_PYTHIA} is not available ({exc}); falling back to seeded random weights (pythia-410m)")
         return "pythia-410m"
@@ -96,7 +100,7 @@ def repro(req: ReproRequest, log=print) -> int:
         gpu_list = containers.gpu_ids(req.gpus, check_present=not req.dry_run) if choice.backend == "rocm" else []
     except containers.EngineError as exc:
         raise JobError(str(exc)) from None
-    model = req.model or default_model(choice.backend, log)
+    model = req.model or default_model(choice.backend, log, network=not req.dry_run)
     dtype = req.dtype or ("bf16" if choice.backend == "rocm" else "fp32")
     out = out_dir(req.out, model, choice.backend, dtype, variants)
     common = ["--model", model, "--ranks", str(req.ranks), "--dtype", dtype, "--backend", choice.backend]
