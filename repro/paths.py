@@ -1,7 +1,8 @@
-"""Where things live: the source checkout, results, and the cache of patched copies and built ops."""
+"""Where things live (the source checkout, results, caches) and how results are written."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -15,3 +16,13 @@ def cache_root() -> Path:
     xdg = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
     base = os.environ.get("REPRO_CACHE_DIR") or xdg / "repro"
     return Path(base)
+
+
+def hf_home() -> Path:
+    """The Hugging Face cache this process uses (HF_HOME, else its default)."""
+    return Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Every JSON file a run leaves: indented, keys sorted, newline-terminated (diffable, stable bytes)."""
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")

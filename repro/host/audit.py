@@ -9,11 +9,11 @@ those (resolved by name, transitively). Under ZeRO-3 with >= 2 ranks such writes
 from __future__ import annotations
 
 import ast
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..fixstatus import installed_deepspeed
+from ..paths import write_json
 
 # Sites named elsewhere, so the audit's reader sees which findings are already understood.
 KNOWN = {
@@ -210,7 +210,5 @@ def main(json_path: Path | None = None) -> int:
     findings = scan(package_dir)
     print(render_text(findings, version))
     if json_path is not None:
-        json_path.write_text(
-            json.dumps({"deepspeed": version, "findings": [asdict(f) for f in findings]}, indent=2) + "\n"
-        )
+        write_json(json_path, {"deepspeed": version, "findings": [asdict(f) for f in findings]})
     return 0

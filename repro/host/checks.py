@@ -4,12 +4,12 @@ each as JSON. A check that breaks records its error in its own file; it never co
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
 from .. import fixstatus
+from ..paths import write_json
 from . import audit, launch, patched_copy, regression
 
 
@@ -64,7 +64,7 @@ def write_all(out: Path, log=print) -> dict[str, str]:
         except Exception as exc:  # one broken check is recorded; the others still run
             data = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
             status[name] = f"error: {data['error']}"
-        (out / f"{name}.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        write_json(out / f"{name}.json", data)
         if name == "regression" and "error" not in data:
             log(f"[checks] regression test: before={data['before']['outcome']} after={data['after']['outcome']}")
     return status

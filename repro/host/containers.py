@@ -11,7 +11,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..paths import REPO_ROOT
+from ..paths import REPO_ROOT, hf_home
 from . import amd
 
 ENGINES = ("docker", "podman", "buildah")
@@ -208,7 +208,7 @@ class RunMounts:
 
 
 def default_mounts(results: Path) -> RunMounts:
-    hf = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+    hf = hf_home()
     return RunMounts(results=results, hf_cache=hf if hf.is_dir() else None)
 
 

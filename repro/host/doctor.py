@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..paths import hf_home
 from . import amd, containers
 
 
@@ -90,7 +90,7 @@ def _amd() -> list[Check]:
 def _resources() -> list[Check]:
     free = shutil.disk_usage(Path.cwd()).free / 2**30
     shm = shutil.disk_usage("/dev/shm").total / 2**30 if Path("/dev/shm").exists() else 0.0
-    hf = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+    hf = hf_home()
     return [
         Check(
             "disk: free space",

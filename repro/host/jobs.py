@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..model_registry import ModelUnavailable, check_available, check_cached
-from ..options import EXIT_BROKEN, EXIT_EXPECTATION, EXIT_USAGE, UsageError, check_new_out, variants_of
+from ..options import EXIT_BROKEN, EXIT_EXPECTATION, EXIT_USAGE, VARIANTS, UsageError, check_new_out, variants_of
 from ..paths import RESULTS_DIR, RUNS_DIR, cache_root
 from . import amd, containers
 from .run import new_run_dir
@@ -194,9 +194,9 @@ def test_in_images(backend: str, engine: str, dry_run: bool, log=print) -> int:
     choice = choose(backend, engine, dry_run, log)
     if choice.engine == "local":
         raise JobError("--in-image needs a container engine (docker, podman or buildah); see `invoke doctor`")
-    ensure_images(choice, ["before", "after"], dry_run, log)
+    ensure_images(choice, list(VARIANTS), dry_run, log)
     codes = {}
-    for v in ("before", "after"):
+    for v in VARIANTS:
         image = containers.image_name(choice.backend, v)
         inner = ["python", "-m", "repro", "regression"]
         mounts = containers.default_mounts(RESULTS_DIR)
@@ -239,7 +239,7 @@ def clean(images: bool, engine: str, dry_run: bool, log=print) -> None:
     except containers.EngineError as exc:
         raise JobError(str(exc)) from None
     for backend in containers.FLAVOURS:
-        for v in ("before", "after"):
+        for v in VARIANTS:
             cmd = [*containers.Engine(engine).base(), "rmi", containers.image_name(backend, v)]
             containers.execute(engine, cmd, dry_run, log)
 

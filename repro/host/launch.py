@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..paths import REPO_ROOT, cache_root
+from ..paths import REPO_ROOT, cache_root, write_json
 
 
 class LaunchError(RuntimeError):
@@ -157,7 +157,7 @@ def run_variant(spec: LaunchSpec, out_dir: Path, patched_root: Path | None) -> d
         )
     result = json.loads(out_json.read_text())
     result["peak_rss_mb_per_rank"] = _collect_rss(out_json, spec.ranks)
-    out_json.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    write_json(out_json, result)
     return result
 
 

@@ -15,7 +15,7 @@ import venv
 from importlib.metadata import version
 from pathlib import Path
 
-from ..paths import REPO_ROOT, cache_root
+from ..paths import REPO_ROOT, cache_root, write_json
 
 # The Hybrid Engine refactor landed in May 2023 (0.9.x/0.10.0); the last release of each line since.
 FULL = ["0.10.3", "0.12.6", "0.14.5", "0.16.9", "0.17.6", "0.18.3", "0.18.9", "0.19.8"]
@@ -171,7 +171,7 @@ def main(versions: list[str], out: Path, log=print) -> int:
         rows.append(_one(ds_version, out, log))
         log(f"[matrix] {rows[-1]}")
     data = {"torch": version("torch"), "transformers": version("transformers"), "rows": rows}
-    (out / "matrix.json").write_text(json.dumps(data, indent=2) + "\n")
+    write_json(out / "matrix.json", data)
     (out / "MATRIX.md").write_text(render(rows, data["torch"], data["transformers"]))
     print(f"wrote {out / 'MATRIX.md'}", file=sys.stderr)
     return 0

@@ -10,6 +10,8 @@ import json
 import sys
 from pathlib import Path
 
+from ..options import VARIANTS
+
 # Reported upstream (DeepSpeed #8391) on AMD MI250, BF16, Pythia-410M-deduped, ZeRO-3.
 UPSTREAM = {
     "native_first_token": 187,
@@ -20,7 +22,6 @@ UPSTREAM = {
     "qkv_max_abs_after": 0,
     "first_tokens_after": "187 / 187",
 }
-VARIANTS = ("before", "after")
 
 
 class ReportError(RuntimeError):

@@ -17,12 +17,13 @@ from ..options import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
+    VARIANTS,
     RunOptions,
     UsageError,
     check_new_out,
     variants_of,
 )
-from ..paths import RESULTS_DIR, RUNS_DIR
+from ..paths import RESULTS_DIR, RUNS_DIR, write_json
 from . import patched_copy
 from .launch import Interrupted, LaunchError, LaunchSpec, interrupt_on_sigterm, run_variant
 
@@ -169,7 +170,7 @@ def execute(opts: RunOptions, argv: list[str], log=print) -> int:
         from . import checks
 
         summary["checks"] = checks.write_all(out, log=log)
-        _write_json(out / "summary.json", summary)
+        write_json(out / "summary.json", summary)
     log(("OK: " if summary["expectation_held"] else "EXPECTATION FAILED: ") + summary["reason"])
     return EXIT_OK if summary["expectation_held"] else EXIT_EXPECTATION
 
@@ -184,7 +185,7 @@ def _write_summary(
     interrupted: bool = False,
 ) -> dict:
     # A variant run earlier into the same directory (one per image) counts too: read, never rewritten.
-    for name in ("before", "after"):
+    for name in VARIANTS:
         if name not in results and (out / f"{name}.json").exists():
             results[name] = json.loads((out / f"{name}.json").read_text())
     summary = verdict.summarize(results.get("before"), results.get("after"))
@@ -201,12 +202,8 @@ def _write_summary(
         patch_text=patched_copy.patch_file().read_text(),
         environment=next((r["environment"] for r in results.values()), None),
     )
-    _write_json(out / "summary.json", summary)
+    write_json(out / "summary.json", summary)
     return summary
-
-
-def _write_json(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def stderr_log(message: str) -> None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from ..paths import write_json
 
 SHM_COMM_OP = "deepspeed_shm_comm"
 
@@ -30,7 +31,7 @@ def finish(out: Path, result: dict) -> None:
     import torch.distributed as dist
 
     if not dist.is_initialized() or dist.get_rank() == 0:
-        out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        write_json(out, result)
     shutdown()
 
 

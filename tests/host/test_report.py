@@ -27,3 +27,20 @@ def test_reference_run_is_committed():
 def test_report_of_a_missing_run_is_a_clear_error(tmp_path, capsys):
     assert report.main(tmp_path) == 2
     assert "has no summary.json" in capsys.readouterr().err
+
+
+def _variant(backend, dtype, compiled):
+    return {
+        "backend": backend,
+        "dtype": dtype,
+        "kernel_paths": {"compiled_op": compiled, "compiled_op_error": "" if compiled == "loaded" else "ImportError"},
+    }
+
+
+def test_first_lines_say_which_kernels_ran():
+    assert report._kernel_note({"before": _variant("cpu", "fp32", "missing")}) == []
+    bf16 = report._kernel_note({"before": _variant("rocm", "bf16", "loaded")})
+    assert "no BF16 inference kernels on ROCm" in bf16[0]
+    broken = report._kernel_note({"after": _variant("rocm", "fp16", "missing")})
+    assert "did NOT load (ImportError)" in broken[0]
+    assert "loaded" in report._kernel_note({"after": _variant("rocm", "fp16", "loaded")})[0]
