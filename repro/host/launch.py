@@ -10,10 +10,13 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..paths import REPO_ROOT, cache_root, write_json
+
+PROGRESS = "[progress]"  # the prefix repro.rank.lifecycle.progress prints
 
 
 class LaunchError(RuntimeError):
@@ -35,10 +38,21 @@ def interrupt_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def _wait(proc: subprocess.Popen, timeout_s: float, communicate: bool = False):
-    """Waits for the rank group; on Ctrl-C / SIGTERM stops every rank, then re-raises as Interrupted."""
+def _wait(proc: subprocess.Popen, timeout_s: float, communicate: bool = False, relay=None):
+    """Waits for the rank group; on Ctrl-C / SIGTERM stops every rank, then re-raises as Interrupted.
+    `relay` is called every half second while waiting (progress lines from the log)."""
     try:
-        return proc.communicate(timeout=timeout_s)[0] if communicate else proc.wait(timeout=timeout_s)
+        if communicate:
+            return proc.communicate(timeout=timeout_s)[0]
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return proc.wait(timeout=min(0.5, max(0.0, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                if relay is not None:
+                    relay()
+                if time.monotonic() >= deadline:
+                    raise
     except KeyboardInterrupt:
         _kill_group(proc)
         raise Interrupted("SIGINT") from None
@@ -123,8 +137,28 @@ def _first_error(log: str) -> str:
     return lines[-1].strip() if lines else "no output"
 
 
-def run_variant(spec: LaunchSpec, out_dir: Path, patched_root: Path | None) -> dict:
-    """Runs one variant; returns its result JSON (rank 0's), or raises LaunchError."""
+class _ProgressRelay:
+    """Forwards the ranks' `[progress]` lines from the variant's log as they appear."""
+
+    def __init__(self, log_file: Path, prefix: str, sink) -> None:
+        self.log_file, self.prefix, self.sink, self.offset = log_file, prefix, sink, 0
+
+    def __call__(self) -> None:
+        if self.sink is None:
+            return
+        with open(self.log_file, "rb") as f:
+            f.seek(self.offset)
+            chunk = f.read()
+        complete = chunk.rfind(b"\n") + 1
+        self.offset += complete
+        for line in chunk[:complete].decode(errors="replace").splitlines():
+            if line.startswith(PROGRESS):
+                self.sink(f"{self.prefix} {line[len(PROGRESS) :].strip()}")
+
+
+def run_variant(spec: LaunchSpec, out_dir: Path, patched_root: Path | None, progress=None) -> dict:
+    """Runs one variant; returns its result JSON (rank 0's), or raises LaunchError. `progress` receives
+    one line per phase of the ranks while they run."""
     out_json = out_dir / f"{spec.variant}.json"
     spec_file = out_dir / f".{spec.variant}.spec.json"
     log_file = out_dir / f"{spec.variant}.log"
@@ -141,8 +175,10 @@ def run_variant(spec: LaunchSpec, out_dir: Path, patched_root: Path | None) -> d
             cwd=REPO_ROOT,
             start_new_session=True,
         )
+        relay = _ProgressRelay(log_file, f"[{spec.variant}]", progress)
         try:
-            code = _wait(proc, spec.timeout_s)
+            code = _wait(proc, spec.timeout_s, relay=relay)
+            relay()
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             raise LaunchError(

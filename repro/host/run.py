@@ -154,7 +154,7 @@ def execute(opts: RunOptions, argv: list[str], log=print) -> int:
                 f"pin_parameters={opts.pin} ..."
             )
             root = None if variant == "before" else patched_copy.after_root()
-            results[variant] = run_variant(_spec(opts, variant), out, root)
+            results[variant] = run_variant(_spec(opts, variant), out, root, progress=log)
             log(f"[{variant}] {results[variant]['verdict']} ({results[variant]['duration_s']} s)")
     except (KeyboardInterrupt, Interrupted) as exc:
         why = "SIGINT" if isinstance(exc, KeyboardInterrupt) else str(exc)

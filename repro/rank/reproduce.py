@@ -141,6 +141,8 @@ def _cycles(engine, ids: torch.Tensor, spec: dict, native_tokens: list[int]) -> 
                 with torch.no_grad():
                     _generate(engine, ids, 1)
             engine.train()
+            if (completed + 1) % max(1, spec["cycles"] // 4) == 0 and int(os.environ.get("RANK", "0")) == 0:
+                lifecycle.progress(f"cycles {completed + 1}/{spec['cycles']}")
         except Exception as exc:  # recorded and judged by the verdict, not a crash of the whole rank
             stopped = f"cycle {completed + 1}: {type(exc).__name__}: {exc}".splitlines()[0][:300]
             break
@@ -169,26 +171,29 @@ def run(spec: dict) -> dict:
     timings: dict[str, float] = {}
     mark = [started]
 
-    def _lap() -> float:
-        now = time.time()
-        elapsed, mark[0] = now - mark[0], now
-        return round(elapsed, 3)
-
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+
+    def _done(phase: str) -> None:
+        """Records the phase's time and, on rank 0, prints one progress line (relayed by the host)."""
+        now = time.time()
+        timings[phase], mark[0] = round(now - mark[0], 3), now
+        if rank == 0:
+            lifecycle.progress(f"{phase.replace('_', ' ')} done in {timings[phase]:.1f} s")
+
     shim.apply()
     import deepspeed
 
     op_state = fallbacks.install()
-    timings["imports"] = _lap()
+    _done("imports")
     lifecycle.init_distributed(spec["dist_backend"])
     _fault_injection(rank)
-    timings["init_distributed"] = _lap()
+    _done("init_distributed")
 
     device = _device(spec["backend"])
     loaded = models.build(spec["model"], spec["dtype"], spec["seed"])
     model, heads = loaded.model.to(device), loaded.model.config.num_attention_heads
     ids = models.prompt_ids(loaded, spec.get("prompt")).to(device)
-    timings["build_model"] = _lap()
+    _done("build_model")
 
     # Native reference, built once, before ZeRO-3 partitions the same weights.
     native_trace = measure.Trace()
@@ -200,20 +205,20 @@ def run(spec: dict) -> dict:
     native_margins = [measure.top2_margin(step) for step in native_logits]
     native_top1 = [step.max().item() for step in native_logits]
     native_trace.remove()
-    timings["native_generate"] = _lap()
+    _done("native_generate")
     qkv_orig = {n: p.detach().clone() for n, p in model.named_parameters() if "query_key_value" in n}
     digests = {n: measure.digest(p) for n, p in model.named_parameters()}
 
     engine, *_ = deepspeed.initialize(model=model, config=ds_config(spec, world))
     _release_freed_memory()
-    timings["deepspeed_initialize"] = _lap()
+    _done("deepspeed_initialize")
     hm = sys.modules["deepspeed.module_inject.containers.features.hybrid_megatron"]
     fix = fixstatus.fix_status_of_source(Path(hm.__file__).read_text())
 
     engine.eval()
     containers = engine._inference_containers
     qkv = measure.qkv_report(_gathered_qkv(containers), _expected_qkv(qkv_orig, len(containers), heads))
-    timings["eval_and_qkv"] = _lap()
+    _done("eval_and_qkv")
     he_trace = measure.Trace()
     for i, (layer, container) in enumerate(zip(_layers(engine.module), engine._inference_containers, strict=True)):
         he_trace.hook(container.module.attention, i, "attention", bias_of=container.module.attention)
@@ -221,14 +226,14 @@ def run(spec: dict) -> dict:
     with torch.no_grad():
         he_tokens, he_logits = _generate(engine, ids, spec["new_tokens"])
     he_trace.remove()
-    timings["he_generate"] = _lap()
+    _done("he_generate")
     paths = fallbacks.kernel_paths(c.module for c in engine._inference_containers)
     engine.train()
 
     cycles = _cycles(engine, ids, spec, native_tokens)
-    timings["cycles"] = _lap()
+    _done("cycles")
     restored, drift, changed = _params_vs_originals(engine, digests, qkv_orig)
-    timings["restore_check"] = _lap()
+    _done("restore_check")
 
     result = {
         "variant": spec["variant"],

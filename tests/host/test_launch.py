@@ -44,3 +44,16 @@ def test_failing_rank_error_is_surfaced_in_one_line(tmp_path, monkeypatch):
     message = str(exc.value)
     assert "injected failure on rank 1" in message and "\n" not in message
     assert (tmp_path / "before.log").exists()
+
+
+def test_progress_lines_are_relayed_once_and_only_when_complete(tmp_path):
+    log = tmp_path / "before.log"
+    log.write_text("noise\n[progress] 12:00:00 imports done in 3.0 s\n[progress] 12:00:01 half")
+    seen = []
+    relay = launch._ProgressRelay(log, "[before]", seen.append)
+    relay()
+    with open(log, "a") as f:
+        f.write(" a line\nother\n")
+    relay()
+    relay()
+    assert seen == ["[before] 12:00:00 imports done in 3.0 s", "[before] 12:00:01 half a line"]
