@@ -1,4 +1,4 @@
-"""Command line: `python -m repro run|audit|report|matrix|fix-status|regression|shim`.
+"""Command line: `python -m repro run|audit|report|matrix|family|fix-status|regression|shim`.
 
 Exit status: 0 expectation held, 1 expectation failed (reason on one line), 2 usage/environment,
 3 a run that broke before it could be judged (a rank crashed or hung), 130 interrupted.
@@ -72,8 +72,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     matrix = sub.add_parser("matrix", help="tiny before/after pair across DeepSpeed releases, one venv each")
     matrix.add_argument("--versions", help="comma-separated releases (default: a short list for CI time)")
-    matrix.add_argument("--full", action="store_true", help="every line since the Hybrid Engine refactor (2023)")
+    matrix.add_argument(
+        "--full",
+        action="store_true",
+        help="0.9.3 (first with the Hybrid Engine refactor) to 0.19.8, one per minor line",
+    )
     matrix.add_argument("--out", type=Path, required=True, help="directory for matrix.json and MATRIX.md")
+    matrix.add_argument("--repeats", type=int, default=3, help="tiny pairs per release and harness condition")
+
+    family = sub.add_parser(
+        "family",
+        help="the LoRA bugs of the family (patches 0002, 0003) beside #8391: tiny model, configurations x builds",
+    )
+    family.add_argument("--out", type=Path, required=True, help="directory for family.json and FAMILY.md")
+    family.add_argument(
+        "--builds", help="comma-separated: released,0001,0001+0002,0001+0003,0001+0002+0003 (default: 3 of them)"
+    )
 
     sub.add_parser("fix-status", help="does the installed DeepSpeed carry the fix? exit 0 yes, 1 no")
 
@@ -106,7 +120,11 @@ def main(argv: list[str] | None = None) -> int:
             from .host import matrix
 
             versions = args.versions.split(",") if args.versions else (matrix.FULL if args.full else matrix.DEFAULT)
-            return matrix.main(versions, args.out)
+            return matrix.main(versions, args.out, args.repeats)
+        if args.command == "family":
+            from .host import family
+
+            return family.main(args.out, **({"builds": tuple(args.builds.split(","))} if args.builds else {}))
         if args.command == "fix-status":
             from . import fixstatus
 

@@ -1,25 +1,38 @@
-"""`python -m repro matrix`: which DeepSpeed releases have the bug, and does the patch fix each?
+"""`python -m repro matrix`: which DeepSpeed releases have the bug, and does the #8391 patch fix each?
 
 Each release gets its own virtualenv (same torch and Transformers as this environment, so only
-DeepSpeed varies) and the tiny before/after pair. Every outcome is recorded, including why a
-release could not run.
+DeepSpeed varies) and the tiny before/after pair, repeated `repeats` times. Releases before 0.19.8
+wait only on the last of the async all-gathers that one coalesced ZeRO-3 gather starts; on gloo the
+handles complete independently and the CPU accelerator's synchronize() is a no-op, so a context over
+QKV weight and bias can read and repartition an unfilled buffer, and the outcome turns random in both
+directions. Each such release is therefore also run with a HARNESS FIX: the wait-for-every-handle
+change of DeepSpeed PR #8539 (in 0.19.8), applied to the release's installed package for `before` and
+`after` alike, never part of our #8391 patch, and labelled in every row. A failed cell never stops the
+others; a cell that cannot run says why in one line.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 import venv
 from importlib.metadata import version
 from pathlib import Path
 
 from ..paths import REPO_ROOT, cache_root, write_json
 
-# The Hybrid Engine refactor landed in May 2023 (0.9.x/0.10.0); the last release of each line since.
-FULL = ["0.10.3", "0.12.6", "0.14.5", "0.16.9", "0.17.6", "0.18.3", "0.18.9", "0.19.8"]
-DEFAULT = ["0.16.9", "0.18.3", "0.19.8"]
+# First release with HybridMegatronContainer (the Hybrid Engine refactor, PR #3425): 0.9.3; then the last
+# release of each minor line, 0.19.7 (last without PR #8539) and 0.19.8.
+FULL = ["0.9.3", "0.10.3", "0.11.2", "0.12.6", "0.13.5", "0.14.5", "0.15.4", "0.16.9", "0.17.6", "0.18.3",
+        "0.19.7", "0.19.8"]  # fmt: skip
+DEFAULT = ["0.18.3", "0.19.7", "0.19.8"]
+GATHER_FILE = "deepspeed/runtime/zero/partition_parameters.py"
+WAIT_ON_LAST = re.compile(r"^(?P<indent>[ \t]*)launch_handles\[-1\]\.wait\(\)[ \t]*$", re.MULTILINE)
+HARNESS_MARK = "HARNESS FIX (backport of DeepSpeed PR #8539"
 
 
 def _venv(ds_version: str, log) -> tuple[Path | None, str]:
@@ -33,7 +46,7 @@ def _venv(ds_version: str, log) -> tuple[Path | None, str]:
     venv.create(root, with_pip=True, clear=True)
     reqs = [f"torch=={version('torch')}", f"deepspeed=={ds_version}", f"transformers=={version('transformers')}"]
     proc = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", *reqs],
+        [str(python), "-m", "pip", "install", "-q", *reqs, "matplotlib"],
         capture_output=True,
         text=True,
         env=dict(os.environ, DS_BUILD_OPS="0"),
@@ -45,15 +58,79 @@ def _venv(ds_version: str, log) -> tuple[Path | None, str]:
     return python, ""
 
 
-def _one(ds_version: str, out: Path, log) -> dict:
-    row = {
+def harness_fix(site: Path, on: bool) -> bool | None:
+    """Turns the #8539 backport on or off in the installed package under `site`; returns whether it is
+    on, or None when the release already waits on every handle (nothing to fix)."""
+    path = site / GATHER_FILE
+    text = path.read_text()
+    if HARNESS_MARK in text:
+        if not on:
+            text = re.sub(
+                rf"^([ \t]*)# {re.escape(HARNESS_MARK)}.*\n(?:[ \t]*#.*\n)?[ \t]*for handle in launch_handles:\n"
+                r"[ \t]*handle\.wait\(\)\n",
+                lambda m: f"{m.group(1)}launch_handles[-1].wait()\n",
+                text,
+                flags=re.MULTILINE,
+            )
+            path.write_text(text)
+        return on
+    if not WAIT_ON_LAST.search(text):
+        return None
+    if on:
+        path.write_text(
+            WAIT_ON_LAST.sub(
+                lambda m: (
+                    f"{m['indent']}# {HARNESS_MARK}; not part of the #8391 patch): wait on every handle\n"
+                    f"{m['indent']}for handle in launch_handles:\n{m['indent']}    handle.wait()"
+                ),
+                text,
+            )
+        )
+    return on
+
+
+def _site(python: Path) -> Path:
+    out = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+    )
+    return Path(out.stdout.strip())
+
+
+def _runs(python: Path, env: dict, out: Path, ds_version: str, harness: bool, repeats: int, log) -> dict:
+    """`repeats` tiny before/after pairs; counts of bug reproduced before and fixed after."""
+    counts = {"runs": 0, "bug_reproduced_before": 0, "fixed_after": 0, "wall_s": [], "qkv_after": [], "errors": []}
+    for i in range(repeats):
+        run_dir = out / f"deepspeed-{ds_version}-{'harness' if harness else 'as-released'}-{i + 1}"
+        cmd = [str(python), "-m", "repro", "run", "--variant", "both", "--model", "tiny", "--cycles", "4"]
+        started = time.time()
+        proc = subprocess.run(
+            [*cmd, "--out", str(run_dir), "--timeout", "600"], capture_output=True, text=True, env=env
+        )
+        counts["wall_s"].append(round(time.time() - started, 1))
+        summary_path = run_dir / "summary.json"
+        if not summary_path.exists():
+            counts["errors"].append((proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1][:300])
+            continue
+        summary = json.loads(summary_path.read_text())
+        after = json.loads((run_dir / "after.json").read_text()) if (run_dir / "after.json").exists() else {}
+        counts["runs"] += 1
+        counts["bug_reproduced_before"] += bool(summary.get("bug_reproduced_before"))
+        counts["fixed_after"] += bool(summary.get("fixed_after"))
+        counts["qkv_after"].append(after.get("qkv", {}).get("max_abs"))
+        log(f"[matrix] {ds_version} harness={harness} run {i + 1}/{repeats}: {summary.get('reason', '')[:120]}")
+    return counts
+
+
+def _one(ds_version: str, out: Path, repeats: int, log) -> dict:
+    row: dict = {
         "deepspeed": ds_version,
         "installs": False,
         "imports": False,
         "patch": None,
-        "bug_reproduced_before": None,
-        "fixed_after": None,
         "reason": "",
+        "cells": [],
     }
     python, why = _venv(ds_version, log)
     if python is None:
@@ -62,13 +139,18 @@ def _one(ds_version: str, out: Path, log) -> dict:
     row["installs"] = True
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), DS_ACCELERATOR="cpu")
     probe = subprocess.run(
-        [str(python), "-c", "import deepspeed, sys; print(deepspeed.__version__)"],
+        [
+            str(python),
+            "-c",
+            "import deepspeed, sys; from deepspeed.accelerator import get_accelerator; get_accelerator()",
+        ],
         capture_output=True,
         text=True,
         env=env,
     )
     if probe.returncode != 0:
-        row["reason"] = "import failed: " + (probe.stderr.strip().splitlines() or ["?"])[-1][:300]
+        last = (probe.stderr.strip().splitlines() or ["?"])[-1][:300]
+        row["reason"] = f"cannot run on CPU here: {last}"
         return row
     row["imports"] = True
     check = subprocess.run(
@@ -84,94 +166,84 @@ def _one(ds_version: str, out: Path, log) -> dict:
         env=env,
     )
     row["patch"] = "applies" if check.returncode == 0 else (check.stderr.strip().splitlines() or ["?"])[-1][:300]
-    row["modifier_rank_persists"] = _modifier_rank_persists(python, env, out / f"probe-{ds_version}.json")
-    run_dir = out / f"deepspeed-{ds_version}"
-    proc = subprocess.run(
-        [
-            str(python),
-            "-m",
-            "repro",
-            "run",
-            "--variant",
-            "both",
-            "--model",
-            "tiny",
-            "--cycles",
-            "4",
-            "--out",
-            str(run_dir),
-            "--timeout",
-            "600",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    summary_path = run_dir / "summary.json"
-    if summary_path.exists():
-        summary = json.loads(summary_path.read_text())
-        row["bug_reproduced_before"] = summary.get("bug_reproduced_before")
-        row["fixed_after"] = summary.get("fixed_after")
-        row["reason"] = summary.get("reason", "")
-    else:
-        row["reason"] = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1][:300]
+    site = _site(python)
+    needs_fix = harness_fix(site, on=False) is not None
+    row["waits_on_every_handle"] = not needs_fix
+    for harness in (False, True) if needs_fix else (False,):
+        harness_fix(site, on=harness)
+        try:
+            cell = _runs(python, env, out, ds_version, harness, repeats, log)
+        finally:
+            harness_fix(site, on=False)
+        row["cells"].append({"harness_fix": harness, **cell})
     return row
 
 
-def _modifier_rank_persists(python: Path, env: dict, out: Path) -> bool | None:
-    """The fix's premise on this release: does GatheredParameters(modifier_rank=0) keep the patched
-    transform's change on real 2-rank partitions (repro.rank.zero3_probe)?"""
-    code = (
-        "import sys; from pathlib import Path; from repro.host import launch, patched_copy; "
-        "r = launch.run_probe('repro.rank.zero3_probe', Path(sys.argv[1]), patched_copy.prepare_patched_copy()); "
-        "print(r['inference_layout_kept'] and r['training_layout_restored'])"
-    )
-    proc = subprocess.run([str(python), "-c", code, str(out)], capture_output=True, text=True, env=env)
-    out.unlink(missing_ok=True)
-    last = proc.stdout.strip().splitlines()[-1:] if proc.returncode == 0 else []
-    return {"True": True, "False": False}.get(last[0]) if last else None
+def _count(cell: dict, key: str) -> str:
+    return f"{cell[key]}/{cell['runs']}" if cell["runs"] else "n/a"
 
 
-def render(rows: list[dict], torch_version: str, transformers_version: str) -> str:
+def render(data: dict) -> str:
     lines = [
         "# Affected DeepSpeed releases (tiny GPT-NeoX, 2 ranks, CPU, fp32)",
         "",
-        f"CPU evidence, not AMD evidence. Each release in its own virtualenv with torch {torch_version} and "
-        f"Transformers {transformers_version}; only DeepSpeed varies. Regenerate: `python -m repro matrix`.",
+        f"CPU evidence, not AMD evidence. Each release in its own virtualenv with torch {data['torch']} and "
+        f"Transformers {data['transformers']}; only DeepSpeed varies. Regenerate: `{data['command']}`.",
         "",
-        "| DeepSpeed | installs | imports | patch | bug reproduced before | fixed after "
-        "| modifier_rank=0 persists (probe) | notes |",
-        "|---|---|---|---|---|---|---|---|",
+        "**Harness fix** = DeepSpeed PR #8539 (wait on every async all-gather of a coalesced ZeRO-3 gather; "
+        "first in 0.19.8) applied to the release's installed package, for `before` and `after` alike. It is "
+        "not part of the #8391 patch: without it, releases before 0.19.8 can read an unfilled gather buffer "
+        "on gloo, so their CPU cells are timing-dependent in both directions.",
+        "",
+        "| DeepSpeed | installs | runs on CPU | #8391 patch | harness fix | bug reproduced before | fixed after "
+        "| QKV max abs after (per run) | wall s per pair | notes |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
 
-    def fmt(v):
-        return {True: "yes", False: "no", None: "n/a"}.get(v, v) if not isinstance(v, str) else v
+    def yn(v):
+        return {True: "yes", False: "no", None: "n/a"}.get(v, v)
 
-    for r in rows:
-        lines.append(
-            f"| {r['deepspeed']} | {fmt(r['installs'])} | {fmt(r['imports'])} | {fmt(r['patch'])} | "
-            f"{fmt(r['bug_reproduced_before'])} | {fmt(r['fixed_after'])} | {fmt(r.get('modifier_rank_persists'))} | "
-            f"{r['reason']} |"
-        )
+    for r in data["rows"]:
+        base = f"| {r['deepspeed']} | {yn(r['installs'])} | {yn(r['imports'])} | {yn(r['patch'])} "
+        if not r.get("cells"):
+            lines.append(base + f"| n/a | n/a | n/a | n/a | n/a | {r['reason']} |")
+            continue
+        for c in r["cells"]:
+            fix = (
+                "applied" if c["harness_fix"] else ("not needed (has it)" if r.get("waits_on_every_handle") else "no")
+            )
+            qkv = " ".join("n/a" if q is None else f"{q:.3g}" for q in c["qkv_after"]) or "n/a"
+            wall = "-".join(str(w) for w in (min(c["wall_s"]), max(c["wall_s"]))) if c["wall_s"] else "n/a"
+            notes = "; ".join(c["errors"]) or r["reason"]
+            lines.append(
+                base + f"| {fix} | {_count(c, 'bug_reproduced_before')} | {_count(c, 'fixed_after')} | {qkv} "
+                f"| {wall} | {notes} |"
+            )
     lines += [
         "",
-        "`modifier_rank=0 persists (probe)`: `repro.rank.zero3_probe` with the patched copy, on real 2-rank "
-        "partitions: the transform's change is kept and the training layout restored. Where it is `no`, "
-        "`GatheredParameters(modifier_rank=0)` itself does not persist an in-place change on that release's "
-        "CPU path, so the patch cannot take effect there on CPU; this says nothing about GPUs.",
+        "`QKV max abs after`: what the `after` variant's inference containers held vs the expected layout (0 = "
+        "fixed); values far above 1 are uninitialised memory from an unfilled gather buffer.",
     ]
     return "\n".join(lines) + "\n"
 
 
-def main(versions: list[str], out: Path, log=print) -> int:
+def main(versions: list[str], out: Path, repeats: int = 3, log=print) -> int:
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     for ds_version in versions:
         log(f"[matrix] DeepSpeed {ds_version} ...")
-        rows.append(_one(ds_version, out, log))
-        log(f"[matrix] {rows[-1]}")
-    data = {"torch": version("torch"), "transformers": version("transformers"), "rows": rows}
+        try:
+            rows.append(_one(ds_version, out, repeats, log))
+        except Exception as exc:  # one broken release never stops the others
+            rows.append({"deepspeed": ds_version, "installs": None, "imports": None, "patch": None, "cells": [],
+                         "reason": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]})  # fmt: skip
+    data = {
+        "torch": version("torch"),
+        "transformers": version("transformers"),
+        "command": f"python -m repro matrix --versions {','.join(versions)} --repeats {repeats} --out {out}",
+        "rows": rows,
+    }
     write_json(out / "matrix.json", data)
-    (out / "MATRIX.md").write_text(render(rows, data["torch"], data["transformers"]))
+    (out / "MATRIX.md").write_text(render(data))
     print(f"wrote {out / 'MATRIX.md'}", file=sys.stderr)
     return 0

@@ -219,18 +219,16 @@ def _environment(env: dict | None) -> list[str]:
 def _audit(audit: dict, bug_reproduced: bool | None) -> list[str]:
     lines = [
         f"Static scan of DeepSpeed {audit['deepspeed']} for `GatheredParameters` without `modifier_rank` whose "
-        f"body writes to parameters: {len(audit['findings'])} site(s). Name-based helper resolution: a "
-        "candidate list to read, not a list of confirmed bugs.",
+        f"body writes to parameters: {len(audit['findings'])} site(s), each settled by a run or by reading "
+        "the code (`repro/host/audit.py` VERDICTS).",
         "",
-        "| site | function | status |",
+        "| site | function | verdict |",
         "|---|---|---|",
     ]
     for f in audit["findings"]:
-        status = f["known"] or "candidate, not confirmed by a run"
-        if f["known"] and "#8391" in f["known"] and bug_reproduced:
-            status += "; confirmed by this run's `before`"
-        elif f["known"]:
-            status += "; not confirmed by a run"
+        status = f["known"] or "unexplained candidate: not settled"
+        if "#8391" in status and bug_reproduced:
+            status += "; this run's `before` shows it"
         lines.append(f"| `{f['file']}:{f['line']}` | `{f['function']}()` | {status} |")
     return lines
 

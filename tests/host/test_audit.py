@@ -16,6 +16,18 @@ def test_installed_deepspeed_lists_both_transforms_and_the_lora_candidate():
     assert ("deepspeed/runtime/hybrid_engine.py", "unfuse_lora_weight_non_pinned") in sites
 
 
+def test_every_site_in_the_installed_deepspeed_is_settled():
+    package_dir, _ = fixstatus.installed_deepspeed()
+    unsettled = [f"{f.file}:{f.line} {f.function}" for f in audit.scan(package_dir) if not f.known]
+    assert unsettled == []
+
+
+def test_with_every_patch_no_confirmed_site_remains():
+    root = patched_copy.prepare_patched_copy(patches=("0001", "0002", "0003"))
+    confirmed = [f.function for f in audit.scan(root / "deepspeed") if f.known and f.known.startswith("confirmed")]
+    assert confirmed == []
+
+
 def test_patched_copy_no_longer_lists_the_transforms():
     sites = _sites(audit.scan(patched_copy.prepare_patched_copy() / "deepspeed"))
     assert not any(function.startswith("transform_for_") for _, function in sites)

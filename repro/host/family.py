@@ -1,0 +1,356 @@
+"""`python -m repro family`: the LoRA family table. DeepSpeed-Chat LoRA on the tiny GPT-NeoX under the
+ZeRO-3 Hybrid Engine, for each DeepSpeed build (released, and copies with our patches 0001/0002/0003)
+x LoRA targets x world size x pin_parameters, one torchrun cell at a time (repro.rank.lora_probe).
+
+Which bug a cell hits is computed from its measurements only (`diagnose`), never assigned per cell,
+so the table shows what the patches fix and what each bug needs. Writes OUT/family.json and
+OUT/FAMILY.md (rendered from the JSON only: `render`). A cell that fails is recorded with its error
+and the others still run.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from ..fixstatus import installed_deepspeed
+from ..paths import write_json
+from . import launch, patched_copy
+
+PROBE = "repro.rank.lora_probe"
+PATCHES = ("0001", "0002", "0003")
+BUILDS: dict[str, tuple[str, ...]] = {
+    "released": (),
+    "0001": ("0001",),
+    "0001+0002": ("0001", "0002"),
+    "0001+0003": ("0001", "0003"),
+    "0001+0002+0003": ("0001", "0002", "0003"),
+}
+DEFAULT_BUILDS = ("released", "0001", "0001+0002+0003")
+TARGETS = ("qkv", "others", "all")
+WORLD_SIZES = (1, 2)
+PINS = (True, False)
+COMMAND = "python -m repro family --out results/reference/family"
+
+BUG_8391 = "#8391 (QKV layout lost)"
+BUG_QKV_DELTA = "LoRA QKV delta in training layout (0002)"
+BUG_DECODE = "LoRA lost at decode, non-pinned ZeRO-3 (0003)"
+CORRECT = "correct"
+BUGS = (BUG_8391, BUG_QKV_DELTA, BUG_DECODE)
+# Which patch fixes which bug (for the per-bug paragraphs; the diagnosis itself never uses it).
+FIXED_BY = {BUG_8391: "0001", BUG_QKV_DELTA: "0002", BUG_DECODE: "0003"}
+LOST_STATES = ("no_lora", "training_layout_no_lora")
+
+
+def states(cell: dict, calls: Callable[[int], bool]) -> set[str]:
+    """The weight states the inference layers saw at the selected calls (0 = prefill, 1.. = decode)."""
+    return {r["state"] for r in cell.get("weights_seen_by_inference_layers", []) if calls(r["call"])}
+
+
+def diagnose(cell: dict) -> list[str]:
+    """The bugs a cell's measurements show (empty list never: 'correct' or an unexplained label)."""
+    if "error" in cell:
+        return ["error"]
+    seen_all = states(cell, lambda c: True)
+    bugs = []
+    if cell["qkv_after_eval_vs_inference_layout_max_abs"] > 0 or any(
+        s.startswith("training_layout") for s in seen_all
+    ):
+        bugs.append(BUG_8391)
+    if "delta_in_training_layout" in seen_all:
+        bugs.append(BUG_QKV_DELTA)
+    prefill, decode = states(cell, lambda c: c == 0), states(cell, lambda c: c >= 1)
+    if prefill & set(LOST_STATES):
+        bugs.append("LoRA missing at prefill (unexplained)")
+    elif decode & set(LOST_STATES):
+        bugs.append(BUG_DECODE)
+    if any(s.startswith(("none", "not gathered")) for s in seen_all):
+        bugs.append("unrecognised weight state")
+    if bugs:
+        return bugs
+    if cell["tokens_equal_native"] and all(s == "lora" for s in cell["per_step_matches"]):
+        return [CORRECT]
+    return ["tokens differ (unexplained)"]
+
+
+def cell_name(build: str, targets: str, ws: int, pin: bool) -> str:
+    return f"{build} {targets} ws{ws} pin={str(pin).lower()}"
+
+
+def applied_patches(root: Path | None) -> dict[str, bool]:
+    """Which of our patches the DeepSpeed under `root` (None: the installed one) carries, by reversing them."""
+    tree = root if root is not None else installed_deepspeed()[0].parent
+    return {number: patched_copy.is_applied(tree, number) for number in PATCHES}
+
+
+def run_cell(
+    work: Path, build: str, root: Path | None, targets: str, ws: int, pin: bool, timeout_s: float = 600
+) -> dict:
+    """One cell under torchrun; returns its measurements (raises on a failed or hung cell)."""
+    out = work / build / f"{targets}-ws{ws}-pin{str(pin).lower()}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    spec = out.with_suffix(".spec.json")  # repro.rank.lora_probe.spec_path
+    spec.write_text(json.dumps({"targets": targets, "pin": pin}))
+    try:
+        result = launch.run_probe(PROBE, out, root, ranks=ws, timeout_s=timeout_s)
+    finally:
+        spec.unlink(missing_ok=True)
+    out.unlink(missing_ok=True)  # kept in family.json
+    return result
+
+
+def main(
+    out: Path,
+    builds: Sequence[str] = DEFAULT_BUILDS,
+    targets: Sequence[str] = TARGETS,
+    world_sizes: Sequence[int] = WORLD_SIZES,
+    pins: Sequence[bool] = PINS,
+    timeout_s: float = 600,
+    log: Callable[[str], None] = print,
+) -> int:
+    """Runs every cell, writes OUT/family.json and OUT/FAMILY.md. 0: every cell measured; 1: some cell
+    failed (recorded with its error); 2: an unknown build or target, before anything runs."""
+    unknown = [b for b in builds if b not in BUILDS] + [t for t in targets if t not in TARGETS]
+    if unknown:
+        log(f"[family] unknown build or target {unknown}: builds are {list(BUILDS)}, targets {list(TARGETS)}")
+        return 2
+    out = Path(out)
+    work = out / "cells"
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    cells, build_info = [], {}
+    for build in builds:
+        try:
+            root = patched_copy.prepare_patched_copy(patches=BUILDS[build]) if BUILDS[build] else None
+            applied: dict | None = applied_patches(root)
+            error = None
+        except Exception as exc:  # a patch that does not apply: every cell of this build records it
+            root, applied, error = None, None, f"{type(exc).__name__}: {exc}"
+        build_info[build] = {
+            "patches": list(BUILDS[build]),
+            "patches_applied": applied,
+            "deepspeed_root": None if root is None else str(root),
+            "error": error,
+        }
+        for t in targets:
+            for ws in world_sizes:
+                for pin in pins:
+                    cells.append(_cell(work, build, root, applied, error, t, ws, pin, timeout_s, log))
+    if work.exists() and not any(p.is_file() for p in work.rglob("*")):
+        shutil.rmtree(work)
+    data = {
+        "command": COMMAND,
+        "builds": build_info,
+        "cells": cells,
+        "duration_s": round(time.time() - started, 1),
+    }
+    write_json(out / "family.json", data)
+    (out / "FAMILY.md").write_text(render(data))
+    failed = [c for c in cells if "error" in c]
+    log(f"[family] {len(cells) - len(failed)}/{len(cells)} cells measured -> {out / 'FAMILY.md'}")
+    return 1 if failed else 0
+
+
+def _cell(work, build, root, applied, error, targets, ws, pin, timeout_s, log) -> dict:
+    """Runs one cell, or records why it could not run; never raises (except an interrupt)."""
+    head = {"build": build, "targets": targets, "world_size": ws, "pin_parameters": pin, "patches_applied": applied}
+    t0 = time.time()
+    if error is None:
+        try:
+            result = run_cell(work, build, root, targets, ws, pin, timeout_s)
+            cell = {**head, **result, "deepspeed_as_intended": _as_intended(result, root, applied)}
+        except Exception as exc:  # a failed or hung cell is data, not the end of the table
+            cell = {**head, "error": f"{type(exc).__name__}: {exc}"}
+    else:
+        cell = {**head, "error": error}
+    cell["diagnosis"] = diagnose(cell)
+    log(f"[family] {cell_name(build, targets, ws, pin)}: {'; '.join(cell['diagnosis'])} ({time.time() - t0:.0f} s)")
+    return cell
+
+
+def _as_intended(result: dict, root: Path | None, applied: dict) -> bool:
+    """The ranks imported the build's DeepSpeed (the patched copy when there is one) and its #8391 state
+    read from source agrees with the patches the host found applied."""
+    path = Path(result["deepspeed"]["path"])
+    where = root is None or path.is_relative_to(Path(root).resolve())
+    return where and result["deepspeed"]["fix_8391_in_source"] == applied["0001"]
+
+
+# ---------------------------------------------------------------- rendering (from the JSON only)
+
+
+def _num(v: float) -> str:
+    return "0" if v == 0 else f"{v:.3g}"
+
+
+def _restored(cell: dict, key: str) -> str:
+    r = cell[key]
+    text = f"{'yes' if r['base']['bitwise_equal'] else 'no'} ({_num(r['base']['max_abs'])})"
+    return text if r["lora"]["bitwise_equal"] else text + f", LoRA changed ({_num(r['lora']['max_abs'])})"
+
+
+def _row(c: dict) -> str:
+    head = f"| {c['build']} | {c['targets']} | {c['world_size']} | {str(c['pin_parameters']).lower()} |"
+    if "error" in c:
+        return f"{head} {' | '.join(['-'] * 6)} | error: {c['error'].replace('|', '/')} |"
+    steps = "".join({"lora": "L", "base": "B", "neither": "x"}[s] for s in c["per_step_matches"])
+    first = "none" if c["first_divergent_token"] is None else str(c["first_divergent_token"])
+    return (
+        f"{head} {_num(c['qkv_after_eval_vs_inference_layout_max_abs'])} | {_num(c['first_step_logits_max_abs'])} | "
+        f"{'yes' if c['tokens_equal_native'] else 'no'} | {first} | {steps} | "
+        f"{_restored(c, 'restore_after_first_generate')} / {_restored(c, 'restore_after_cycles')} | "
+        f"{'; '.join(c['diagnosis'])} |"
+    )
+
+
+def _values(cells: Iterable[dict], key: str) -> list:
+    return sorted({c[key] for c in cells}, key=str)
+
+
+def _fmt(values: list) -> str:
+    return ", ".join(str(v).lower() if isinstance(v, bool) else str(v) for v in values)
+
+
+def _has(cell: dict, number: str) -> bool:
+    return bool((cell["patches_applied"] or {}).get(number))
+
+
+def needs(measured: list[dict], bug: str) -> str:
+    """What the cells hitting `bug` have in common that some measured cells lack, derived from the table.
+
+    Targets, world size and pin: the values the hits take, when fewer than were measured. Patches: a
+    "with/without N" condition is added greedily, only when it excludes a non-hit cell the conditions
+    so far keep; conditions that exclude exactly the same cells are named as equally consistent."""
+    hits = [c for c in measured if bug in c["diagnosis"]]
+    if not hits:
+        return f"not hit in any of the {len(measured)} measured cells."
+    conditions, tests = [], []
+    for key, label in (("targets", "targets"), ("world_size", "world size"), ("pin_parameters", "pin_parameters")):
+        have, tried = _values(hits, key), _values(measured, key)
+        if have != tried:
+            conditions.append(f"{label} {' or '.join(_fmt([v]) for v in have)}")
+            tests.append(lambda c, k=key, h=tuple(have): c[k] in h)
+    candidates = {}
+    for number in PATCHES:
+        have = {_has(c, number) for c in hits}
+        if len(have) == 1 and len({_has(c, number) for c in measured}) == 2:
+            flag = have.pop()
+            candidates[f"{'with' if flag else 'without'} {number}"] = lambda c, n=number, f=flag: _has(c, n) == f
+    while True:
+        kept = [c for c in measured if all(t(c) for t in tests) and bug not in c["diagnosis"]]
+        excluded = {name: frozenset(id(c) for c in kept if not test(c)) for name, test in candidates.items()}
+        useful = {name: ex for name, ex in excluded.items() if ex}
+        if not useful:
+            break
+        own = f"without {FIXED_BY[bug]}"
+        best = max(useful, key=lambda name: (len(useful[name]), name == own))
+        same = [name for name, ex in useful.items() if name != best and ex == useful[best]]
+        conditions.append(f"a build {best}" + (f" (equally consistent here: {', '.join(same)})" if same else ""))
+        tests.append(candidates.pop(best))
+        for name in same:
+            candidates.pop(name)
+    meeting = [c for c in measured if all(t(c) for t in tests)]
+    text = f"hit in {len(hits)} of {len(measured)} measured cells; needs {', '.join(conditions) or 'nothing more'}. "
+    text += f"Hit in {len([c for c in meeting if bug in c['diagnosis']])} of the {len(meeting)} cells that meet these"
+    others = [c for c in meeting if bug not in c["diagnosis"]]
+    if others:
+        listed = "; ".join(
+            f"{cell_name(c['build'], c['targets'], c['world_size'], c['pin_parameters'])}: {', '.join(c['diagnosis'])}"
+            for c in others
+        )
+        text += f" (the others: {listed})"
+    return text + "."
+
+
+def _drift(measured: list[dict]) -> str:
+    drifted = [c for c in measured if not c["restore_after_cycles"]["base"]["bitwise_equal"]]
+    if not drifted:
+        return "Base weights were restored bitwise after the cycles in every measured cell."
+    worst = max(c["restore_after_cycles"]["base"]["max_abs"] for c in drifted)
+    ws = _fmt(_values(drifted, "world_size"))
+    return (
+        f"Base weights were not restored bitwise after the cycles in {len(drifted)} of {len(measured)} cells "
+        f"(world size {ws}; max abs drift {_num(worst)}): where a fused delta is really kept and later "
+        "subtracted, (W + delta) - delta rounds differently from W in fp32. Not one of the three bugs, "
+        "so the diagnosis ignores it; the drift column shows it per cell."
+    )
+
+
+def render(data: dict) -> str:
+    """FAMILY.md, from family.json only (regenerating it gives the same bytes)."""
+    cells = data["cells"]
+    measured = [c for c in cells if "error" not in c]
+    first = measured[0] if measured else {}
+    lines = [
+        "# LoRA family: DeepSpeed-Chat LoRA under the ZeRO-3 Hybrid Engine (GPT-NeoX)",
+        "",
+        f"Regenerate: `{data['command']}`",
+        "",
+        "CPU evidence: tiny GPT-NeoX (random weights), fp32, gloo, `DS_ACCELERATOR=cpu`, one torchrun per cell"
+        " (`repro.rank.lora_probe`). Compare the pattern, not the numbers.",
+    ]
+    if first:
+        cfg, v, ds = first["config"], first["versions"], first["deepspeed"]
+        lora = cfg["lora"]
+        lines += [
+            "",
+            f"Versions: DeepSpeed {ds['version']}, torch {v['torch']}, Transformers {v['transformers']}; "
+            f"compiled inference op: {first['kernel']['compiled_op']}. Model {cfg['model']}; LoRA "
+            f"r={lora['lora_dim']},"
+            f" alpha={lora['lora_alpha']}, factors N(0, {lora['lora_std']}) seed {lora['lora_seed']}; "
+            f"stage3_param_persistence_threshold {cfg['stage3_param_persistence_threshold']}; "
+            f"{cfg['new_tokens']} greedy tokens; {cfg['cycles']} eval/generate/train cycles after the first generate.",
+        ]
+    lines += [
+        "",
+        f"Builds: {'; '.join(f'`{b}` = {_build_text(i)}' for b, i in data['builds'].items())}.",
+        "",
+        "Columns: QKV the inference containers hold after eval() vs the inference layout of W; first-step logits vs"
+        " native with LoRA merged; per step, L/B/x = logits match native teacher-forced with LoRA / without LoRA /"
+        " neither (1e-3); base weights restored bitwise after the first generate / after the cycles, with the max abs"
+        " drift. The diagnosis is computed from these measurements and the weight states each inference layer saw"
+        " (`family.diagnose`).",
+        "",
+        *_mismatch_lines(measured),
+        "## Which configurations each bug needs",
+        "",
+    ]
+    for bug in BUGS:
+        lines.append(f"- **{bug}**, fixed by {FIXED_BY[bug]}: {needs(measured, bug)}")
+    correct = [c for c in measured if c["diagnosis"] == [CORRECT]]
+    lines += [
+        f"- **{CORRECT}**: {len(correct)} of {len(measured)} measured cells"
+        + (f" ({len(cells) - len(measured)} failed to run)." if len(cells) > len(measured) else "."),
+        "",
+        _drift(measured) if measured else "",
+        "",
+        "## Cells",
+        "",
+        "| build | targets | ws | pin | QKV after eval max abs | first-step logits max abs | tokens = native (LoRA "
+        "merged) | first divergent token | per-step (L/B/x) | base restored bitwise (max abs drift): after 1 generate "
+        "/ after cycles | diagnosis |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+        *(_row(c) for c in cells),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _mismatch_lines(measured: list[dict]) -> list[str]:
+    bad = [c for c in measured if c.get("deepspeed_as_intended") is False]
+    if not bad:
+        return []
+    names = "; ".join(cell_name(c["build"], c["targets"], c["world_size"], c["pin_parameters"]) for c in bad)
+    return [f"**Warning**: these cells did not import the intended DeepSpeed build: {names}.", ""]
+
+
+def _build_text(info: dict) -> str:
+    if info.get("error"):
+        return f"could not be prepared ({info['error']})"
+    applied = info.get("patches_applied") or {}
+    carried = [n for n in PATCHES if applied.get(n)]
+    base = "installed DeepSpeed" + (" + " + " + ".join(info["patches"]) if info["patches"] else "")
+    return f"{base} (carries: {', '.join(carried) or 'none of our patches'})"

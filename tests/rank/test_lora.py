@@ -1,0 +1,70 @@
+"""DeepSpeed-Chat LoRA on the tiny GPT-NeoX: what the family probe's references rely on."""
+
+import pytest
+import torch
+
+from repro.rank import lora, models
+
+
+@pytest.fixture()
+def tiny():
+    loaded = models.build("tiny", "fp32", 1234)
+    return loaded.model, models.prompt_ids(loaded, None)
+
+
+@pytest.mark.parametrize("targets", sorted(lora.TARGETS))
+def test_attach_keeps_the_base_parameter_objects(tiny, targets):
+    """ZeRO-3 and the Hybrid Engine must see the base Linear's own weight and bias, not copies."""
+    model, _ = tiny
+    layers = model.gpt_neox.layers
+    base_params = {}
+    for i, layer in enumerate(layers):
+        for dotted in lora.TARGETS[targets]:
+            parent, leaf = lora._get(layer, dotted)
+            base_params[(i, dotted)] = (getattr(parent, leaf).weight, getattr(parent, leaf).bias)
+    names = lora.attach(model, targets)
+    assert names == [f"gpt_neox.layers.{i}.{d}" for i in range(len(layers)) for d in lora.TARGETS[targets]]
+    modules = lora.lora_modules(model)
+    assert list(modules) == names
+    for (i, dotted), (weight, bias) in base_params.items():
+        m = modules[f"gpt_neox.layers.{i}.{dotted}"]
+        assert m.weight is weight and m.bias is bias
+        assert not m.weight.requires_grad and m.lora_left_weight.requires_grad
+    # Only the LoRA factors are new parameters.
+    new = [n for n, _ in model.named_parameters() if ".lora_" in n]
+    assert len(new) == 2 * len(names)
+
+
+def test_delta_is_deepspeeds_fuse_formula_and_the_merged_weight_difference(tiny):
+    model, _ = tiny
+    lora.attach(model, "all")
+    merged = dict(lora.merged_reference(model).named_parameters())
+    for name, m in lora.lora_modules(model).items():
+        expected = m.lora_scaling * (m.lora_right_weight @ m.lora_left_weight).t()
+        torch.testing.assert_close(m.delta(), expected, rtol=0, atol=1e-7)
+        assert m.delta().abs().max() > 1e-3  # large enough for a lost delta to show
+        assert torch.equal(merged[f"{name}.weight"], m.weight + m.delta())
+        torch.testing.assert_close(merged[f"{name}.weight"] - m.weight, m.delta(), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("targets", sorted(lora.TARGETS))
+def test_merged_reference_computes_what_the_lora_model_computes(tiny, targets):
+    model, ids = tiny
+    without = model(ids).logits
+    lora.attach(model, targets)
+    with torch.no_grad():
+        got = model(ids).logits
+        merged = lora.merged_reference(model)(ids).logits
+        base = lora.base_reference(model)(ids).logits
+    torch.testing.assert_close(merged, got, rtol=0, atol=1e-5)
+    torch.testing.assert_close(base, without, rtol=0, atol=1e-6)
+    assert (got - without).abs().max() > 1e-2  # LoRA really changes the model
+
+
+def test_references_are_copies(tiny):
+    model, _ = tiny
+    lora.attach(model, "qkv")
+    merged = lora.merged_reference(model)
+    assert not lora.lora_modules(merged)
+    ours = {id(p) for p in model.parameters()}
+    assert not any(id(p) in ours for p in merged.parameters())
