@@ -228,8 +228,12 @@ def render(data: dict) -> str:
 
 
 def main(versions: list[str], out: Path, repeats: int = 3, log=print) -> int:
+    """Runs `versions` into `out`; rows of other releases already in `out/matrix.json` are kept, so the
+    range can be filled in several sittings. Each row records the command and time that made it."""
     out.mkdir(parents=True, exist_ok=True)
-    rows = []
+    previous = json.loads((out / "matrix.json").read_text()).get("rows", []) if (out / "matrix.json").exists() else []
+    rows = [r for r in previous if r["deepspeed"] not in versions]
+    command = f"python -m repro matrix --versions {','.join(versions)} --repeats {repeats} --out {out}"
     for ds_version in versions:
         log(f"[matrix] DeepSpeed {ds_version} ...")
         try:
@@ -237,10 +241,13 @@ def main(versions: list[str], out: Path, repeats: int = 3, log=print) -> int:
         except Exception as exc:  # one broken release never stops the others
             rows.append({"deepspeed": ds_version, "installs": None, "imports": None, "patch": None, "cells": [],
                          "reason": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]})  # fmt: skip
+        rows[-1].update(command=command, date=time.strftime("%Y-%m-%d"))
+    order = {v: i for i, v in enumerate(FULL)}
+    rows.sort(key=lambda r: (order.get(r["deepspeed"], len(order)), r["deepspeed"]))
     data = {
         "torch": version("torch"),
         "transformers": version("transformers"),
-        "command": f"python -m repro matrix --versions {','.join(versions)} --repeats {repeats} --out {out}",
+        "command": f"python -m repro matrix --full --repeats {repeats} --out {out}",
         "rows": rows,
     }
     write_json(out / "matrix.json", data)
