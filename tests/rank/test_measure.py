@@ -38,3 +38,12 @@ def test_first_mismatch_attributes_module_and_respects_dtype_tolerance():
 def test_first_divergent_index():
     assert measure.first_divergent_index([1, 2, 3], [1, 2, 3]) is None
     assert measure.first_divergent_index([1, 2, 3], [1, 5, 3]) == 1
+
+
+def test_spilled_tensors_come_back_bitwise_and_keep_no_copy_in_memory():
+    originals = {"a": torch.randn(4, 3), "b": torch.arange(5.0)}
+    spilled = measure.SpilledTensors(originals.items())
+    assert set(spilled) == {"a", "b"} and len(spilled) == 2
+    for name, t in originals.items():
+        assert torch.equal(spilled[name], t)
+    assert not hasattr(spilled, "_tensors")  # what it holds is file names, not tensors
