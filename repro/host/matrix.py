@@ -242,8 +242,14 @@ def main(versions: list[str], out: Path, repeats: int = 3, log=print) -> int:
             rows.append({"deepspeed": ds_version, "installs": None, "imports": None, "patch": None, "cells": [],
                          "reason": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]})  # fmt: skip
         rows[-1].update(command=command, date=time.strftime("%Y-%m-%d"))
+        _write(out, rows, repeats)  # after every release: an interrupted sitting keeps what it measured
+    print(f"wrote {out / 'MATRIX.md'}", file=sys.stderr)
+    return 0
+
+
+def _write(out: Path, rows: list[dict], repeats: int) -> None:
     order = {v: i for i, v in enumerate(FULL)}
-    rows.sort(key=lambda r: (order.get(r["deepspeed"], len(order)), r["deepspeed"]))
+    rows = sorted(rows, key=lambda r: (order.get(r["deepspeed"], len(order)), r["deepspeed"]))
     data = {
         "torch": version("torch"),
         "transformers": version("transformers"),
@@ -252,5 +258,3 @@ def main(versions: list[str], out: Path, repeats: int = 3, log=print) -> int:
     }
     write_json(out / "matrix.json", data)
     (out / "MATRIX.md").write_text(render(data))
-    print(f"wrote {out / 'MATRIX.md'}", file=sys.stderr)
-    return 0

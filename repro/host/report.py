@@ -24,6 +24,24 @@ UPSTREAM = {
 }
 
 
+# The two sibling bugs this project found in the same container family, each with its own patch and
+# upstream-style test; their measurements are results/reference/family/FAMILY.md (`python -m repro family`).
+FAMILY = [
+    "This run measures #8391 only. Two more bugs of the same family, each with its own patch and test in "
+    "this repository, are measured side by side in `results/reference/family/FAMILY.md` "
+    "(`python -m repro family`, CPU evidence):",
+    "",
+    "| bug | needs | patch | upstream-style test |",
+    "|---|---|---|---|",
+    "| #8391: QKV inference layout discarded by ZeRO-3 | ZeRO-3, world size >= 2 | `0001` | "
+    "`test_hybrid_megatron_zero3.py`, `test_hybrid_megatron_zero3_partitions.py` |",
+    "| LoRA delta on `query_key_value` fused in the training layout into an inference-layout weight | LoRA on "
+    "QKV; any world size, pinned or not | `0002` | `test_hybrid_megatron_lora.py` |",
+    "| LoRA fusion discarded after the prompt forward (`_zero3_forward`) | ZeRO-3, `pin_parameters: false`, "
+    "world size >= 2 | `0003` | `test_hybrid_engine_lora_non_pinned.py` |",
+]
+
+
 class ReportError(RuntimeError):
     pass
 
@@ -295,6 +313,7 @@ def render(data: dict) -> str:
         *_kernel_paths(data),
         "",
     ]
+    lines += ["## The bug family", "", *FAMILY, ""]
     if "sanity" in data:
         lines += ["## DeepSpeed's sanity checks", "", *_sanity(data["sanity"]), ""]
     if "audit" in data:
