@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -24,6 +25,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from ..paths import REPO_ROOT, cache_root, write_json
+from .launch import Interrupted, interrupt_on_sigterm
 
 # First release with HybridMegatronContainer (the Hybrid Engine refactor, PR #3425): 0.9.3; then the last
 # release of each minor line, 0.19.7 (last without PR #8539) and 0.19.8.
@@ -98,6 +100,18 @@ def _site(python: Path) -> Path:
     return Path(out.stdout.strip())
 
 
+def _run_stoppable(cmd: list[str], env: dict) -> subprocess.CompletedProcess:
+    """A `repro run` child that, on Ctrl-C or SIGTERM here, gets SIGTERM itself and stops its ranks."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        stdout, stderr = proc.communicate()
+    except (KeyboardInterrupt, Interrupted):
+        proc.terminate()
+        proc.wait(timeout=30)
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
 def _runs(python: Path, env: dict, out: Path, ds_version: str, harness: bool, repeats: int, log) -> dict:
     """`repeats` tiny before/after pairs; counts of bug reproduced before and fixed after."""
     counts = {"runs": 0, "bug_reproduced_before": 0, "fixed_after": 0, "wall_s": [], "qkv_after": [], "errors": []}
@@ -105,15 +119,16 @@ def _runs(python: Path, env: dict, out: Path, ds_version: str, harness: bool, re
         run_dir = out / f"deepspeed-{ds_version}-{'harness' if harness else 'as-released'}-{i + 1}"
         cmd = [str(python), "-m", "repro", "run", "--variant", "both", "--model", "tiny", "--cycles", "4"]
         started = time.time()
-        proc = subprocess.run(
-            [*cmd, "--out", str(run_dir), "--timeout", "600"], capture_output=True, text=True, env=env
-        )
+        proc = _run_stoppable([*cmd, "--out", str(run_dir), "--timeout", "600"], env)
         counts["wall_s"].append(round(time.time() - started, 1))
         summary_path = run_dir / "summary.json"
         if not summary_path.exists():
             counts["errors"].append((proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1][:300])
             continue
         summary = json.loads(summary_path.read_text())
+        if summary.get("error"):  # a run that broke was not judged: it counts as no run, with its reason
+            counts["errors"].append(summary["error"][:300])
+            continue
         after = json.loads((run_dir / "after.json").read_text()) if (run_dir / "after.json").exists() else {}
         counts["runs"] += 1
         counts["bug_reproduced_before"] += bool(summary.get("bug_reproduced_before"))
@@ -132,6 +147,11 @@ def _one(ds_version: str, out: Path, repeats: int, log) -> dict:
         "reason": "",
         "cells": [],
     }
+    earlier = sorted(out.glob(f"deepspeed-{ds_version}-*"))
+    if earlier:  # this release's row is being re-measured: its old run folders go with its old row
+        log(f"[matrix] {ds_version}: replacing {len(earlier)} run folder(s) of an earlier sitting")
+        for path in earlier:
+            shutil.rmtree(path)
     python, why = _venv(ds_version, log)
     if python is None:
         row["reason"] = why
@@ -231,6 +251,7 @@ def main(versions: list[str], out: Path, repeats: int = 3, log=print) -> int:
     """Runs `versions` into `out`; rows of other releases already in `out/matrix.json` are kept, so the
     range can be filled in several sittings. Each row records the command and time that made it."""
     out.mkdir(parents=True, exist_ok=True)
+    interrupt_on_sigterm()
     previous = json.loads((out / "matrix.json").read_text()).get("rows", []) if (out / "matrix.json").exists() else []
     rows = [r for r in previous if r["deepspeed"] not in versions]
     command = f"python -m repro matrix --versions {','.join(versions)} --repeats {repeats} --out {out}"
