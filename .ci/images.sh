@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the CPU image's before/after targets with Debian's buildah (vfs storage, chroot isolation),
+# Builds the CPU image's before/after targets with Debian's buildah (overlay storage where the kernel allows it, else vfs; chroot isolation),
 # overriding only the base image (a debootstrap'd bookworm imported locally: no registry is
 # reachable here) and the torch requirement (the local CPU wheel), then runs inside each image,
 # through the same invoke tasks a user runs: the tiny before/after reproduction and the upstream
@@ -7,21 +7,42 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-export REPRO_BUILDAH_STORAGE=vfs
 BASE=localhost/repro-bookworm-minbase:ci
 WHEELS=${REPRO_CI_WHEELS:-/opt/wheels}
 CA=${REPRO_CI_CA:-/etc/ssl/certs/ca-certificates.crt}
-bah=(buildah --storage-driver vfs)
+STORE=/var/lib/containers/storage
+
+# Storage driver. Kernel overlay keeps each layer as a diff (both images: ~6 GB). vfs copies the whole
+# root filesystem for every instruction (buildah 1.28 commits a layer even for ARG/ENV/LABEL), so the
+# two images need ~45 GB there: on a 60 GB machine it ran out of space (CI, 2026-11-30). A store that
+# already exists keeps its driver (buildah refuses to open it with another one).
+driver=vfs
+if [ -d "$STORE/overlay-images" ]; then
+  driver=overlay
+elif [ ! -d "$STORE/vfs-images" ]; then
+  probe=$(mktemp -d)
+  mkdir -p "$probe/l" "$probe/u" "$probe/w" "$probe/m"
+  if mount -t overlay overlay -o "lowerdir=$probe/l,upperdir=$probe/u,workdir=$probe/w" "$probe/m" 2>/dev/null; then
+    umount "$probe/m"
+    driver=overlay
+  fi
+  rm -rf "$probe"
+fi
+export REPRO_BUILDAH_STORAGE=$driver
+bah=(buildah --storage-driver "$driver")
+echo "buildah storage driver: $driver"
 
 if ! command -v buildah >/dev/null || ! command -v debootstrap >/dev/null; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah debootstrap >/dev/null
 fi
 
-# vfs stores every layer as a full copy: a from-scratch build of both images needs ~30 GB.
+need_gb=15
+[ "$driver" = vfs ] && need_gb=45
 free_gb=$(df -BG --output=avail /var/lib 2>/dev/null | tail -n 1 | tr -dc 0-9)
-if [ "${free_gb:-0}" -lt 30 ]; then
-  echo "error: ${free_gb:-?} GB free under /var/lib; buildah's vfs storage needs ~30 GB (buildah rmi --all frees it)" >&2
+if [ "${free_gb:-0}" -lt "$need_gb" ]; then
+  echo "error: ${free_gb:-?} GB free under /var/lib; buildah's $driver storage needs ~$need_gb GB" \
+    "(buildah --storage-driver $driver rmi --all frees it)" >&2
   exit 2
 fi
 
@@ -71,4 +92,4 @@ done
   deepspeed-he-zero3-repro:cpu-after | tr '|' '\n' | tail -n 4 | head -n 3 || true
 .venv/bin/python .ci/layer_size.py deepspeed-he-zero3-repro:cpu-before deepspeed-he-zero3-repro:cpu-after
 echo "base image: $((t1 - t0)) s; image build: $((t2 - t1)) s; in-image runs: $((t3 - t2)) s"
-echo "vfs storage: $(du -sh /var/lib/containers/storage 2>/dev/null | cut -f1)"
+echo "$driver storage: $(du -sh "$STORE" 2>/dev/null | cut -f1)"

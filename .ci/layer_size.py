@@ -2,13 +2,22 @@
 after stage's one RUN step) and how many layers it does not share with the `before` tag."""
 
 import json
+import os
 import subprocess
 import sys
 
 
 def inspect(image: str) -> dict:
     out = subprocess.run(
-        ["buildah", "--storage-driver", "vfs", "inspect", "--type", "image", image],
+        [
+            "buildah",
+            "--storage-driver",
+            os.environ.get("REPRO_BUILDAH_STORAGE", "vfs"),
+            "inspect",
+            "--type",
+            "image",
+            image,
+        ],
         capture_output=True,
         text=True,
         check=True,
