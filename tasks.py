@@ -34,7 +34,8 @@ def _exit(code: int) -> None:
     auto_shortflags=False,
     help={
         "backend": "auto (ROCm image if an engine and /dev/kfd exist, else CPU image, else local), rocm, cpu",
-        "engine": "auto (docker, then podman, else local), docker, podman, buildah, or local (no container)",
+        "engine": "auto (docker, then podman, else local), docker, podman, buildah, apptainer (SIF files under "
+        "build/sif/), or local (no container)",
         "model": "default: EleutherAI/pythia-410m-deduped on ROCm when available, else pythia-410m (seeded random "
         "weights); also tiny, a hub id or a local directory",
         "ranks": "world size (default 2; 1 hides the bug and is refused)",
@@ -49,6 +50,8 @@ def _exit(code: int) -> None:
         "checks": "also run the upstream regression test both ways, the audit and DeepSpeed's sanity checks "
         "(default on; --no-checks skips them)",
         "dry_run": "print the commands (build and run), run nothing",
+        "launcher": "torchrun (default) or slurm: one srun task per rank, on one node (inside salloc/sbatch; "
+        "--engine local)",
     },
 )
 def repro(
@@ -66,11 +69,12 @@ def repro(
     selinux_label=None,
     checks=True,
     dry_run=False,
+    launcher="torchrun",
 ):
     """Run the before/after reproduction and write REPORT.md under results/ (the main job)."""
     request = jobs.ReproRequest(
         backend, engine, model, int(ranks), gpus, dtype, variant, out, shm_size, seccomp_unconfined, selinux_label,
-        checks, dry_run,
+        checks, dry_run, launcher,
     )  # fmt: skip
     _exit(_run(jobs.repro, request))
 
@@ -80,7 +84,7 @@ def repro(
     help={
         "backend": "rocm or cpu (default: rocm when /dev/kfd exists, else cpu)",
         "variant": "before, after or both (default)",
-        "engine": "auto (docker, then podman), docker, podman or buildah",
+        "engine": "auto (docker, then podman), docker, podman, buildah or apptainer",
         "build_arg": "KEY=VALUE passed to the build (repeatable), over the flavour's own: BASE_IMAGE, "
         "TORCH_REQUIREMENT, TORCH_INDEX_URL, PYTORCH_ROCM_ARCH (default gfx90a;gfx942)",
         "dry_run": "print the commands, build nothing",
@@ -97,7 +101,7 @@ def build(c, backend="", variant="both", engine="auto", build_arg=None, dry_run=
         "in_image": "run the upstream regression test inside the before and after images (expect: before fails "
         "on its assertions, after passes)",
         "backend": "image backend for --in-image (default cpu)",
-        "engine": "engine for --in-image (auto, docker, podman, buildah)",
+        "engine": "engine for --in-image (auto, docker, podman, buildah, apptainer)",
         "pytest_args": "extra arguments for pytest (local runs), e.g. '-m \"not distributed\"'",
         "dry_run": "print the commands, run nothing",
     },

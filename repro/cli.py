@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .options import EXIT_USAGE, RunOptions, UsageError
+from .options import EXIT_USAGE, LAUNCHERS, RunOptions, UsageError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -58,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=1234, help="seed of the random weights")
     run.add_argument("--out", type=Path, help="new directory for the JSON; default results/runs/<new>")
     run.add_argument("--timeout", type=float, default=900.0, help="seconds before a hung variant is stopped")
+    run.add_argument(
+        "--launcher",
+        choices=LAUNCHERS,
+        default="torchrun",
+        help="torchrun (this host) or slurm (srun, one task per rank on one node; inside salloc/sbatch)",
+    )
     run.add_argument(
         "--with-checks",
         action="store_true",
@@ -168,6 +174,7 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
         timeout_s=args.timeout,
         with_checks=args.with_checks,
         allow_single_rank=args.allow_single_rank,
+        launcher=args.launcher,
     )
     try:
         return execute(validate(opts), argv, log=stderr_log)

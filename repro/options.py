@@ -10,6 +10,8 @@ from pathlib import Path
 # nothing was judged; 130: interrupted (Ctrl-C / SIGTERM), every rank stopped.
 EXIT_OK, EXIT_EXPECTATION, EXIT_USAGE, EXIT_BROKEN, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 VARIANTS = ("before", "after")
+# How a variant's ranks start: torchrun on this host, or Slurm's srun (one task per rank, on one node).
+LAUNCHERS = ("torchrun", "slurm")
 
 
 class UsageError(RuntimeError):
@@ -33,6 +35,7 @@ class RunOptions:
     timeout_s: float = 900.0
     allow_single_rank: bool = False
     with_checks: bool = False
+    launcher: str = "torchrun"
 
 
 def variants_of(variant: str) -> list[str]:

@@ -126,3 +126,9 @@ def test_help(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == 0 and "usage:" in capsys.readouterr().out
+
+
+def test_slurm_launcher_without_srun_is_refused(capsys, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    code, err = _run(capsys, "run", "--model", "tiny", "--launcher", "slurm")
+    assert code == 2 and "needs Slurm's `srun` on PATH" in err and len(err.strip().splitlines()) == 1

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..paths import REPO_ROOT, hf_home
-from . import amd
+from . import amd, apptainer
 
-ENGINES = ("docker", "podman", "buildah")
+ENGINES = ("docker", "podman", "buildah", "apptainer")
 AUTO_ENGINES = ("docker", "podman")
 IMAGE_REPO = "deepspeed-he-zero3-repro"
 DOCKERFILE = REPO_ROOT / "docker" / "Dockerfile"
@@ -64,7 +64,12 @@ def engine_works(name: str) -> bool:
     """Docker's client exists without an engine: ask the engine, not the client."""
     if shutil.which(name) is None:
         return False
-    probe = {"docker": ["docker", "info"], "podman": ["podman", "info"], "buildah": ["buildah", "version"]}[name]
+    probe = {
+        "docker": ["docker", "info"],
+        "podman": ["podman", "info"],
+        "buildah": ["buildah", "version"],
+        "apptainer": ["apptainer", "version"],
+    }[name]
     try:
         return subprocess.run(probe, capture_output=True, timeout=20).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
@@ -76,13 +81,15 @@ def amd_gpu_present() -> bool:
 
 
 def resolve_engine(engine: str, *, allow_local: bool, dry_run: bool = False) -> str:
-    """The one rule for `--engine auto`: the first working of docker, podman (buildah is opt-in: it
-    builds well but is no daily runtime); else `local` where allowed. Explicit engines are checked."""
+    """The one rule for `--engine auto`: the first working of docker, podman (buildah and apptainer are
+    opt-in: named explicitly); else `local` where allowed. Explicit engines are checked."""
     if engine not in ("auto", "local", *ENGINES):
-        raise EngineError(f"--engine must be auto, docker, podman, buildah or local, not {engine!r}")
+        raise EngineError(f"--engine must be auto, {', '.join(ENGINES)} or local, not {engine!r}")
     if engine == "local":
         if not allow_local:
-            raise EngineError("this task needs a container engine (docker, podman or buildah); see `invoke doctor`")
+            raise EngineError(
+                "this task needs a container engine (docker, podman, buildah or apptainer); see `invoke doctor`"
+            )
         return "local"
     if engine == "auto":
         found = next((e for e in AUTO_ENGINES if engine_works(e)), None)
@@ -136,8 +143,28 @@ def choose(backend: str, engine: str, dry_run: bool = False) -> Choice:
     return Choice(backend, resolved, f"asked for --backend {backend} --engine {engine}")
 
 
-def image_name(backend: str, variant: str) -> str:
+def image_name(backend: str, variant: str, engine: str = "docker") -> str:
+    """The image's tag; for Apptainer, the SIF file's path."""
+    if engine == "apptainer":
+        return str(apptainer.sif_path(backend, variant))
     return f"{IMAGE_REPO}:{backend}-{variant}"
+
+
+def prepare_build(engine: str, backend: str, variant: str, build_args: dict[str, str], dry_run: bool) -> None:
+    """Apptainer builds from a definition generated from the Dockerfile (written on a dry run too, so it
+    can be read) and from the build context as Docker sees it (staged only for a real build)."""
+    if engine != "apptainer":
+        return
+    merged = {**FLAVOURS[backend], **build_args}
+    revision = _git_revision()
+    if revision:
+        merged["REVISION"] = revision
+    before = apptainer.sif_path(backend, "before") if variant == "after" else None
+    path = apptainer.def_path(backend, variant)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(apptainer.definition(merged, variant, before_sif=before))
+    if not dry_run and variant == "before":
+        apptainer.stage_context()
 
 
 def build_command(engine: str, backend: str, variant: str, build_args: dict[str, str]) -> list[str]:
@@ -148,6 +175,8 @@ def build_command(engine: str, backend: str, variant: str, build_args: dict[str,
     labels = ["--build-arg", f"REVISION={revision}"] if revision else []
     dockerfile = str(DOCKERFILE.relative_to(REPO_ROOT))
     tail = ["-f", dockerfile, "--target", variant, "-t", image_name(backend, variant), *args, *labels, "."]
+    if engine == "apptainer":
+        return apptainer.build_command(backend, variant)
     if engine == "buildah":
         volumes = [a for v in _buildah_build_volumes() for a in ("--volume", v)]
         return [*Engine("buildah").base(), "bud", "--isolation", "chroot", "--layers", *volumes, *tail]
@@ -247,6 +276,12 @@ def run_command(
     env_flags = [a for k, v in env.items() for a in ("-e", f"{k}={v}")]
     if "HF_TOKEN" in os.environ:
         env_flags += ["-e", "HF_TOKEN"]  # by name only: the value never appears in a command or a file
+    if engine == "apptainer":
+        binds = [v.removesuffix(z) for v in volumes]  # Apptainer's binds take no SELinux relabel flag
+        env.pop("HOME")  # Apptainer sets HOME to the caller's own and refuses to override it
+        if "ROCR_VISIBLE_DEVICES" in os.environ:  # Slurm's GPU binding: --cleanenv would drop it
+            env["ROCR_VISIBLE_DEVICES"] = os.environ["ROCR_VISIBLE_DEVICES"]
+        return apptainer.exec_command(backend, Path(image), inner, binds, env, WORKDIR)
     vol_flags = [a for v in volumes for a in ("-v", v)]
     if engine == "buildah":
         return [
@@ -283,6 +318,8 @@ def run_command(
 def image_exists(engine: str, image: str) -> bool:
     if engine == "local":
         return True
+    if engine == "apptainer":
+        return Path(image).is_file()
     cmd = {
         "docker": ["docker", "image", "inspect", image],
         "podman": ["podman", "image", "exists", image],
@@ -292,7 +329,10 @@ def image_exists(engine: str, image: str) -> bool:
 
 
 def image_digest(engine: str, image: str) -> str | None:
-    """The image's ID/digest as the engine reports it, for the report's environment section."""
+    """The image's ID/digest as the engine reports it, for the report's environment section (a SIF has
+    none to ask for: its path is recorded as the image)."""
+    if engine == "apptainer":
+        return None
     if engine == "buildah":
         cmd = [*Engine("buildah").base(), "inspect", "--type", "image", "--format", "{{.FromImageDigest}}", image]
     else:

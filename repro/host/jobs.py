@@ -11,7 +11,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..model_registry import ModelUnavailable, check_available, check_cached
-from ..options import EXIT_BROKEN, EXIT_EXPECTATION, EXIT_USAGE, VARIANTS, UsageError, check_new_out, variants_of
+from ..options import (
+    EXIT_BROKEN,
+    EXIT_EXPECTATION,
+    EXIT_USAGE,
+    LAUNCHERS,
+    VARIANTS,
+    UsageError,
+    check_new_out,
+    variants_of,
+)
 from ..paths import RESULTS_DIR, RUNS_DIR, cache_root
 from . import amd, containers
 from .run import new_run_dir
@@ -43,6 +52,7 @@ class ReproRequest:
     selinux_label: bool | None = None
     checks: bool = True
     dry_run: bool = False
+    launcher: str = "torchrun"
     notes: list[str] = field(default_factory=list)
 
 
@@ -93,7 +103,14 @@ def repro(req: ReproRequest, log=print) -> int:
     variants = _variants(req.variant)
     if int(req.ranks) < 2:
         raise JobError("--ranks 1 hides the bug (the Hybrid Engine keeps the change at world size 1); use --ranks 2")
+    if req.launcher not in LAUNCHERS:
+        raise JobError(f"--launcher must be one of {', '.join(LAUNCHERS)}, not {req.launcher!r}")
     choice = choose(req.backend, req.engine, req.dry_run, log)
+    if req.launcher == "slurm" and choice.engine != "local":
+        raise JobError(
+            "--launcher slurm starts one srun task per rank in this host's Python (--engine local); to run an image "
+            "under Slurm, submit scripts/slurm/repro.sbatch (one task that runs the image's own torchrun)"
+        )
     if req.gpus and choice.backend != "rocm":
         raise JobError("--gpus applies to the ROCm backend only")
     try:
@@ -106,6 +123,7 @@ def repro(req: ReproRequest, log=print) -> int:
     common = ["--model", model, "--ranks", str(req.ranks), "--dtype", dtype, "--backend", choice.backend]
     if choice.engine == "local":
         cmd = [sys.executable, "-m", "repro", "run", "--variant", req.variant, "--out", str(out), *common]
+        cmd += ["--launcher", req.launcher] if req.launcher != "torchrun" else []
         code = containers.execute("local", cmd + (["--with-checks"] if req.checks else []), req.dry_run, log)
     else:
         code = _repro_in_images(req, choice, variants, out, common, gpu_list, log)
@@ -126,7 +144,7 @@ def _repro_in_images(req, choice, variants, out: Path, common: list[str], gpus: 
     inside = f"{containers.WORKDIR}/results/{out.relative_to(RESULTS_DIR)}"
     code = 0
     for v in variants:  # each variant in its own image: before = as released, after = patched at build
-        image = containers.image_name(choice.backend, v)
+        image = containers.image_name(choice.backend, v, choice.engine)
         # The before image's run checks both ways itself (installed vs patched copy).
         extra = ["--with-checks"] if req.checks and v == "before" else []
         inner = ["python", "-m", "repro", "run", "--variant", v, "--out", inside, *common, *extra]
@@ -150,7 +168,7 @@ def _repro_in_images(req, choice, variants, out: Path, common: list[str], gpus: 
 
 def ensure_images(choice: containers.Choice, variants: list[str], dry_run: bool, log=print) -> None:
     for variant in variants:
-        image = containers.image_name(choice.backend, variant)
+        image = containers.image_name(choice.backend, variant, choice.engine)
         if dry_run or not containers.image_exists(choice.engine, image):
             log(f"image {image} {'(would be built if missing)' if dry_run else 'is missing: building it'}")
             build(choice.backend, variant, choice.engine, {}, dry_run, log)
@@ -166,13 +184,14 @@ def build(backend: str, variant: str, engine: str, build_args: dict[str, str], d
     except containers.EngineError as exc:
         raise JobError(str(exc)) from None
     for v in _variants(variant):
+        containers.prepare_build(engine, backend, v, build_args, dry_run)
         cmd = containers.build_command(engine, backend, v, build_args)
         started = time.time()
         code = containers.execute(engine, cmd, dry_run, log)
         if code:
-            raise JobError(f"building {containers.image_name(backend, v)} failed (status {code})", code=1)
+            raise JobError(f"building {containers.image_name(backend, v, engine)} failed (status {code})", code=1)
         if not dry_run:
-            log(f"built {containers.image_name(backend, v)} in {time.time() - started:.0f} s")
+            log(f"built {containers.image_name(backend, v, engine)} in {time.time() - started:.0f} s")
 
 
 def parse_build_args(pairs: list[str]) -> dict[str, str]:
@@ -197,7 +216,7 @@ def test_in_images(backend: str, engine: str, dry_run: bool, log=print) -> int:
     ensure_images(choice, list(VARIANTS), dry_run, log)
     codes = {}
     for v in VARIANTS:
-        image = containers.image_name(choice.backend, v)
+        image = containers.image_name(choice.backend, v, choice.engine)
         inner = ["python", "-m", "repro", "regression"]
         mounts = containers.default_mounts(RESULTS_DIR)
         cmd = containers.run_command(choice.engine, choice.backend, image, inner, mounts)
@@ -217,7 +236,7 @@ def shell(backend: str, engine: str, variant: str, dry_run: bool, log=print) -> 
     choice = choose(backend, engine, dry_run, log)
     if choice.engine == "local":
         raise JobError("`invoke shell` needs a container engine; see `invoke doctor`")
-    image = containers.image_name(choice.backend, variant)
+    image = containers.image_name(choice.backend, variant, choice.engine)
     if not dry_run and not containers.image_exists(choice.engine, image):
         raise JobError(f"image {image} does not exist; build it with `invoke build --backend {choice.backend}`")
     mounts = containers.default_mounts(RESULTS_DIR)
@@ -240,6 +259,12 @@ def clean(images: bool, engine: str, dry_run: bool, log=print) -> None:
         raise JobError(str(exc)) from None
     for backend in containers.FLAVOURS:
         for v in VARIANTS:
+            if engine == "apptainer":
+                sif = Path(containers.image_name(backend, v, engine))
+                log(f"remove {sif}")
+                if not dry_run:
+                    sif.unlink(missing_ok=True)
+                continue
             cmd = [*containers.Engine(engine).base(), "rmi", containers.image_name(backend, v)]
             containers.execute(engine, cmd, dry_run, log)
 

@@ -1,4 +1,4 @@
-"""Starts the ranks of one variant under torchrun and bounds them: a rank that fails or hangs
+"""Starts the ranks of one variant (torchrun, or srun under Slurm) and bounds them: a rank that fails or hangs
 ends the whole run within `timeout_s`, and its error is surfaced, not buried in the log."""
 
 from __future__ import annotations
@@ -75,6 +75,7 @@ class LaunchSpec:
     prompt: str | None
     timeout_s: float
     soak: bool = False
+    launcher: str = "torchrun"
 
     @property
     def dist_backend(self) -> str:
@@ -123,14 +124,34 @@ def torchrun(module: str, ranks: int, port: int, *args: str) -> list[str]:
             "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", module, *args]  # fmt: skip
 
 
+def srun(module: str, ranks: int, job_name: str, *args: str) -> list[str]:
+    """Slurm's `srun`, one task per rank on one node (repro.rank.slurm_env maps its variables). Slurm then
+    owns every rank: its time limit and `scancel` reach each one, and one rank's failure ends the step."""
+    return ["srun", "--nodes=1", f"--ntasks={ranks}", "--kill-on-bad-exit=1", f"--job-name={job_name}",
+            sys.executable, "-m", module, *args]  # fmt: skip
+
+
 def command(spec: LaunchSpec, spec_file: Path, port: int) -> list[str]:
+    if spec.launcher == "slurm":
+        return srun("repro.rank", spec.ranks, f"repro-{spec.variant}", str(spec_file))
     return torchrun("repro.rank", spec.ranks, port, str(spec_file))
 
 
+def launcher_env(spec: LaunchSpec, port: int) -> dict[str, str]:
+    """torchrun sets the rendezvous itself; srun's tasks get it from here (the one node is the host)."""
+    return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)} if spec.launcher == "slurm" else {}
+
+
 def _first_error(log: str) -> str:
-    """The most telling line of a failed run's log: a rank's exception, else torchrun's summary."""
+    """The most telling line of a failed run's log: a rank's exception, else the launcher's summary."""
     lines = log.splitlines()
-    for pattern in (r"^\[rank\d+\]: \w+(Error|Exception)\b.*", r"^\w+(Error|Exception): .*", r".*exitcode\s*:.*"):
+    patterns = (
+        r"^\[rank\d+\]: \w+(Error|Exception)\b.*",
+        r"^\w+(Error|Exception): .*",
+        r".*exitcode\s*:.*",  # torchrun's summary
+        r"^srun: error: .*",  # srun's
+    )
+    for pattern in patterns:
         found = [ln for ln in lines if re.match(pattern, ln.strip())]
         if found:
             return found[-1].strip()
@@ -163,7 +184,8 @@ def run_variant(spec: LaunchSpec, out_dir: Path, patched_root: Path | None, prog
     spec_file = out_dir / f".{spec.variant}.spec.json"
     log_file = out_dir / f"{spec.variant}.log"
     spec_file.write_text(json.dumps({**spec.__dict__, "dist_backend": spec.dist_backend, "out": str(out_json)}))
-    cmd = command(spec, spec_file, free_port())
+    port = free_port()
+    cmd = command(spec, spec_file, port)
     with open(log_file, "w") as log:
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
@@ -171,7 +193,7 @@ def run_variant(spec: LaunchSpec, out_dir: Path, patched_root: Path | None, prog
             cmd,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=rank_env(spec.backend, patched_root),
+            env={**rank_env(spec.backend, patched_root), **launcher_env(spec, port)},
             cwd=REPO_ROOT,
             start_new_session=True,
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from ..options import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
+    LAUNCHERS,
     VARIANTS,
     RunOptions,
     UsageError,
@@ -82,6 +84,13 @@ def validate(opts: RunOptions) -> RunOptions:
         check_available(opts.model)
     except ModelUnavailable as exc:
         raise UsageError(str(exc)) from exc
+    if opts.launcher not in LAUNCHERS:
+        raise UsageError(f"--launcher must be one of {', '.join(LAUNCHERS)}, not {opts.launcher!r}")
+    if opts.launcher == "slurm" and shutil.which("srun") is None:
+        raise UsageError(
+            "--launcher slurm needs Slurm's `srun` on PATH (on a cluster: inside `salloc` or an sbatch script); "
+            "without Slurm use --launcher torchrun"
+        )
     if opts.out is not None:
         check_new_out(opts.out, variants)
         _check_writable(opts.out)
@@ -129,6 +138,7 @@ def _spec(opts: RunOptions, variant: str) -> LaunchSpec:
         seed=opts.seed,
         prompt=opts.prompt,
         timeout_s=opts.timeout_s,
+        launcher=opts.launcher,
     )
 
 

@@ -7,12 +7,13 @@ import os
 import sys
 from pathlib import Path
 
-from . import environment
+from . import environment, slurm_env
 from .lifecycle import finish
 from .reproduce import run
 
 
 def main(argv: list[str]) -> int:
+    slurm_env.apply()
     spec = json.loads(Path(argv[0]).read_text())
     result = run(spec)
     rss = environment.peak_rss_mb()

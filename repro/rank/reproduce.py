@@ -245,7 +245,7 @@ def run(spec: dict) -> dict:
         "pin_parameters": spec["pin"],
         "prompt_ids": ids[0].tolist(),
         "versions": environment.versions(),
-        "environment": environment.describe("torchrun", world),
+        "environment": environment.describe("srun" if spec.get("launcher") == "slurm" else "torchrun", world),
         "deepspeed_path": str(Path(deepspeed.__file__).parent),
         "hybrid_megatron_path": hm.__file__,
         "patched": fixstatus.is_fixed(fix),

@@ -57,3 +57,19 @@ def test_progress_lines_are_relayed_once_and_only_when_complete(tmp_path):
     relay()
     relay()
     assert seen == ["[before] 12:00:00 imports done in 3.0 s", "[before] 12:00:01 half a line"]
+
+
+def test_slurm_command_is_one_srun_task_per_rank_on_one_node(tmp_path):
+    spec = _spec(10)
+    spec.launcher = "slurm"
+    cmd = launch.command(spec, tmp_path / "s.json", 29500)
+    assert cmd[:5] == ["srun", "--nodes=1", "--ntasks=2", "--kill-on-bad-exit=1", "--job-name=repro-before"]
+    assert cmd[-3:] == ["-m", "repro.rank", str(tmp_path / "s.json")] and "torch.distributed.run" not in cmd
+    assert launch.launcher_env(spec, 29500) == {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+    spec.launcher = "torchrun"
+    assert launch.launcher_env(spec, 29500) == {}  # torchrun sets its own rendezvous
+
+
+def test_srun_failure_line_is_the_one_shown():
+    log = "Traceback (most recent call last):\n  ...\nsrun: error: vm: task 1: Exited with exit code 1\n"
+    assert launch._first_error(log) == "srun: error: vm: task 1: Exited with exit code 1"
