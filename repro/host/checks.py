@@ -4,6 +4,7 @@ each as JSON. A check that breaks records its error in its own file; it never co
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -57,7 +58,8 @@ def write_all(out: Path, log=print) -> dict[str, str]:
     ]
     status = {}
     for name, what, fn in steps:
-        log(f"[checks] {what} ...")
+        log(f"[checks] {time.strftime('%H:%M:%S')} {what} ...")
+        started = time.monotonic()
         try:
             data = fn()
             status[name] = "ok"
@@ -65,6 +67,7 @@ def write_all(out: Path, log=print) -> dict[str, str]:
             data = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
             status[name] = f"error: {data['error']}"
         write_json(out / f"{name}.json", data)
+        log(f"[checks] {time.strftime('%H:%M:%S')} {name} {status[name]} in {time.monotonic() - started:.1f} s")
         if name == "regression" and "error" not in data:
             log(f"[checks] regression test: before={data['before']['outcome']} after={data['after']['outcome']}")
     return status

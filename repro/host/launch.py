@@ -14,9 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import progress
 from ..paths import REPO_ROOT, cache_root, write_json
-
-PROGRESS = "[progress]"  # the prefix repro.rank.lifecycle.progress prints
 
 
 class LaunchError(RuntimeError):
@@ -173,8 +172,9 @@ class _ProgressRelay:
         complete = chunk.rfind(b"\n") + 1
         self.offset += complete
         for line in chunk[:complete].decode(errors="replace").splitlines():
-            if line.startswith(PROGRESS):
-                self.sink(f"{self.prefix} {line[len(PROGRESS) :].strip()}")
+            message = progress.parse(line)
+            if message is not None:
+                self.sink(f"{self.prefix} {message}")
 
 
 def run_variant(spec: LaunchSpec, out_dir: Path, patched_root: Path | None, progress=None) -> dict:

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from ..paths import write_json
+from ..progress import line as progress_line
 
 SHM_COMM_OP = "deepspeed_shm_comm"
-PROGRESS = "[progress]"
 
 
 def progress(text: str) -> None:
     """One timestamped line per phase, plain text: readable in the variant's log file and relayed by
     the host to the terminal or a batch job's output (repro.host.launch)."""
-    print(f"{PROGRESS} {time.strftime('%H:%M:%S')} {text}", flush=True)
+    print(progress_line(text), flush=True)
 
 
 def init_distributed(dist_backend: str) -> None:
