@@ -32,7 +32,9 @@ def _engines() -> list[Check]:
             else {
                 "docker": "install Docker Engine and start it (systemctl start docker), or --engine podman/buildah",
                 "podman": "apt-get install podman (rootless needs subuid/subgid ranges)",
-                "buildah": "apt-get install buildah (CI uses --storage-driver vfs --isolation chroot)",
+                "buildah": "apt-get install buildah (CI uses --storage-driver overlay, or vfs, --isolation chroot)",
+                "apptainer": "HPC sites: `module load apptainer` (or your site's name for it); see README "
+                "'On an HPC site'",
             }[name]
         )
         checks.append(Check(f"engine: {name}", works, detail, fix, "container runs"))

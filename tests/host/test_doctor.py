@@ -32,6 +32,8 @@ def test_a_doomed_host_is_named_with_its_fix(monkeypatch):
 def test_exit_status_is_2_only_when_no_way_of_running_works(monkeypatch):
     monkeypatch.setattr(containers, "engine_works", lambda name: False)
     results = doctor.checks()
+    engines = [c for c in results if c.name.startswith("engine: ")]
+    assert len(engines) == len(containers.ENGINES) and all(c.fix for c in engines)  # each says how to get it
     assert doctor.exit_code(results) == 0  # this environment has torch, deepspeed and transformers
     missing = [doctor.Check(c.name, False, c.detail) if c.name.startswith("python: torch") else c for c in results]
     assert doctor.exit_code(missing) == 2
