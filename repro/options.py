@@ -38,6 +38,17 @@ class RunOptions:
     launcher: str = "torchrun"
 
 
+def check_ranks(ranks: int, allow_single_rank: bool = False) -> None:
+    """One rule for every entry point (checked before an image is built or a rank started)."""
+    if ranks < 1:
+        raise UsageError("--ranks must be at least 1 (and 2 to show the bug)")
+    if ranks == 1 and not allow_single_rank:
+        raise UsageError(
+            "--ranks 1 hides the bug: the Hybrid Engine at world size 1 keeps the transformed QKV, so `before` "
+            "looks correct; use --ranks 2 (or --allow-single-rank to run anyway)"
+        )
+
+
 def variants_of(variant: str) -> list[str]:
     if variant not in ("before", "after", "both"):
         raise UsageError(f"--variant must be before, after or both, not {variant!r}")

@@ -64,6 +64,9 @@ def test_rocm_dry_run_prints_every_command_with_the_rocm_intent_and_runs_nothing
     [
         ["repro", "--variant", "sideways"],
         ["repro", "--ranks", "1", "--engine", "local"],
+        ["repro", "--launcher", "warp", "--engine", "local"],
+        ["repro", "--launcher", "slurm", "--engine", "buildah", "--dry-run"],
+        ["build", "--engine", "apptainer"],
         ["repro", "--backend", "rocm", "--engine", "local"],
         ["repro", "--engine", "docker"],
         ["repro", "--backend", "quantum"],

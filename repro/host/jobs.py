@@ -19,6 +19,7 @@ from ..options import (
     VARIANTS,
     UsageError,
     check_new_out,
+    check_ranks,
     variants_of,
 )
 from ..paths import RESULTS_DIR, RUNS_DIR, cache_root
@@ -101,8 +102,10 @@ def out_dir(out: str, model: str, backend: str, dtype: str, variants: list[str])
 def repro(req: ReproRequest, log=print) -> int:
     """The main job; returns the exit status of the run (0 expectation held)."""
     variants = _variants(req.variant)
-    if int(req.ranks) < 2:
-        raise JobError("--ranks 1 hides the bug (the Hybrid Engine keeps the change at world size 1); use --ranks 2")
+    try:
+        check_ranks(int(req.ranks))  # before any image is built
+    except UsageError as exc:
+        raise JobError(str(exc)) from None
     if req.launcher not in LAUNCHERS:
         raise JobError(f"--launcher must be one of {', '.join(LAUNCHERS)}, not {req.launcher!r}")
     choice = choose(req.backend, req.engine, req.dry_run, log)

@@ -23,6 +23,7 @@ from ..options import (
     RunOptions,
     UsageError,
     check_new_out,
+    check_ranks,
     variants_of,
 )
 from ..paths import RESULTS_DIR, RUNS_DIR, write_json
@@ -66,13 +67,7 @@ def resolve_backend(requested: str) -> str:
 
 def validate(opts: RunOptions) -> RunOptions:
     variants = variants_of(opts.variant)
-    if opts.ranks < 1:
-        raise UsageError("--ranks must be at least 1 (and 2 to show the bug)")
-    if opts.ranks == 1 and not opts.allow_single_rank:
-        raise UsageError(
-            "--ranks 1 hides the bug: the Hybrid Engine at world size 1 keeps the transformed QKV, so `before` "
-            "looks correct; use --ranks 2 (or --allow-single-rank to run anyway)"
-        )
+    check_ranks(opts.ranks, opts.allow_single_rank)
     dtype = opts.dtype
     if dtype is not None and dtype not in DTYPE_NAMES:
         raise UsageError(f"--dtype must be one of {', '.join(DTYPE_NAMES)}, not {dtype!r}")
