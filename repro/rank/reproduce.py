@@ -169,6 +169,7 @@ def _cycles(engine, ids: torch.Tensor, spec: dict, native_tokens: list[int]) -> 
 def run(spec: dict) -> dict:
     started = time.time()
     timings: dict[str, float] = {}
+    peak_rss: dict[str, float] = {}  # this rank's peak RSS (MB) at the end of each phase: where memory peaks
     mark = [started]
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -177,8 +178,11 @@ def run(spec: dict) -> dict:
         """Records the phase's time and, on rank 0, prints one progress line (relayed by the host)."""
         now = time.time()
         timings[phase], mark[0] = round(now - mark[0], 3), now
+        peak_rss[phase] = environment.peak_rss_mb()
         if rank == 0:
-            lifecycle.progress(f"{phase.replace('_', ' ')} done in {timings[phase]:.1f} s")
+            lifecycle.progress(
+                f"{phase.replace('_', ' ')} done in {timings[phase]:.1f} s (peak RSS {peak_rss[phase] / 1024:.2f} GB)"
+            )
 
     shim.apply()
     import deepspeed
@@ -276,6 +280,7 @@ def run(spec: dict) -> dict:
         },
         "duration_s": round(time.time() - started, 2),
         "timings_s": timings,
+        "peak_rss_mb_by_phase": peak_rss,
         "peak_rss_mb": environment.peak_rss_mb(),
     }
     result["verdict"] = verdict.of_variant(result)
