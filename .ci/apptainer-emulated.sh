@@ -56,7 +56,7 @@ build() {  # variant, bootstrap image -> committed image
   if [ -f "$work/$variant.files" ]; then
     while read -r src dest; do
       [ -n "${src:-}" ] || continue
-      "${bah[@]}" run --isolation chroot "$ctr" -- mkdir -p "$(dirname "$dest")"
+      "${bah[@]}" run --isolation chroot "$ctr" -- mkdir -p "$(dirname "$dest")" < /dev/null
       "${bah[@]}" copy "$ctr" "$src" "$dest" >/dev/null
     done < "$work/$variant.files"
   fi
