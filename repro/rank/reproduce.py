@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from .. import fixstatus, shim, verdict
-from . import environment, fallbacks, layout, lifecycle, measure, models
+from . import environment, fallbacks, layout, lifecycle, measure, models, zero3_fetches
 
 
 def ds_config(spec: dict, world_size: int) -> dict:
@@ -228,7 +228,7 @@ def run(spec: dict) -> dict:
     for i, (layer, container) in enumerate(zip(_layers(engine.module), engine._inference_containers, strict=True)):
         he_trace.hook(container.module.attention, i, "attention", bias_of=container.module.attention)
         he_trace.hook(layer, i, "layer")
-    with torch.no_grad():
+    with torch.no_grad(), zero3_fetches.counting(engine.module) as regathers:
         he_tokens, he_logits = _generate(engine, ids, spec["new_tokens"])
     he_trace.remove()
     _done("he_generate")
@@ -256,6 +256,9 @@ def run(spec: dict) -> dict:
         "fix_status": fix,
         "native_tokens": native_tokens,
         "he_tokens": he_tokens,
+        # Per module: how often ZeRO-3 gathered its parameters again during the HE generate above, although
+        # pin_parameters gathered the whole model for it (speed evidence, see repro/rank/zero3_fetches.py).
+        "he_generate_zero3_regathers": regathers,
         "native_first_token": native_tokens[0],
         "he_first_token": he_tokens[0],
         "first_divergent_token": measure.first_divergent_index(native_tokens, he_tokens),

@@ -107,3 +107,14 @@ def test_bf16_pair_is_judged_by_the_decisive_evidence(tmp_path):
     assert after["cycles"]["restored_exactly"] and after["verdict"].startswith("CORRECT")
     assert 0 < max(after["logits_max_abs_per_step"]) < 0.05  # rounding, not a layout error
     assert pair["summary"]["expectation_held"]
+
+
+def test_per_phase_memory_and_zero3_regathers_are_recorded(tiny_pair):
+    before = tiny_pair["before"]
+    assert set(before["peak_rss_mb_by_phase"]) == set(before["timings_s"])
+    assert all(mb > 0 for mb in before["peak_rss_mb_by_phase"].values())
+    regathers = before["he_generate_zero3_regathers"]
+    # The counter saw ZeRO-3's gathers (DeepSpeed 0.19.8 gathers the embeddings again at every decode step
+    # after the first); a DeepSpeed without the wrapped method says so instead of counting nothing.
+    assert "unavailable" in regathers or regathers["elements"] > 0
+    assert all(isinstance(n, int) and n > 0 for n in regathers.get("gathers", {}).values())
