@@ -149,6 +149,7 @@ def _cycles(engine, ids: torch.Tensor, spec: dict, native_tokens: list[int]) -> 
         completed += 1
     tokens_after = None
     if stopped is None:
+        _release_freed_memory()
         engine.eval()
         with torch.no_grad():
             tokens_after, _ = _generate(engine, ids, spec["new_tokens"])
