@@ -225,6 +225,7 @@ def run(spec: dict) -> dict:
     containers = engine._inference_containers
     qkv = measure.qkv_report(_gathered_qkv(containers), _expected_qkv(qkv_orig, len(containers), heads))
     _done("eval_and_qkv")
+    _release_freed_memory()  # the per-layer QKV copies just compared: out of the heap before generating
     he_trace = measure.Trace()
     for i, (layer, container) in enumerate(zip(_layers(engine.module), engine._inference_containers, strict=True)):
         he_trace.hook(container.module.attention, i, "attention", bias_of=container.module.attention)
