@@ -279,6 +279,34 @@ def _sanity(sanity: dict) -> list[str]:
     return lines
 
 
+def _regathers(data: dict) -> list[str]:
+    """A second, speed-only finding each run records (repro/rank/zero3_fetches.py); no verdict rests on it."""
+    lines = []
+    for v in VARIANTS:
+        record = data.get(v, {}).get("he_generate_zero3_regathers")
+        if not record:
+            continue
+        if "unavailable" in record:
+            lines.append(f"- {v}: not counted ({record['unavailable']})")
+            continue
+        counts = ", ".join(f"`{name}` {n}" for name, n in record["gathers"].items()) or "none"
+        tokens = len(data[v].get("he_tokens") or [])
+        lines.append(f"- {v}: {counts}; {record['elements']:,} elements gathered, for {tokens} generated tokens")
+    if not lines:
+        return []
+    return [
+        "## Also seen: ZeRO-3 gathers inside the Hybrid Engine's generate",
+        "",
+        "With `pin_parameters` the Hybrid Engine gathers the whole model once for `generate()`, yet ZeRO-3 "
+        "gathered these parameters again during it (after each forward, its post-forward hook releases the "
+        "parameters of the modules it hooks: the `GatheredParameters` context does not mark them in use). "
+        "Speed only; the verdict above does not use it.",
+        "",
+        *lines,
+        "",
+    ]
+
+
 def render(data: dict) -> str:
     s = data["summary"]
     lines = ["# DeepSpeed #8391 reproduction: ZeRO-3 Hybrid Engine drops GPT-NeoX QKV layout changes", ""]
@@ -313,6 +341,7 @@ def render(data: dict) -> str:
         *_kernel_paths(data),
         "",
     ]
+    lines += _regathers(data)
     lines += ["## The bug family", "", *FAMILY, ""]
     if "sanity" in data:
         lines += ["## DeepSpeed's sanity checks", "", *_sanity(data["sanity"]), ""]

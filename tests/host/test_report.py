@@ -44,3 +44,13 @@ def test_first_lines_say_which_kernels_ran():
     broken = report._kernel_note({"after": _variant("rocm", "fp16", "missing")})
     assert "did NOT load (ImportError)" in broken[0]
     assert "loaded" in report._kernel_note({"after": _variant("rocm", "fp16", "loaded")})[0]
+
+
+def test_zero3_regathers_get_a_section_only_when_recorded():
+    record = {"gathers": {"gpt_neox.embed_in.weight": 7}, "elements": 3584}
+    lines = report._regathers({"before": {"he_generate_zero3_regathers": record, "he_tokens": [1] * 8}})
+    assert lines[0].startswith("## Also seen") and "`gpt_neox.embed_in.weight` 7" in lines[-2]
+    assert "3,584 elements gathered, for 8 generated tokens" in lines[-2]
+    unavailable = report._regathers({"after": {"he_generate_zero3_regathers": {"unavailable": "no method"}}})
+    assert "not counted (no method)" in unavailable[-2]
+    assert report._regathers({"before": {}}) == []  # older runs (the committed reference) have no count
