@@ -14,20 +14,16 @@ STORE=/var/lib/containers/storage
 
 # Storage driver. Kernel overlay keeps each layer as a diff (both images: ~6 GB). vfs copies the whole
 # root filesystem for every instruction (buildah 1.28 commits a layer even for ARG/ENV/LABEL), so the
-# two images need ~45 GB there: on a 60 GB machine it ran out of space (CI, 2026-11-30). A store that
-# already exists keeps its driver (buildah refuses to open it with another one).
+# two images need ~45 GB there: on a 60 GB machine it ran out of space (CI, 2026-11-30). Overlay when a
+# probe mount works (stores of both drivers coexist under $STORE), else vfs.
 driver=vfs
-if [ -d "$STORE/overlay-images" ]; then
+probe=$(mktemp -d)
+mkdir -p "$probe/l" "$probe/u" "$probe/w" "$probe/m"
+if mount -t overlay overlay -o "lowerdir=$probe/l,upperdir=$probe/u,workdir=$probe/w" "$probe/m" 2>/dev/null; then
+  umount "$probe/m"
   driver=overlay
-elif [ ! -d "$STORE/vfs-images" ]; then
-  probe=$(mktemp -d)
-  mkdir -p "$probe/l" "$probe/u" "$probe/w" "$probe/m"
-  if mount -t overlay overlay -o "lowerdir=$probe/l,upperdir=$probe/u,workdir=$probe/w" "$probe/m" 2>/dev/null; then
-    umount "$probe/m"
-    driver=overlay
-  fi
-  rm -rf "$probe"
 fi
+rm -rf "$probe"
 export REPRO_BUILDAH_STORAGE=$driver
 bah=(buildah --storage-driver "$driver")
 echo "buildah storage driver: $driver"

@@ -52,11 +52,13 @@ class Choice:
 @dataclass
 class Engine:
     name: str
-    buildah_storage: str = field(default_factory=lambda: os.environ.get("REPRO_BUILDAH_STORAGE", "vfs"))
+    # REPRO_BUILDAH_STORAGE picks buildah's storage driver (CI: overlay, or vfs where overlay cannot
+    # mount); unset, buildah's own configured default applies.
+    buildah_storage: str = field(default_factory=lambda: os.environ.get("REPRO_BUILDAH_STORAGE", ""))
 
     def base(self) -> list[str]:
         if self.name == "buildah":
-            return ["buildah", "--storage-driver", self.buildah_storage]
+            return ["buildah", *(["--storage-driver", self.buildah_storage] if self.buildah_storage else [])]
         return [self.name]
 
 

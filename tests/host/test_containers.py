@@ -137,3 +137,10 @@ def test_image_digest_reaches_the_container_environment(tmp_path):
         "docker", "cpu", "img", ["true"], containers.RunMounts(tmp_path, None), digest="sha256:abc"
     )
     assert "REPRO_IMAGE_DIGEST=sha256:abc" in cmd
+
+
+def test_buildah_storage_driver_is_buildahs_own_unless_chosen(monkeypatch):
+    monkeypatch.delenv("REPRO_BUILDAH_STORAGE", raising=False)
+    assert containers.Engine("buildah").base() == ["buildah"]  # never creates a store of a forced driver
+    monkeypatch.setenv("REPRO_BUILDAH_STORAGE", "overlay")
+    assert containers.Engine("buildah").base() == ["buildah", "--storage-driver", "overlay"]
