@@ -36,7 +36,7 @@ apptainer.stage_context()
 for variant in ("before", "after"):
     text = apptainer.definition(args, variant, before_sif=Path("before.sif"))
     (work / f"{variant}.def").write_text(text)
-    header = {k.strip(): v.strip() for k, v in (ln.split(":", 1) for ln in text.splitlines()[1:3])}
+    header = {k.strip(): v.strip() for k, v in (ln.split(":", 1) for ln in text.splitlines()[0:2])}
     (work / f"{variant}.from").write_text(header["From"])
     sections, name = {}, None
     for line in text.splitlines():

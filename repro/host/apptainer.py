@@ -152,8 +152,11 @@ def definition(args: dict[str, str], variant: str, before_sif: Path | None = Non
         "%environment\n" + "\n".join(f"    {e}" for e in environment) if environment else "",
         "%labels\n" + "\n".join(f"    {lab}" for lab in labels) if labels else "",
     ]
-    note = "# Generated from docker/Dockerfile by repro/host/apptainer.py; edit the Dockerfile, not this file.\n"
-    return note + "\n\n".join(s for s in sections if s) + "\n"
+    # The header must come first; the provenance goes where `apptainer run-help` shows it.
+    sections.append(
+        "%help\n    Generated from docker/Dockerfile by repro/host/apptainer.py (edit the Dockerfile, not this)."
+    )
+    return "\n\n".join(s for s in sections if s) + "\n"
 
 
 def sif_path(backend: str, variant: str) -> Path:

@@ -36,7 +36,7 @@ def test_every_run_step_of_the_dockerfile_is_in_exactly_one_definition():
 
 def test_before_bootstraps_from_the_pinned_base_and_cpu_flavour_from_its_own():
     before, _ = _defs()
-    assert before.splitlines()[1:3] == ["Bootstrap: docker", "From: rocm/dev-ubuntu-22.04:6.4.1-complete"]
+    assert before.splitlines()[0:2] == ["Bootstrap: docker", "From: rocm/dev-ubuntu-22.04:6.4.1-complete"]
     cpu_before, _ = _defs("cpu")
     assert "From: debian:bookworm-slim" in cpu_before
     pinned, _ = _defs(BASE_IMAGE="rocm/dev-ubuntu-22.04:6.4.1-complete@sha256:abc")
@@ -61,10 +61,11 @@ def test_build_args_are_exported_before_the_steps_that_read_them():
 
 def test_after_is_the_before_sif_plus_the_patch_step_with_the_image_environment():
     _, after = _defs()
-    assert after.splitlines()[1:3] == ["Bootstrap: localimage", f"From: {BEFORE_SIF}"]
+    assert after.splitlines()[0:2] == ["Bootstrap: localimage", f"From: {BEFORE_SIF}"]
     post = _section(after, "post")
     assert post.index('export PATH="/opt/venv/bin:$PATH"') < post.index("patch -p1 --forward")
     assert "install-deps.sh" not in post and "%files" not in after
+    assert "Generated from docker/Dockerfile" in _section(after, "help")
     with pytest.raises(ValueError, match="before_sif"):
         apptainer.definition(containers.FLAVOURS["rocm"], "after")
 
