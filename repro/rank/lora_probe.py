@@ -23,6 +23,7 @@ import torch
 
 from .. import fixstatus, shim
 from . import fallbacks, layout, lora, models
+from .engine import ds_config, greedy
 from .lifecycle import finish, init_distributed, progress
 
 TOL = 1e-3  # fp32: a correct Hybrid Engine differs from native by ~1e-6; a lost/misplaced delta by O(0.1)
@@ -44,39 +45,6 @@ DEFAULTS = {
 def spec_path(out: Path) -> Path:
     """Where the host leaves a cell's settings: OUT.spec.json beside OUT.json."""
     return out.with_suffix(".spec.json")
-
-
-def ds_config(pin: bool, world: int, threshold: int | None) -> dict:
-    zero: dict = {"stage": 3}
-    if threshold is not None:
-        zero["stage3_param_persistence_threshold"] = threshold
-    return {
-        "train_micro_batch_size_per_gpu": 1,
-        "train_batch_size": world,
-        "zero_optimization": zero,
-        "hybrid_engine": {
-            "enabled": True,
-            "pin_parameters": pin,
-            "max_out_tokens": 512,
-            "inference_tp_size": 1,
-            "release_inference_cache": False,
-        },
-    }
-
-
-def generate(model: torch.nn.Module, ids: torch.Tensor, n: int) -> tuple[list[int], list[torch.Tensor]]:
-    """Greedy `n` tokens and each step's logits (fp32 copies)."""
-    out = model.generate(
-        ids,
-        attention_mask=torch.ones_like(ids),
-        max_new_tokens=n,
-        min_new_tokens=n,
-        do_sample=False,
-        pad_token_id=0,
-        return_dict_in_generate=True,
-        output_logits=True,
-    )
-    return out.sequences[0, ids.shape[1] :].tolist(), [step[0].float().clone() for step in out.logits]
 
 
 @torch.no_grad()
@@ -214,14 +182,14 @@ def run(spec: dict) -> dict:
 
     merged, base = lora.merged_reference(model), lora.base_reference(model)
     with torch.no_grad():
-        ref_tokens, ref_logits = generate(merged, ids, n)
-        base_tokens, _ = generate(base, ids, n)
-        unmerged_tokens, unmerged_logits = generate(model, ids, n)
+        ref_tokens, ref_logits = greedy(merged, ids, n)
+        base_tokens, _ = greedy(base, ids, n)
+        unmerged_tokens, unmerged_logits = greedy(model, ids, n)
     originals = {name: p.detach().clone() for name, p in model.named_parameters()}
     deltas = {f"{name}.weight": m.delta().detach().clone() for name, m in lora.lora_modules(model).items()}
     lap("build_and_native")
 
-    engine, *_ = deepspeed.initialize(model=model, config=ds_config(spec["pin"], world, spec["threshold"]))
+    engine, *_ = deepspeed.initialize(model=model, config=ds_config(spec["pin"], "fp32", world, spec["threshold"]))
     names = {id(p): name for name, p in engine.module.named_parameters()}
     containers = engine._inference_containers
     lap("deepspeed_initialize")
@@ -230,7 +198,7 @@ def run(spec: dict) -> dict:
     qkv_layout_max_abs = qkv_after_eval(containers, originals, names, heads)
     probe = ParamProbe(containers, names, originals, deltas, heads)
     with torch.no_grad():
-        he_tokens, he_logits = generate(engine, ids, n)
+        he_tokens, he_logits = greedy(engine, ids, n)
     probe.remove()
     engine.train()
     after_first = gathered_vs_originals(engine, originals)
@@ -246,7 +214,7 @@ def run(spec: dict) -> dict:
     for _ in range(spec["cycles"]):
         engine.eval()
         with torch.no_grad():
-            cycle_tokens.append(generate(engine, ids, n)[0])
+            cycle_tokens.append(greedy(engine, ids, n)[0])
         engine.train()
     after_cycles = gathered_vs_originals(engine, originals)
     lap("cycles")

@@ -17,8 +17,8 @@ import torch
 
 from .. import shim
 from . import fallbacks, models, zero3_fetches
+from .engine import ds_config, greedy
 from .lifecycle import finish, init_distributed
-from .reproduce import ds_config
 
 NEW_TOKENS = 8
 SENTINEL = -8391  # no module has this ds_id
@@ -26,9 +26,8 @@ SENTINEL = -8391  # no module has this ds_id
 
 def _generate(engine, ids: torch.Tensor) -> tuple[list[int], dict]:
     with torch.no_grad(), zero3_fetches.counting(engine.module) as record:
-        out = engine.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
-                              min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)  # fmt: skip
-    return out[0, ids.shape[1] :].tolist(), record
+        tokens, _ = greedy(engine, ids, NEW_TOKENS)
+    return tokens, record
 
 
 def main(out: str) -> int:
@@ -40,7 +39,7 @@ def main(out: str) -> int:
     world = torch.distributed.get_world_size()
     loaded = models.build("tiny", "fp32")
     ids = models.prompt_ids(loaded, None)
-    engine, *_ = deepspeed.initialize(model=loaded.model, config=ds_config({"pin": True, "dtype": "fp32"}, world))
+    engine, *_ = deepspeed.initialize(model=loaded.model, config=ds_config(True, "fp32", world))
     engine.eval()
     tokens_as_is, as_is = _generate(engine, ids)
     params = list(engine.module.parameters())

@@ -13,26 +13,7 @@ import torch
 
 from .. import fixstatus, shim, verdict
 from . import environment, fallbacks, layout, lifecycle, measure, models, zero3_fetches
-
-
-def ds_config(spec: dict, world_size: int) -> dict:
-    config = {
-        "train_micro_batch_size_per_gpu": 1,
-        "train_batch_size": world_size,
-        "zero_optimization": {"stage": 3},
-        "hybrid_engine": {
-            "enabled": True,
-            "pin_parameters": spec["pin"],
-            "max_out_tokens": 512,
-            "inference_tp_size": 1,
-            "release_inference_cache": False,
-        },
-    }
-    if spec["dtype"] == "bf16":
-        config["bf16"] = {"enabled": True}
-    elif spec["dtype"] == "fp16":
-        config["fp16"] = {"enabled": True}
-    return config
+from .engine import ds_config, greedy
 
 
 def _device(backend: str) -> torch.device:
@@ -52,20 +33,6 @@ def _fault_injection(rank: int) -> None:
             time.sleep(10**6)
         if kind == "fail":
             raise RuntimeError(f"injected failure on rank {rank} (REPRO_FAULT)")
-
-
-def _generate(model, ids: torch.Tensor, new_tokens: int):
-    out = model.generate(
-        ids,
-        attention_mask=torch.ones_like(ids),
-        max_new_tokens=new_tokens,
-        min_new_tokens=new_tokens,
-        do_sample=False,
-        pad_token_id=0,
-        return_dict_in_generate=True,
-        output_logits=True,
-    )
-    return out.sequences[0, ids.shape[1] :].tolist(), [step[0].float() for step in out.logits]
 
 
 def _layers(model):
@@ -139,7 +106,7 @@ def _cycles(engine, ids: torch.Tensor, spec: dict, native_tokens: list[int]) -> 
             engine.eval()
             if spec.get("soak"):
                 with torch.no_grad():
-                    _generate(engine, ids, 1)
+                    greedy(engine, ids, 1)
             engine.train()
             if (completed + 1) % max(1, spec["cycles"] // 4) == 0 and int(os.environ.get("RANK", "0")) == 0:
                 lifecycle.progress(f"cycles {completed + 1}/{spec['cycles']}")
@@ -152,7 +119,7 @@ def _cycles(engine, ids: torch.Tensor, spec: dict, native_tokens: list[int]) -> 
         _release_freed_memory()
         engine.eval()
         with torch.no_grad():
-            tokens_after, _ = _generate(engine, ids, spec["new_tokens"])
+            tokens_after, _ = greedy(engine, ids, spec["new_tokens"])
         engine.train()
     return {
         "mode": "soak: eval -> generate(1 token) -> train" if spec.get("soak") else "eval -> train",
@@ -206,7 +173,7 @@ def run(spec: dict) -> dict:
         native_trace.hook(layer.attention, i, "attention")
         native_trace.hook(layer, i, "layer")
     with torch.no_grad():
-        native_tokens, native_logits = _generate(model, ids, spec["new_tokens"])
+        native_tokens, native_logits = greedy(model, ids, spec["new_tokens"])
     native_margins = [measure.top2_margin(step) for step in native_logits]
     native_top1 = [step.max().item() for step in native_logits]
     native_trace.remove()
@@ -214,7 +181,7 @@ def run(spec: dict) -> dict:
     qkv_orig = measure.SpilledTensors((n, p) for n, p in model.named_parameters() if "query_key_value" in n)
     digests = {n: measure.digest(p) for n, p in model.named_parameters()}
 
-    engine, *_ = deepspeed.initialize(model=model, config=ds_config(spec, world))
+    engine, *_ = deepspeed.initialize(model=model, config=ds_config(spec["pin"], spec["dtype"], world))
     _release_freed_memory()
     gc.freeze()  # HybridEngine.eval() runs gc.collect() every time: keep the set-up's objects out of its walk
     _done("deepspeed_initialize")
@@ -231,7 +198,7 @@ def run(spec: dict) -> dict:
         he_trace.hook(container.module.attention, i, "attention", bias_of=container.module.attention)
         he_trace.hook(layer, i, "layer")
     with torch.no_grad(), zero3_fetches.counting(engine.module) as regathers:
-        he_tokens, he_logits = _generate(engine, ids, spec["new_tokens"])
+        he_tokens, he_logits = greedy(engine, ids, spec["new_tokens"])
     he_trace.remove()
     _done("he_generate")
     paths = fallbacks.kernel_paths(c.module for c in engine._inference_containers)

@@ -1,0 +1,44 @@
+"""The Hybrid Engine set-up and the greedy generate that every rank script shares (the reproduction and
+its probes), so a probe's engine is configured and driven like the reproduction's."""
+
+from __future__ import annotations
+
+import torch
+
+
+def ds_config(pin: bool, dtype: str, world_size: int, persistence_threshold: int | None = None) -> dict:
+    zero: dict = {"stage": 3}
+    if persistence_threshold is not None:
+        zero["stage3_param_persistence_threshold"] = persistence_threshold
+    config = {
+        "train_micro_batch_size_per_gpu": 1,
+        "train_batch_size": world_size,
+        "zero_optimization": zero,
+        "hybrid_engine": {
+            "enabled": True,
+            "pin_parameters": pin,
+            "max_out_tokens": 512,
+            "inference_tp_size": 1,
+            "release_inference_cache": False,
+        },
+    }
+    if dtype == "bf16":
+        config["bf16"] = {"enabled": True}
+    elif dtype == "fp16":
+        config["fp16"] = {"enabled": True}
+    return config
+
+
+def greedy(model: torch.nn.Module, ids: torch.Tensor, n: int) -> tuple[list[int], list[torch.Tensor]]:
+    """Greedy `n` tokens and each step's logits (fp32 copies)."""
+    out = model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=n,
+        min_new_tokens=n,
+        do_sample=False,
+        pad_token_id=0,
+        return_dict_in_generate=True,
+        output_logits=True,
+    )
+    return out.sequences[0, ids.shape[1] :].tolist(), [step[0].float().clone() for step in out.logits]
