@@ -54,8 +54,8 @@ def parse(dockerfile: Path) -> tuple[dict[str, str], list[Stage]]:
             stages.append(Stage(name, words[0]))
         elif not stages:
             if keyword == "ARG":
-                key, _, value = rest.partition("=")
-                defaults[key.strip()] = value.strip()
+                key, value = _arg(rest)
+                defaults[key] = value
         else:
             stages[-1].instructions.append((keyword, rest.strip()))
     return defaults, stages
@@ -69,6 +69,12 @@ def _substitute(text: str, values: dict[str, str]) -> str:
         return values[name] if name in values else match.group(0)
 
     return _ARG_REF.sub(repl, text)
+
+
+def _arg(rest: str) -> tuple[str, str]:
+    """`ARG NAME[=default]` -> (NAME, default or "")."""
+    key, _, default = rest.partition("=")
+    return key.strip(), default.strip()
 
 
 def _env_pairs(text: str) -> list[tuple[str, str]]:
@@ -105,8 +111,7 @@ def definition(args: dict[str, str], variant: str, before_sif: Path | None = Non
         stage_values = dict(values)
         for keyword, rest in stage.instructions:
             if keyword == "ARG":
-                key, _, default = rest.partition("=")
-                stage_values.setdefault(key.strip(), default.strip())
+                stage_values.setdefault(*_arg(rest))
             elif keyword == "ENV":
                 for key, value in _env_pairs(_substitute(rest, stage_values)):
                     post.append(f'export {key}="{value}"')
@@ -116,9 +121,8 @@ def definition(args: dict[str, str], variant: str, before_sif: Path | None = Non
         for keyword, rest in stage.instructions:
             text = _substitute(rest, values)
             if keyword == "ARG":
-                key, _, default = rest.partition("=")
-                key = key.strip()
-                values.setdefault(key, default.strip())
+                key, default = _arg(rest)
+                values.setdefault(key, default)
                 post.append(f"export {key}={shlex.quote(values[key])}")
             elif keyword == "ENV":
                 for key, value in _env_pairs(text):
