@@ -13,6 +13,25 @@ os.environ.setdefault("HF_HOME", str(_CACHE / "huggingface"))
 import pytest  # noqa: E402
 
 
+def _processes_mentioning(text: str) -> list[int]:
+    """Pids (other than this one) whose command line contains `text`: what a run left running."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if text in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.fixture
+def processes_mentioning():
+    return _processes_mentioning
+
+
 @pytest.fixture(scope="session")
 def tiny_config():
     from transformers import GPTNeoXConfig

@@ -14,19 +14,6 @@ import pytest
 pytestmark = pytest.mark.distributed
 
 
-def _processes_mentioning(text: str) -> list[int]:
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            if text in (proc / "cmdline").read_bytes().decode(errors="replace"):
-                found.append(int(proc.name))
-        except OSError:
-            continue
-    return found
-
-
 def _default_sigint() -> None:
     """A suite started in the background (`cmd &` in a script) inherits SIGINT ignored, and Python keeps
     an ignored SIGINT ignored (as a background job should): give the run under test what a terminal's
@@ -35,7 +22,7 @@ def _default_sigint() -> None:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_signal_stops_every_rank_and_keeps_a_partial_summary(tmp_path, sig):
+def test_signal_stops_every_rank_and_keeps_a_partial_summary(tmp_path, sig, processes_mentioning):
     out = tmp_path / "run"
     proc = subprocess.Popen(
         [sys.executable, "-m", "repro", "run", "--model", "tiny", "--out", str(out), "--cycles", "50"],
@@ -45,7 +32,7 @@ def test_signal_stops_every_rank_and_keeps_a_partial_summary(tmp_path, sig):
         preexec_fn=_default_sigint,
     )
     deadline = time.time() + 120
-    while len(_processes_mentioning(f"{out}/.before.spec.json")) < 3 and time.time() < deadline:
+    while len(processes_mentioning(f"{out}/.before.spec.json")) < 3 and time.time() < deadline:
         time.sleep(0.5)  # torchrun and both ranks are up
     assert proc.poll() is None, proc.stderr.read()
     sent = time.time()
@@ -53,14 +40,14 @@ def test_signal_stops_every_rank_and_keeps_a_partial_summary(tmp_path, sig):
     try:
         code = proc.wait(timeout=30)
     except subprocess.TimeoutExpired:  # say where it stuck
-        left = {pid: Path(f"/proc/{pid}/cmdline").read_bytes()[:200] for pid in _processes_mentioning(str(out))}
+        left = {pid: Path(f"/proc/{pid}/cmdline").read_bytes()[:200] for pid in processes_mentioning(str(out))}
         proc.kill()
         pytest.fail(f"no exit 30 s after {sig.name}; processes left: {left}; stderr: {proc.stderr.read()[-2000:]}")
     elapsed = time.time() - sent
     err = proc.stderr.read()
     assert code == 130, err
     assert elapsed < 10, elapsed
-    assert _processes_mentioning(str(out)) == []
+    assert processes_mentioning(str(out)) == []
     summary = json.loads((out / "summary.json").read_text())
     assert summary["interrupted"] is True and summary["expectation_held"] is False
     last = err.strip().splitlines()[-1]

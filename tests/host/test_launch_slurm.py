@@ -135,20 +135,7 @@ def test_tiny_pair_runs_under_srun_with_two_tasks(slurm_cluster, tmp_path):
     assert "[before] " in done.stderr and "cycles 2/2" in done.stderr  # progress relayed from the tasks
 
 
-def _rank_processes(marker: str) -> list[int]:
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit() and int(proc.name) != os.getpid():
-            try:
-                cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if marker in cmdline and "repro.rank" in cmdline:
-                found.append(int(proc.name))
-    return found
-
-
-def test_sigterm_stops_every_srun_task(slurm_cluster, tmp_path):
+def test_sigterm_stops_every_srun_task(slurm_cluster, tmp_path, processes_mentioning):
     out = tmp_path / "run"
     proc = subprocess.Popen(
         [sys.executable, "-m", "repro", "run", "--model", "tiny", "--launcher", "slurm", "--cycles", "50",
@@ -159,8 +146,8 @@ def test_sigterm_stops_every_srun_task(slurm_cluster, tmp_path):
     )  # fmt: skip
     spec = f"{out}/.before.spec.json"
     deadline = time.time() + 120
-    while len(_rank_processes(spec)) < 2 and time.time() < deadline:
-        time.sleep(0.5)  # both srun tasks are up
+    while len(processes_mentioning(spec)) < 3 and time.time() < deadline:
+        time.sleep(0.5)  # srun and both of its tasks are up
     assert proc.poll() is None, proc.stderr.read()
     sent = time.time()
     proc.send_signal(signal.SIGTERM)
@@ -170,6 +157,6 @@ def test_sigterm_stops_every_srun_task(slurm_cluster, tmp_path):
     assert code == 130, err
     assert elapsed < 10, elapsed
     time.sleep(1)
-    assert _rank_processes(spec) == []
+    assert processes_mentioning(spec) == []
     assert json.loads((out / "summary.json").read_text())["interrupted"] is True
     assert err.strip().splitlines()[-1].startswith("interrupted (SIGTERM)")
