@@ -21,6 +21,10 @@ from ..options import VARIANTS
 from ..paths import REPO_ROOT
 
 GOALS = {"tiny_over_floor": 1.5, "pythia_pair_s": 60.0, "main_command_fresh_s": 120.0, "pythia_peak_rss_gb": 4.0}
+# Phases that are only DeepSpeed's Hybrid Engine doing what the upstream report describes: the HE generate
+# after the first eval(), the 20 eval() -> train() cycles, and the HE generate that judges them. No change
+# of ours can shorten them without changing what is reproduced.
+UPSTREAM_PHASES = ("he_generate", "cycles", "he_generate_after_cycles")
 
 
 def _timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, subprocess.CompletedProcess]:
@@ -47,7 +51,20 @@ def pair(model: str, out: Path, *extra: str, env: dict[str, str] | None = None) 
         "wall_s": round(wall, 2),
         "peak_rss_mb_per_rank_max": max(rss) if rss else None,
         "timings_s": {v: r["timings_s"] for v, r in variants.items()},
+        "duration_s": {v: r["duration_s"] for v, r in variants.items()},
     }
+
+
+def where_the_time_goes(measured: dict) -> dict:
+    """Seconds per phase over both variants, the part outside the ranks' measured phases (host, torchrun,
+    the ranks' `import torch` and exit), and the upstream-only share."""
+    phases: dict[str, float] = {}
+    for timings in measured["timings_s"].values():
+        for phase, seconds in timings.items():
+            phases[phase] = round(phases.get(phase, 0.0) + seconds, 2)
+    outside = measured["wall_s"] - sum(sum(t.values()) for t in measured["timings_s"].values())
+    upstream = sum(phases.get(p, 0.0) for p in UPSTREAM_PHASES)
+    return {"phases_s": phases, "outside_ranks_s": round(outside, 2), "upstream_hybrid_engine_s": round(upstream, 2)}
 
 
 def run(models: list[str]) -> dict:
@@ -78,9 +95,27 @@ def render(result: dict) -> str:
         if result.get(key) is not None:
             met = "met" if result[key] <= goal else "NOT met"
             lines.append(f"{key:22} {result[key]:>8}   goal <= {goal}   {met}")
-    for name in ("tiny", "pythia-410m"):
-        timings = result.get(name, {}).get("timings_s", {}).get("after")
-        if timings:
-            top = sorted(timings.items(), key=lambda kv: -kv[1])[:4]
-            lines.append(f"{name} after, where the time goes: " + ", ".join(f"{k} {v:.1f} s" for k, v in top))
+    for name in ("tiny", "pythia-410m", "main_command_fresh"):
+        if "timings_s" not in result.get(name, {}):
+            continue
+        split = where_the_time_goes(result[name])
+        top = sorted(split["phases_s"].items(), key=lambda kv: -kv[1])
+        lines.append(
+            f"{name} pair ({result[name]['wall_s']} s), both variants: "
+            + ", ".join(f"{k} {v:.1f} s" for k, v in top)
+            + f", outside the ranks' phases {split['outside_ranks_s']:.1f} s"
+        )
+    pythia = result.get("pythia-410m", {})
+    if "timings_s" in pythia:
+        upstream = where_the_time_goes(pythia)["upstream_hybrid_engine_s"]
+        lines.append(
+            f"Hybrid Engine work the upstream report defines ({', '.join(UPSTREAM_PHASES)}): {upstream:.1f} s of "
+            f"the 410M pair"
+            + (
+                f", above the {GOALS['pythia_pair_s']:.0f} s goal by itself: that goal needs a faster machine or "
+                "a different reproduction"
+                if upstream > GOALS["pythia_pair_s"]
+                else ""
+            )
+        )
     return "\n".join(lines)

@@ -99,6 +99,7 @@ def _table(data: dict) -> list[str]:
         ("native first token", lambda r: r["native_first_token"]),
         ("HE first token", lambda r: r["he_first_token"]),
         ("native tokens", lambda r: r["native_tokens"]),
+        ("native reference", lambda r: _native_origin(r.get("native_reference"))),
         ("HE tokens", lambda r: r["he_tokens"]),
         ("first divergent token index", lambda r: _fmt(r.get("first_divergent_token")).replace("n/a", "none")),
         ("first-step logits max abs diff", lambda r: r["logits_max_abs"]),
@@ -121,6 +122,13 @@ def _table(data: dict) -> list[str]:
     for label, get in rows:
         lines.append(f"| {label} | " + " | ".join(_fmt(get(runs[c])) for c in cols) + " |")
     return lines
+
+
+def _native_origin(origin: str | None) -> str:
+    """Native generation does not involve DeepSpeed, so a run's second variant loads the first's."""
+    if origin is None:
+        return "n/a"
+    return "shared with the other variant (same weights, prompt, dtype)" if origin.startswith("loaded") else origin
 
 
 def _kernel_paths(data: dict) -> list[str]:

@@ -5,17 +5,20 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
-from . import environment, slurm_env
-from .lifecycle import finish
-from .reproduce import run
+STARTED = time.time()  # before torch is imported: the `imports` phase includes it
 
 
 def main(argv: list[str]) -> int:
+    from . import environment, slurm_env
+    from .lifecycle import finish
+    from .reproduce import run
+
     slurm_env.apply()
     spec = json.loads(Path(argv[0]).read_text())
-    result = run(spec)
+    result = run(spec, STARTED)
     rss = environment.peak_rss_mb()
     Path(spec["out"]).with_suffix(f".rank{os.environ['RANK']}.rss").write_text(f"{rss}\n")
     finish(Path(spec["out"]), result)

@@ -58,8 +58,8 @@ class SpilledTensors(Mapping):
 
 
 def digest(t: torch.Tensor) -> str:
-    """Bitwise identity of a tensor without keeping a copy of it."""
-    return hashlib.sha256(t.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes()).hexdigest()
+    """Bitwise identity of a tensor without keeping a copy of it (hashed in place: no bytes copy)."""
+    return hashlib.sha256(t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy()).hexdigest()
 
 
 def qkv_report(

@@ -4,6 +4,8 @@ Hybrid Engine under ZeRO-3, and measure. Started by `python -m repro.rank SPEC.j
 from __future__ import annotations
 
 import gc
+import hashlib
+import json
 import os
 import sys
 import time
@@ -12,7 +14,8 @@ from pathlib import Path
 import torch
 
 from .. import fixstatus, shim, verdict
-from . import environment, fallbacks, layout, lifecycle, measure, models, zero3_fetches
+from ..paths import cache_root
+from . import environment, fallbacks, layout, lifecycle, measure, models, native_reference, zero3_fetches
 from .engine import ds_config, greedy
 
 
@@ -82,24 +85,52 @@ def _chunks(named: list, max_elements: int = 50_000_000):
         yield group
 
 
+def _my_share(names: list[str]) -> set[str]:
+    """The parameters this rank hashes: every rank holds the whole model (native) or gathers it (the
+    restore check), so each hashes 1/world of it and the ranks exchange the digests."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    return set(names[rank::world])
+
+
+def _digests(model) -> dict[str, str]:
+    """Every parameter's digest, on every rank, each rank hashing its share."""
+    import torch.distributed as dist
+
+    mine = _my_share([n for n, _ in model.named_parameters()])
+    share = {n: measure.digest(p) for n, p in model.named_parameters() if n in mine}
+    shares: list = [None] * dist.get_world_size()
+    dist.all_gather_object(shares, share)
+    return {n: d for s in shares for n, d in s.items()}
+
+
 def _params_vs_originals(engine, digests: dict, qkv_orig: dict) -> tuple[bool, float, list[str]]:
+    import torch.distributed as dist
     from deepspeed.runtime.zero import GatheredParameters
 
+    named = list(engine.module.named_parameters())
+    mine = _my_share([n for n, _ in named])
     changed, drift = [], 0.0
-    for group in _chunks(list(engine.module.named_parameters())):
+    for group in _chunks(named):
         with GatheredParameters([p for _, p in group]):
             for name, p in group:
+                if name not in mine:
+                    continue
                 if measure.digest(p) != digests[name]:
                     changed.append(name)
                 if name in qkv_orig:
                     drift = max(drift, measure.max_abs(p, qkv_orig[name]))
+    shares: list = [None] * dist.get_world_size()
+    dist.all_gather_object(shares, (changed, drift))
+    changed_all = {n for c, _ in shares for n in c}
+    changed = [n for n, _ in named if n in changed_all]
+    drift = max(d for _, d in shares)
     return not changed, drift, changed
 
 
-def _cycles(engine, ids: torch.Tensor, spec: dict, native_tokens: list[int]) -> dict:
+def _cycles(engine, ids: torch.Tensor, spec: dict) -> dict:
     """The upstream report's cycles: `eval()` then `train()`, N times (with `soak`, a one-token HE
-    generate inside each); then one HE generate decides whether HE still matches native. A cycle that
-    raises stops the loop, and why is recorded, so `completed < requested` means something."""
+    generate inside each). A cycle that raises stops the loop, and why is recorded, so
+    `completed < requested` means something."""
     completed, stopped = 0, None
     for _ in range(spec["cycles"]):
         try:
@@ -114,6 +145,16 @@ def _cycles(engine, ids: torch.Tensor, spec: dict, native_tokens: list[int]) -> 
             stopped = f"cycle {completed + 1}: {type(exc).__name__}: {exc}".splitlines()[0][:300]
             break
         completed += 1
+    return {
+        "mode": "soak: eval -> generate(1 token) -> train" if spec.get("soak") else "eval -> train",
+        "requested": spec["cycles"],
+        "completed": completed,
+        "stopped_early": stopped,
+    }
+
+
+def _generate_after_cycles(engine, ids: torch.Tensor, spec: dict, native_tokens: list[int], stopped) -> dict:
+    """One HE generate after the last cycle decides whether HE still matches native."""
     tokens_after = None
     if stopped is None:
         _release_freed_memory()
@@ -122,10 +163,6 @@ def _cycles(engine, ids: torch.Tensor, spec: dict, native_tokens: list[int]) -> 
             tokens_after, _ = greedy(engine, ids, spec["new_tokens"])
         engine.train()
     return {
-        "mode": "soak: eval -> generate(1 token) -> train" if spec.get("soak") else "eval -> train",
-        "requested": spec["cycles"],
-        "completed": completed,
-        "stopped_early": stopped,
         "he_tokens_after": tokens_after,
         "he_matches_native_after": None if tokens_after is None else tokens_after == native_tokens,
         "first_divergent_token_after": None
@@ -134,8 +171,8 @@ def _cycles(engine, ids: torch.Tensor, spec: dict, native_tokens: list[int]) -> 
     }
 
 
-def run(spec: dict) -> dict:
-    started = time.time()
+def run(spec: dict, started: float) -> dict:
+    """`started`: when the rank's interpreter began its imports (torch's included), so `imports` is whole."""
     timings: dict[str, float] = {}
     peak_rss: dict[str, float] = {}  # this rank's peak RSS (MB) at the end of each phase: where memory peaks
     mark = [started]
@@ -162,24 +199,24 @@ def run(spec: dict) -> dict:
     _done("init_distributed")
 
     device = _device(spec["backend"])
-    loaded = models.build(spec["model"], spec["dtype"], spec["seed"])
+    loaded = models.build(spec["model"], spec["dtype"], spec["seed"], cache_dir=cache_root() / "models")
     model, heads = loaded.model.to(device), loaded.model.config.num_attention_heads
     ids = models.prompt_ids(loaded, spec.get("prompt")).to(device)
+    digests = _digests(model)
     _done("build_model")
 
-    # Native reference, built once, before ZeRO-3 partitions the same weights.
-    native_trace = measure.Trace()
-    for i, layer in enumerate(_layers(model)):
-        native_trace.hook(layer.attention, i, "attention")
-        native_trace.hook(layer, i, "layer")
-    with torch.no_grad():
-        native_tokens, native_logits = greedy(model, ids, spec["new_tokens"])
-    native_margins = [measure.top2_margin(step) for step in native_logits]
-    native_top1 = [step.max().item() for step in native_logits]
-    native_trace.remove()
+    # Native reference, before ZeRO-3 partitions the same weights: computed by the run's first variant,
+    # loaded by the second when model, weights, dtype, prompt and token count are the same.
+    weights = hashlib.sha256(json.dumps(digests, sort_keys=True).encode()).hexdigest()
+    ref_key = native_reference.key(loaded.source, weights, spec["dtype"], ids, spec["new_tokens"])
+    ref_file = Path(spec["out"]).parent / native_reference.FILE_NAME
+    native = native_reference.load(ref_file, ref_key, device)
+    if native is None:
+        native = native_reference.compute(model, _layers(model), ids, spec["new_tokens"])
+        native_reference.save(native, ref_file, ref_key)
+    native_tokens, native_logits, native_trace = native.tokens, native.logits, native.trace
     _done("native_generate")
     qkv_orig = measure.SpilledTensors((n, p) for n, p in model.named_parameters() if "query_key_value" in n)
-    digests = {n: measure.digest(p) for n, p in model.named_parameters()}
 
     engine, *_ = deepspeed.initialize(model=model, config=ds_config(spec["pin"], spec["dtype"], world))
     _release_freed_memory()
@@ -204,8 +241,10 @@ def run(spec: dict) -> dict:
     paths = fallbacks.kernel_paths(c.module for c in engine._inference_containers)
     engine.train()
 
-    cycles = _cycles(engine, ids, spec, native_tokens)
+    cycles = _cycles(engine, ids, spec)
     _done("cycles")
+    cycles.update(_generate_after_cycles(engine, ids, spec, native_tokens, cycles["stopped_early"]))
+    _done("he_generate_after_cycles")
     restored, drift, changed = _params_vs_originals(engine, digests, qkv_orig)
     _done("restore_check")
 
@@ -214,6 +253,8 @@ def run(spec: dict) -> dict:
         "backend": spec["backend"],
         "world_size": world,
         "model": loaded.source,
+        "model_weights": loaded.weights,
+        "native_reference": native.origin,
         "dtype": spec["dtype"],
         "pin_parameters": spec["pin"],
         "prompt_ids": ids[0].tolist(),
@@ -233,8 +274,8 @@ def run(spec: dict) -> dict:
         "first_divergent_token": measure.first_divergent_index(native_tokens, he_tokens),
         "logits_max_abs": measure.max_abs(native_logits[0], he_logits[0]),
         "logits_max_abs_per_step": measure.per_step_max_abs(native_logits, he_logits, native_tokens, he_tokens),
-        "native_margins": native_margins,
-        "native_top1_logits": native_top1,
+        "native_margins": native.margins,
+        "native_top1_logits": native.top1,
         "qkv": qkv,
         "first_mismatch": measure.first_mismatch(native_trace, he_trace, spec["dtype"]),
         "per_layer_divergence": measure.per_layer_divergence(native_trace, he_trace),

@@ -80,6 +80,10 @@ def test_summary_and_recorded_fields(tiny_pair):
         "verdict",
     ):
         assert key in tiny_pair["before"], key
+    # One native reference per run: the first variant computes it, the second loads it.
+    assert tiny_pair["before"]["native_reference"] == "computed"
+    assert tiny_pair["after"]["native_reference"].startswith("loaded from ")
+    assert tiny_pair["after"]["native_tokens"] == tiny_pair["before"]["native_tokens"]
     assert set(tiny_pair["before"]["versions"]) >= {
         "python",
         "torch",

@@ -73,3 +73,25 @@ def test_slurm_command_is_one_srun_task_per_rank_on_one_node(tmp_path):
 def test_srun_failure_line_is_the_one_shown():
     log = "Traceback (most recent call last):\n  ...\nsrun: error: vm: task 1: Exited with exit code 1\n"
     assert launch._first_error(log) == "srun: error: vm: task 1: Exited with exit code 1"
+
+
+def test_ranks_ask_for_huge_pages_unless_the_user_chose(monkeypatch):
+    monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
+    assert launch.rank_env("cpu", None)["THP_MEM_ALLOC_ENABLE"] == "1"
+    monkeypatch.setenv("THP_MEM_ALLOC_ENABLE", "0")
+    assert launch.rank_env("cpu", None)["THP_MEM_ALLOC_ENABLE"] == "0"
+
+
+def test_the_failing_rank_is_named_not_the_peer_that_lost_it():
+    log = "\n".join(
+        [
+            "[rank1]: Traceback (most recent call last):",
+            "[rank1]: OSError: no such file",
+            "[rank1]: RuntimeError: injected failure on rank 1",
+            "[rank0]: Traceback (most recent call last):",
+            "[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer",
+        ]
+    )
+    assert launch._first_error(log) == "[rank1]: RuntimeError: injected failure on rank 1"
+    only_collateral = "[rank0]: RuntimeError: gloo: Connection reset by peer"
+    assert launch._first_error(only_collateral) == only_collateral
