@@ -155,6 +155,13 @@ def _writer_names(functions: dict[str, list[tuple[str, ast.FunctionDef]]]) -> di
     writers = {
         name: f"{rel}:{fn.lineno}" for name, defs in functions.items() for rel, fn in defs if _direct_writes(fn.body)
     }
+    # Each body's callees, walked once: the fixed point below revisits them on every round.
+    callees = {
+        id(fn): {callee for _, callee in _called_names(fn.body)}
+        for defs in functions.values()
+        if len(defs) <= MAX_DEFINITIONS
+        for _, fn in defs
+    }
     changed = True
     while changed:
         changed = False
@@ -162,11 +169,22 @@ def _writer_names(functions: dict[str, list[tuple[str, ast.FunctionDef]]]) -> di
             if name in writers:
                 continue
             for rel, fn in defs if len(defs) <= MAX_DEFINITIONS else []:
-                if any(callee in writers for _, callee in _called_names(fn.body)):
+                if any(callee in writers for callee in callees[id(fn)]):
                     writers[name] = f"{rel}:{fn.lineno}"
                     changed = True
                     break
     return writers
+
+
+def _own_nodes(fn: ast.AST):
+    """The nodes of `fn` outside its nested functions: each `with` belongs to its innermost function only
+    (nested defs are scanned on their own), and each node is visited once."""
+    stack = list(ast.iter_child_nodes(fn))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            stack.extend(ast.iter_child_nodes(node))
 
 
 def scan(package_dir: Path) -> list[Finding]:
@@ -176,43 +194,28 @@ def scan(package_dir: Path) -> list[Finding]:
             trees[path.relative_to(package_dir).as_posix()] = ast.parse(path.read_text(), str(path))
         except (SyntaxError, UnicodeDecodeError):
             continue
-    writers = _writer_names(_functions(trees))
+    functions = _functions(trees)
+    writers = _writer_names(functions)
     findings = []
-    for rel, tree in trees.items():
-        for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)):
-            for node in ast.walk(fn):
-                if not isinstance(node, ast.With | ast.AsyncWith):
-                    continue
-                gathers = [i.context_expr for i in node.items if _is_gather(i.context_expr)]
-                if not gathers or not all(_modifier_missing(g) for g in gathers):
-                    continue
-                writes = _direct_writes(node.body)
-                writes += [
-                    f"line {line}: calls {name}() which writes ({writers[name]})"
-                    for line, name in _called_names(node.body)
-                    if name in writers
-                ]
-                if writes and _innermost(fn, node):
-                    findings.append(
-                        Finding(
-                            f"deepspeed/{rel}",
-                            node.lineno,
-                            fn.name,
-                            ast.unparse(gathers[0]),
-                            writes,
-                            VERDICTS.get((rel, fn.name)),
-                        )
+    for rel, fn in (d for defs in functions.values() for d in defs):
+        for node in (n for n in _own_nodes(fn) if isinstance(n, ast.With | ast.AsyncWith)):
+            gathers = [i.context_expr for i in node.items if _is_gather(i.context_expr)]
+            if not gathers or not all(_modifier_missing(g) for g in gathers):
+                continue
+            writes = _direct_writes(node.body)
+            writes += [
+                f"line {line}: calls {name}() which writes ({writers[name]})"
+                for line, name in _called_names(node.body)
+                if name in writers
+            ]
+            if writes:
+                findings.append(
+                    Finding(
+                        f"deepspeed/{rel}", node.lineno, fn.name, ast.unparse(gathers[0]), writes,
+                        VERDICTS.get((rel, fn.name)),
                     )
-    return findings
-
-
-def _innermost(fn: ast.AST, with_node: ast.AST) -> bool:
-    """Attribute each `with` to the closest enclosing function only (nested defs are scanned alone)."""
-    for child in ast.walk(fn):
-        if child is not fn and isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
-            if any(n is with_node for n in ast.walk(child)):
-                return False
-    return True
+                )  # fmt: skip
+    return sorted(findings, key=lambda f: (f.file, f.line))
 
 
 def render_text(findings: list[Finding], version: str) -> str:

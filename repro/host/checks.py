@@ -4,6 +4,7 @@ each as JSON. A check that breaks records its error in its own file; it never co
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -45,29 +46,40 @@ def _sanity(out: Path, after: Path | None) -> dict:
     return sanity
 
 
+def _step(out: Path, name: str, what: str, fn: Callable[[], dict], log) -> str:
+    """One check: its JSON (or its error, recorded), two log lines, and its status for the summary."""
+    log(f"[checks] {time.strftime('%H:%M:%S')} {what} ...")
+    started = time.monotonic()
+    try:
+        data = fn()
+        status = "ok"
+    except Exception as exc:  # one broken check is recorded; the others still run
+        data = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+        status = f"error: {data['error']}"
+    write_json(out / f"{name}.json", data)
+    log(f"[checks] {time.strftime('%H:%M:%S')} {name} {status} in {time.monotonic() - started:.1f} s")
+    if name == "regression" and "error" not in data:
+        log(f"[checks] regression test: before={data['before']['outcome']} after={data['after']['outcome']}")
+    return status
+
+
 def write_all(out: Path, log=print) -> dict[str, str]:
-    """Runs every check; returns {check: "ok" | "error: ..."} for the summary."""
+    """Runs every check; returns {check: "ok" | "error: ..."} for the summary. The audit (this process,
+    parsing DeepSpeed: ~10 s of one core) runs in a thread beside the regression test's pytest processes;
+    it starts no process, so a Ctrl-C need not wait for it (daemon thread)."""
     try:
         after = patched_copy.after_root()
     except fixstatus.PatchError as exc:
         return {name: f"error: {exc}" for name in ("regression", "audit", "sanity")}
-    steps: list[tuple[str, str, Callable[[], dict]]] = [
-        ("regression", "upstream regression test, installed and patched DeepSpeed", lambda: _regression(after)),
-        ("audit", "bug-class audit of the installed DeepSpeed", _audit),
-        ("sanity", "enable_sanity_checks probe, 2 ranks", lambda: _sanity(out, after)),
-    ]
-    status = {}
-    for name, what, fn in steps:
-        log(f"[checks] {time.strftime('%H:%M:%S')} {what} ...")
-        started = time.monotonic()
-        try:
-            data = fn()
-            status[name] = "ok"
-        except Exception as exc:  # one broken check is recorded; the others still run
-            data = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
-            status[name] = f"error: {data['error']}"
-        write_json(out / f"{name}.json", data)
-        log(f"[checks] {time.strftime('%H:%M:%S')} {name} {status[name]} in {time.monotonic() - started:.1f} s")
-        if name == "regression" and "error" not in data:
-            log(f"[checks] regression test: before={data['before']['outcome']} after={data['after']['outcome']}")
-    return status
+    status: dict[str, str] = {}
+
+    def audit_step() -> None:
+        status["audit"] = _step(out, "audit", "bug-class audit of the installed DeepSpeed", _audit, log)
+
+    audit_thread = threading.Thread(target=audit_step, daemon=True)
+    audit_thread.start()
+    regression_what = "upstream regression test, installed and patched DeepSpeed"
+    status["regression"] = _step(out, "regression", regression_what, lambda: _regression(after), log)
+    audit_thread.join()
+    status["sanity"] = _step(out, "sanity", "enable_sanity_checks probe, 2 ranks", lambda: _sanity(out, after), log)
+    return {name: status[name] for name in ("regression", "audit", "sanity")}
