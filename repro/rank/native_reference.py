@@ -45,6 +45,7 @@ def key(source: str, weights_digest: str, dtype: str, ids: torch.Tensor, new_tok
         "weights_sha256": weights_digest,
         "dtype": dtype,
         "prompt_ids": ids[0].tolist(),
+        "device": ids.device.type,  # CPU and GPU kernels round differently
         "new_tokens": new_tokens,
         "torch": str(torch.__version__),
         "transformers": transformers.__version__,
