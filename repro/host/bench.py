@@ -97,19 +97,20 @@ def render(result: dict) -> str:
         if result.get(key) is not None:
             met = "met" if result[key] <= goal else "NOT met"
             lines.append(f"{key:22} {result[key]:>8}   goal <= {goal}   {met}")
-    for name in ("tiny", "pythia-410m", "main_command_fresh"):
-        if "timings_s" not in result.get(name, {}):
-            continue
-        split = where_the_time_goes(result[name])
+    splits = {
+        name: where_the_time_goes(result[name])
+        for name in ("tiny", "pythia-410m", "main_command_fresh")
+        if "timings_s" in result.get(name, {})
+    }
+    for name, split in splits.items():
         top = sorted(split["phases_s"].items(), key=lambda kv: -kv[1])
         lines.append(
             f"{name} pair ({result[name]['wall_s']} s), both variants: "
             + ", ".join(f"{k} {v:.1f} s" for k, v in top)
             + f", outside the ranks' phases {split['outside_ranks_s']:.1f} s"
         )
-    pythia = result.get("pythia-410m", {})
-    if "timings_s" in pythia:
-        upstream = where_the_time_goes(pythia)["upstream_hybrid_engine_s"]
+    if "pythia-410m" in splits:
+        upstream = splits["pythia-410m"]["upstream_hybrid_engine_s"]
         lines.append(
             f"Hybrid Engine work the upstream report defines ({', '.join(UPSTREAM_PHASES)}): {upstream:.1f} s of "
             f"the 410M pair"

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -15,6 +14,7 @@ from typing import Any
 import torch
 
 from ..model_registry import ARCHITECTURES, DEFAULT_PROMPT_IDS, ModelUnavailable, _unavailable
+from ..paths import replace_atomically
 
 log = logging.getLogger(__name__)
 
@@ -77,20 +77,15 @@ def _load_cached(config, path: Path) -> tuple[torch.nn.Module | None, str]:
 
 
 def _save_cached(model: torch.nn.Module, path: Path) -> None:
-    """Rank 0 writes it, atomically (a concurrent reader sees the whole file or none); a cache that cannot
-    be written only costs time."""
+    """Local rank 0 writes it, atomically; a cache that cannot be written only costs time."""
     from safetensors.torch import save_file
 
     if os.environ.get("LOCAL_RANK", "0") != "0":
         return
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        save_file(model.state_dict(), tmp)
-        os.replace(tmp, path)
+        replace_atomically(path, lambda tmp: save_file(model.state_dict(), tmp))
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         log.warning("could not cache the model weights in %s (%s)", path.parent, exc)
 
 

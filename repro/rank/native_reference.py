@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from ..paths import replace_atomically
 from . import measure
 from .engine import greedy
 
@@ -82,7 +83,6 @@ def save(ref: NativeReference, path: Path, the_key: dict) -> None:
     """Rank 0 writes it, atomically: the next variant sees the whole file or none."""
     if int(os.environ.get("RANK", "0")) != 0:
         return
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
     data = {
         "key": the_key,
         "tokens": ref.tokens,
@@ -90,5 +90,4 @@ def save(ref: NativeReference, path: Path, the_key: dict) -> None:
         "attention": {i: t.cpu() for i, t in ref.trace.attention.items()},
         "layer": {i: t.cpu() for i, t in ref.trace.layer.items()},
     }
-    torch.save(data, tmp)
-    os.replace(tmp, path)
+    replace_atomically(path, lambda tmp: torch.save(data, tmp))

@@ -92,19 +92,23 @@ def _my_share(names: list[str]) -> set[str]:
     return set(names[rank::world])
 
 
-def _digests(model) -> dict[str, str]:
-    """Every parameter's digest, on every rank, each rank hashing its share."""
+def _from_every_rank(value) -> list:
+    """This rank's `value` and every other rank's, in rank order (small Python objects)."""
     import torch.distributed as dist
 
+    values: list = [None] * dist.get_world_size()
+    dist.all_gather_object(values, value)
+    return values
+
+
+def _digests(model) -> dict[str, str]:
+    """Every parameter's digest, on every rank, each rank hashing its share."""
     mine = _my_share([n for n, _ in model.named_parameters()])
     share = {n: measure.digest(p) for n, p in model.named_parameters() if n in mine}
-    shares: list = [None] * dist.get_world_size()
-    dist.all_gather_object(shares, share)
-    return {n: d for s in shares for n, d in s.items()}
+    return {n: d for s in _from_every_rank(share) for n, d in s.items()}
 
 
 def _params_vs_originals(engine, digests: dict, qkv_orig: dict) -> tuple[bool, float, list[str]]:
-    import torch.distributed as dist
     from deepspeed.runtime.zero import GatheredParameters
 
     named = list(engine.module.named_parameters())
@@ -119,8 +123,7 @@ def _params_vs_originals(engine, digests: dict, qkv_orig: dict) -> tuple[bool, f
                     changed.append(name)
                 if name in qkv_orig:
                     drift = max(drift, measure.max_abs(p, qkv_orig[name]))
-    shares: list = [None] * dist.get_world_size()
-    dist.all_gather_object(shares, (changed, drift))
+    shares = _from_every_rank((changed, drift))
     changed_all = {n for c, _ in shares for n in c}
     changed = [n for n, _ in named if n in changed_all]
     drift = max(d for _, d in shares)
