@@ -1,16 +1,16 @@
-"""Command line: `python -m repro run|audit|report|matrix|family|fix-status|regression|shim`.
-
-Exit status: 0 expectation held, 1 expectation failed (reason on one line), 2 usage/environment,
-3 a run that broke before it could be judged (a rank crashed or hung), 130 interrupted.
-"""
+"""Command line: `python -m repro run|audit|report|matrix|family|fix-status|regression|shim`."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import traceback
 from pathlib import Path
 
-from .options import EXIT_USAGE, LAUNCHERS, RunOptions, UsageError
+from .options import EXIT_BROKEN, EXIT_INTERRUPTED, EXIT_MEANING, EXIT_USAGE, LAUNCHERS, RunOptions, UsageError
+
+EPILOG = "exit status (every command):\n" + "\n".join(f"  {code:>3}  {text}" for code, text in EXIT_MEANING.items())
 
 
 class _Parser(argparse.ArgumentParser):
@@ -19,7 +19,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="repro", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(
+        prog="repro", description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser("run", help="before/after reproduction under torchrun")
@@ -95,13 +97,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--builds", help="comma-separated: released,0001,0001+0002,0001+0003,0001+0002+0003 (default: 3 of them)"
     )
 
-    sub.add_parser("fix-status", help="does the installed DeepSpeed carry the fix? exit 0 yes, 1 no")
-
     sub.add_parser(
+        "fix-status", help="does the installed DeepSpeed carry the fix? exit 0 yes, 1 no, 2 no DeepSpeed installed"
+    )
+
+    regression = sub.add_parser(
         "regression",
         help="the upstream regression test on this DeepSpeed: exit 0 passed, 1 failed on its assertions "
-        "(the bug), 3 failed for another reason (import or collection error: nothing proven)",
+        "(the bug), 3 failed for another reason or timed out (nothing proven)",
     )
+    regression.add_argument("--json", type=Path, help="also write each test's result here (read by --in-image)")
 
     shim = sub.add_parser("shim", help="install the Transformers shim for every Python process of this env")
     shim.add_argument("--site-dir", help="site-packages directory (default: this interpreter's purelib)")
@@ -141,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "regression":
             from .host import regression
 
-            return regression.main()
+            return regression.main(args.json)
         if args.command == "shim":
             from . import shim
 
@@ -150,13 +155,35 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted (SIGINT)", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except _environment_errors() as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:  # anything else broke the run: never reported as a judged expectation (1)
+        if os.environ.get("REPRO_DEBUG"):
+            traceback.print_exc()
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        print(
+            f"error: the command broke, nothing was judged: {type(exc).__name__}: {str(exc).splitlines()[0][:300]} "
+            f"(at {Path(where.filename).name}:{where.lineno}; REPRO_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_BROKEN
     return EXIT_USAGE
 
 
-def _run(args: argparse.Namespace, argv: list[str]) -> int:
+def _environment_errors() -> tuple[type[Exception], ...]:
+    """What the user's environment can lack (DeepSpeed, a model, a patch that applies): exit 2, not 3."""
     from .fixstatus import PatchError
-    from .host.run import execute, stderr_log, validate
     from .model_registry import ModelUnavailable
+
+    return (PatchError, ModelUnavailable)
+
+
+def _run(args: argparse.Namespace, argv: list[str]) -> int:
+    from .host.run import execute, stderr_log, validate
 
     opts = RunOptions(
         variant=args.variant,
@@ -176,7 +203,4 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
         allow_single_rank=args.allow_single_rank,
         launcher=args.launcher,
     )
-    try:
-        return execute(validate(opts), argv, log=stderr_log)
-    except (PatchError, ModelUnavailable) as exc:
-        raise UsageError(str(exc)) from exc
+    return execute(validate(opts), argv, log=stderr_log)

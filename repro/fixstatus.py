@@ -45,10 +45,18 @@ def _call_name(call: ast.Call) -> str:
     return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
 
 
+def modifier_rank_arg(call: ast.Call) -> ast.expr | None:
+    """The `modifier_rank` a `GatheredParameters(params, modifier_rank=None, ...)` call passes, by keyword
+    or as its second positional argument; None when it passes none. One rule for this module and the audit."""
+    for k in call.keywords:
+        if k.arg == "modifier_rank":
+            return k.value
+    return call.args[1] if len(call.args) >= 2 else None
+
+
 def _has_modifier_rank_zero(call: ast.Call) -> bool:
-    return any(
-        k.arg == "modifier_rank" and isinstance(k.value, ast.Constant) and k.value.value == 0 for k in call.keywords
-    )
+    arg = modifier_rank_arg(call)
+    return isinstance(arg, ast.Constant) and arg.value == 0 and not isinstance(arg.value, bool)
 
 
 def fix_status_of_package(package_dir: Path) -> dict[str, bool]:

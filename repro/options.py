@@ -5,13 +5,37 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-# 0: expectation held; 1: it failed (the reason on one line); 2: usage or environment error, found before
-# anything expensive started; 3: a run that started and broke (a rank crashed or hung, a check raised), so
-# nothing was judged; 130: interrupted (Ctrl-C / SIGTERM), every rank stopped.
 EXIT_OK, EXIT_EXPECTATION, EXIT_USAGE, EXIT_BROKEN, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+# The one table of exit statuses: the CLI's help, the invoke tasks and the in-image proof all read it.
+EXIT_MEANING = {
+    EXIT_OK: "the expectation held (a pair: `before` reproduced #8391 and `after` is correct; one variant: it met "
+    "its own expectation)",
+    EXIT_EXPECTATION: "judged, and the expectation failed (the reason on one line)",
+    EXIT_USAGE: "usage or environment error, found before anything expensive started (bad option, one rank, "
+    "missing model or engine or GPU, a patch that does not apply, `before`/`after` that are not a pair)",
+    EXIT_BROKEN: "a run that broke before it could be judged (a rank crashed or hung, an unexpected error, "
+    "a test that timed out): nothing was judged",
+    EXIT_INTERRUPTED: "interrupted by Ctrl-C or SIGTERM; every rank stopped",
+}
 VARIANTS = ("before", "after")
 # How a variant's ranks start: torchrun on this host, or Slurm's srun (one task per rank, on one node).
 LAUNCHERS = ("torchrun", "slurm")
+
+
+# The options that make two variants' runs one pair (each variant's JSON records them as `request`),
+# and the flag that sets each.
+REQUEST_FIELDS = {
+    "model": "--model",
+    "seed": "--seed",
+    "dtype": "--dtype",
+    "ranks": "--ranks",
+    "prompt": "--prompt",
+    "new_tokens": "--new-tokens",
+    "cycles": "--cycles",
+    "soak": "--soak",
+    "pin": "--no-pin",
+    "backend": "--backend",
+}
 
 
 class UsageError(RuntimeError):

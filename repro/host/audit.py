@@ -12,7 +12,7 @@ import ast
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..fixstatus import installed_deepspeed
+from ..fixstatus import installed_deepspeed, modifier_rank_arg
 from ..paths import write_json
 
 # Every site the scan finds in DeepSpeed 0.19.8, settled: "confirmed by run" (a run of ours shows the
@@ -80,10 +80,8 @@ def _is_gather(call: ast.AST) -> bool:
 
 
 def _modifier_missing(call: ast.Call) -> bool:
-    for kw in call.keywords:
-        if kw.arg == "modifier_rank":
-            return isinstance(kw.value, ast.Constant) and kw.value.value is None
-    return len(call.args) < 2  # second positional argument is modifier_rank
+    arg = modifier_rank_arg(call)
+    return arg is None or (isinstance(arg, ast.Constant) and arg.value is None)
 
 
 # Helper names too generic to resolve by name alone (they would match unrelated writers).

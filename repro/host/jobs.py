@@ -4,6 +4,8 @@ Every command is printed before it runs, so `--dry-run` output can be pasted int
 
 from __future__ import annotations
 
+import json
+import shlex
 import shutil
 import sys
 import time
@@ -14,6 +16,8 @@ from ..model_registry import ModelUnavailable, check_available, check_cached
 from ..options import (
     EXIT_BROKEN,
     EXIT_EXPECTATION,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
     EXIT_USAGE,
     LAUNCHERS,
     VARIANTS,
@@ -23,7 +27,7 @@ from ..options import (
     variants_of,
 )
 from ..paths import RESULTS_DIR, RUNS_DIR, cache_root
-from . import amd, containers
+from . import amd, containers, regression, summary
 from .run import new_run_dir
 
 REAL_PYTHIA = "EleutherAI/pythia-410m-deduped"
@@ -145,7 +149,7 @@ def _repro_in_images(req, choice, variants, out: Path, common: list[str], gpus: 
     if not req.dry_run:
         out.parent.mkdir(parents=True, exist_ok=True)
     inside = f"{containers.WORKDIR}/results/{out.relative_to(RESULTS_DIR)}"
-    code = 0
+    broken, interrupted, command = None, None, []
     for v in variants:  # each variant in its own image: before = as released, after = patched at build
         image = containers.image_name(choice.backend, v, choice.engine)
         # The before image's run checks both ways itself (installed vs patched copy).
@@ -163,10 +167,35 @@ def _repro_in_images(req, choice, variants, out: Path, common: list[str], gpus: 
             digest=None if req.dry_run else containers.image_digest(choice.engine, image),
             selinux_label=req.selinux_label,
         )
-        code = containers.execute(choice.engine, cmd, req.dry_run, log) or code
-        if code in (EXIT_USAGE, 130):
+        command.append(shlex.join(cmd))
+        code = containers.execute(choice.engine, cmd, req.dry_run, log)
+        if code == EXIT_USAGE:
+            return code
+        if code == EXIT_INTERRUPTED:
+            interrupted = f"`{v}` container interrupted"
             break
-    return code
+        if code not in (EXIT_OK, EXIT_EXPECTATION):
+            broken = (broken + "; " if broken else "") + f"`{v}` container ended with status {code} (see {v}.log)"
+    if req.dry_run:
+        return EXIT_OK
+    return judge_on_host(out, variants, " && ".join(command), broken, interrupted, log)
+
+
+def judge_on_host(out: Path, variants: list[str], command: str, broken, interrupted, log=print) -> int:
+    """Each container saw only its own variant: the pair is judged here, from both JSONs, once."""
+    earlier = out / "summary.json"
+    keep = {}
+    if earlier.exists():
+        try:
+            keep = {k: v for k, v in json.loads(earlier.read_text()).items() if k in ("checks",)}
+        except (OSError, json.JSONDecodeError):
+            keep = {}
+    options = {"variants": variants, "judged": "on the host, after every container"}
+    judged = summary.write(
+        out, variants, command=command, options=options, broken=broken, interrupted=interrupted, keep=keep
+    )
+    log(summary.one_line(judged))
+    return judged["exit_status"]
 
 
 def ensure_images(choice: containers.Choice, variants: list[str], dry_run: bool, log=print) -> None:
@@ -207,32 +236,41 @@ def parse_build_args(pairs: list[str]) -> dict[str, str]:
     return args
 
 
-IN_IMAGE_OUTCOME = {0: "pass", 1: "fail (assertions: the bug)", 3: "fail for another reason (nothing proven)"}
-
-
 def test_in_images(backend: str, engine: str, dry_run: bool, log=print) -> int:
-    """The upstream regression test inside both images. Proven only when `before` fails on its
-    assertions (exit 1 of `repro regression`) and `after` passes (0); an import error is not proof."""
+    """The upstream regression test inside both images. Proven only from each test's recorded result
+    (`repro regression --json`, written to the mounted results folder): `before` failed on its
+    assertions, `after` passed, the same tests both ways; an exit status alone proves nothing."""
     choice = choose(backend, engine, dry_run, log)
     if choice.engine == "local":
         raise JobError("--in-image needs a container engine (docker, podman or buildah); see `invoke doctor`")
     ensure_images(choice, list(VARIANTS), dry_run, log)
-    codes = {}
+    out = new_run_dir("in-image-tests", choice.backend)
+    if not dry_run:
+        out.mkdir(parents=True)
+    codes, results = {}, {}
     for v in VARIANTS:
         image = containers.image_name(choice.backend, v, choice.engine)
-        inner = ["python", "-m", "repro", "regression"]
+        inside = f"{containers.WORKDIR}/results/{out.relative_to(RESULTS_DIR)}/regression-{v}.json"
+        inner = ["python", "-m", "repro", "regression", "--json", inside]
         mounts = containers.default_mounts(RESULTS_DIR)
         cmd = containers.run_command(choice.engine, choice.backend, image, inner, mounts)
         codes[v] = containers.execute(choice.engine, cmd, dry_run, log)
+        path = out / f"regression-{v}.json"
+        results[v] = json.loads(path.read_text()) if path.exists() else None
     if dry_run:
         return 0
-    outcome = {v: IN_IMAGE_OUTCOME.get(c, f"broken (status {c})") for v, c in codes.items()}
-    log(f"upstream regression test: before={outcome['before']} after={outcome['after']} (expected: before fails "
-        "on its assertions, after passes)")  # fmt: skip
-    if codes == {"before": 1, "after": 0}:
+    log(f"upstream regression test: exit status before={codes['before']} after={codes['after']}; results in {out}")
+    why_not = regression.proof(results["before"], results["after"])
+    if why_not is None and codes == {"before": EXIT_EXPECTATION, "after": 0}:
+        log("upstream regression test: before failed on its assertions, after passed: the fix is proven both ways")
         return 0
-    broken = any(c not in (0, 1) for c in codes.values())
-    raise JobError("the regression test did not prove the fix both ways", EXIT_BROKEN if broken else EXIT_EXPECTATION)
+    why_not = why_not or f"exit statuses {codes} do not match the recorded results"
+    broken = any(c not in (0, EXIT_EXPECTATION) for c in codes.values()) or any(
+        r is None or r.get("outcome") == "broken" for r in results.values()
+    )
+    raise JobError(
+        f"the regression test did not prove the fix both ways: {why_not}", EXIT_BROKEN if broken else EXIT_EXPECTATION
+    )
 
 
 def shell(backend: str, engine: str, variant: str, dry_run: bool, log=print) -> int:
@@ -273,7 +311,12 @@ def clean(images: bool, engine: str, dry_run: bool, log=print) -> None:
 
 
 def local_tests(pytest_args: str, dry_run: bool, log=print) -> int:
-    cmd = [sys.executable, "-m", "pytest", "-q", *pytest_args.split()]
+    """`pytest_args` as a shell would split them: `-m "not distributed"` is one marker expression."""
+    try:
+        args = shlex.split(pytest_args)
+    except ValueError as exc:
+        raise JobError(f"--pytest-args cannot be split as a shell would: {exc}") from None
+    cmd = [sys.executable, "-m", "pytest", "-q", *args]
     return containers.execute("local", cmd, dry_run, log)
 
 

@@ -279,19 +279,49 @@ def _collect_rss(out_json: Path, ranks: int) -> list[float]:
     return values
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process below `pid`, read from /proc. torchrun starts each rank in a session of its own
+    (torch >= 2.x: `start_new_session=True`), so a signal to the launcher's group misses them."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _signal_all(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def _kill_group(proc: subprocess.Popen, grace_s: float = 4.0) -> None:
-    """SIGTERM to torchrun and every rank (one session), SIGKILL after `grace_s`: done within ~2x grace."""
+    """SIGTERM to the launcher's group and every rank, SIGKILL after `grace_s` to every process of the tree
+    (ranks included, found before the launcher dies and they are re-parented): done within ~2x grace."""
+    tree = set(_descendants(proc.pid))
     for sig in (signal.SIGTERM, signal.SIGKILL):
+        tree |= set(_descendants(proc.pid))
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
-            return
+            pass
+        _signal_all(sorted(tree), sig)
         try:
             proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             continue
-        try:  # torchrun gone: make sure no rank outlived it
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _signal_all(sorted(tree), signal.SIGKILL)  # launcher gone: make sure no rank outlived it
         return

@@ -114,7 +114,8 @@ def _run_stoppable(cmd: list[str], env: dict) -> subprocess.CompletedProcess:
 
 def _runs(python: Path, env: dict, out: Path, ds_version: str, harness: bool, repeats: int, log) -> dict:
     """`repeats` tiny before/after pairs; counts of bug reproduced before and fixed after."""
-    counts = {"runs": 0, "bug_reproduced_before": 0, "fixed_after": 0, "wall_s": [], "qkv_after": [], "errors": []}
+    counts = {"runs": 0, "bug_reproduced_before": 0, "fixed_after": 0, "wall_s": [], "qkv_before": [],
+              "qkv_after": [], "outcomes_before": [], "outcomes_after": [], "errors": []}  # fmt: skip
     for i in range(repeats):
         run_dir = out / f"deepspeed-{ds_version}-{'harness' if harness else 'as-released'}-{i + 1}"
         cmd = [str(python), "-m", "repro", "run", "--variant", "both", "--model", "tiny", "--cycles", "4"]
@@ -129,11 +130,16 @@ def _runs(python: Path, env: dict, out: Path, ds_version: str, harness: bool, re
         if summary.get("error"):  # a run that broke was not judged: it counts as no run, with its reason
             counts["errors"].append(summary["error"][:300])
             continue
-        after = json.loads((run_dir / "after.json").read_text()) if (run_dir / "after.json").exists() else {}
         counts["runs"] += 1
+        # Counted from the verdict's outcomes (repro/verdict.py): `reproduced` only when the inference
+        # containers held bitwise the training layout; a race's garbage is `corrupt`, never a reproduction.
         counts["bug_reproduced_before"] += bool(summary.get("bug_reproduced_before"))
         counts["fixed_after"] += bool(summary.get("fixed_after"))
-        counts["qkv_after"].append(after.get("qkv", {}).get("max_abs"))
+        for variant in ("before", "after"):
+            path = run_dir / f"{variant}.json"
+            result = json.loads(path.read_text()) if path.exists() else {}
+            counts[f"qkv_{variant}"].append(result.get("qkv", {}).get("max_abs"))
+            counts[f"outcomes_{variant}"].append((summary.get("variant_outcomes") or {}).get(variant, "did not run"))
         log(f"[matrix] {ds_version} harness={harness} run {i + 1}/{repeats}: {summary.get('reason', '')[:120]}")
     return counts
 
@@ -216,8 +222,8 @@ def render(data: dict) -> str:
         "on gloo, so their CPU cells are timing-dependent in both directions.",
         "",
         "| DeepSpeed | installs | runs on CPU | #8391 patch | harness fix | bug reproduced before | fixed after "
-        "| QKV max abs after (per run) | wall s per pair | notes |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| outcomes before / after (per run) | QKV max abs before / after (per run) | wall s per pair | notes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def yn(v):
@@ -226,23 +232,31 @@ def render(data: dict) -> str:
     for r in data["rows"]:
         base = f"| {r['deepspeed']} | {yn(r['installs'])} | {yn(r['imports'])} | {yn(r['patch'])} "
         if not r.get("cells"):
-            lines.append(base + f"| n/a | n/a | n/a | n/a | n/a | {r['reason']} |")
+            lines.append(base + f"| n/a | n/a | n/a | n/a | n/a | n/a | {r['reason']} |")
             continue
         for c in r["cells"]:
             fix = (
                 "applied" if c["harness_fix"] else ("not needed (has it)" if r.get("waits_on_every_handle") else "no")
             )
-            qkv = " ".join("n/a" if q is None else f"{q:.3g}" for q in c["qkv_after"]) or "n/a"
+            qkv = " / ".join(
+                " ".join("n/a" if q is None else f"{q:.3g}" for q in c.get(f"qkv_{v}", [])) or "n/a"
+                for v in ("before", "after")
+            )
+            outcomes = " / ".join(" ".join(c.get(f"outcomes_{v}", [])) or "n/a" for v in ("before", "after"))
             wall = "-".join(str(w) for w in (min(c["wall_s"]), max(c["wall_s"]))) if c["wall_s"] else "n/a"
             notes = "; ".join(c["errors"]) or r["reason"]
             lines.append(
-                base + f"| {fix} | {_count(c, 'bug_reproduced_before')} | {_count(c, 'fixed_after')} | {qkv} "
+                base + f"| {fix} | {_count(c, 'bug_reproduced_before')} | {_count(c, 'fixed_after')} | {outcomes} "
+                f"| {qkv} "
                 f"| {wall} | {notes} |"
             )
     lines += [
         "",
-        "`QKV max abs after`: what the `after` variant's inference containers held vs the expected layout (0 = "
-        "fixed); values far above 1 are uninitialised memory from an unfilled gather buffer.",
+        "Outcomes are the verdict's (`repro/verdict.py`): `reproduced` = the inference containers held bitwise the "
+        "training layout (#8391's exact signature); `correct` = bitwise the inference layout and every check "
+        "passed; `corrupt` = neither layout, or NaN/Inf (an unfilled gather buffer: the race above), never "
+        "counted as a reproduction; `wrong` = inference layout but another check failed. `QKV max abs`: what "
+        "each variant's inference containers held vs the expected inference layout (0 = fixed).",
     ]
     return "\n".join(lines) + "\n"
 

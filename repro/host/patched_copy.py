@@ -87,17 +87,21 @@ def prepare_patched_copy(root: Path | None = None, patches: tuple[str, ...] = (F
         return dest
     for number in patches:  # fail fast with the installed version's reason
         check_applies(package_dir.parent, ds_version, number)
-    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=dest.parent if dest.parent.exists() else None))
-    shutil.copytree(package_dir, staging / "deepspeed", ignore=shutil.ignore_patterns("__pycache__"))
-    for number in patches:
-        apply_to(staging, ds_version, number)
-    if FIX_8391 in patches and not is_fixed(fix_status_of_package(staging / "deepspeed")):
-        raise PatchError(f"patched copy of DeepSpeed {ds_version} still lacks modifier_rank=0 in {TARGET}")
-    dest.mkdir(parents=True, exist_ok=True)
-    if copy.exists():
-        shutil.rmtree(copy)
-    os.replace(staging / "deepspeed", copy)
-    shutil.rmtree(staging, ignore_errors=True)
+    # Staged beside its destination, never in the system temp dir: os.replace cannot cross filesystems.
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=dest.parent))
+    try:
+        shutil.copytree(package_dir, staging / "deepspeed", ignore=shutil.ignore_patterns("__pycache__"))
+        for number in patches:
+            apply_to(staging, ds_version, number)
+        if FIX_8391 in patches and not is_fixed(fix_status_of_package(staging / "deepspeed")):
+            raise PatchError(f"patched copy of DeepSpeed {ds_version} still lacks modifier_rank=0 in {TARGET}")
+        dest.mkdir(parents=True, exist_ok=True)
+        if copy.exists():
+            shutil.rmtree(copy)
+        os.replace(staging / "deepspeed", copy)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return dest
 
 

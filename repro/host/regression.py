@@ -15,7 +15,8 @@ import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from ..paths import REPO_ROOT
+from ..options import EXIT_BROKEN, EXIT_EXPECTATION, EXIT_OK
+from ..paths import REPO_ROOT, write_json
 
 UPSTREAM_DIR = REPO_ROOT / "tests" / "upstream"
 # The upstream-style tests of each patch (repro/patches/<number>-*.patch): each fails on released
@@ -35,37 +36,56 @@ def run_upstream_test(
     env = dict(os.environ, DS_ACCELERATOR="cpu")
     if deepspeed_root is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(deepspeed_root), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "repro.rank.lifecycle",  # skips DeepSpeed's JIT-built CPU comm op (no compile at container start)
+        "--rootdir",
+        str(UPSTREAM_DIR),
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         xml = Path(tmp) / "junit.xml"
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pytest",
-                "-q",
-                "-p",
-                "no:cacheprovider",
-                "-p",
-                "repro.rank.lifecycle",  # skips DeepSpeed's JIT-built CPU comm op (no compile at container start)
-                "--rootdir",
-                str(UPSTREAM_DIR),
-                f"--junitxml={xml}",
-                *(str(UPSTREAM_DIR / t) for t in tests),
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            cwd=UPSTREAM_DIR,
-        )
-        cases = _cases(xml) if xml.exists() else {}
+        try:
+            proc = subprocess.run(
+                [*cmd, f"--junitxml={xml}", *(str(UPSTREAM_DIR / t) for t in tests)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                cwd=UPSTREAM_DIR,
+            )
+        except subprocess.TimeoutExpired as exc:
+            tail = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+            return _broken(f"pytest did not finish within {timeout_s:.0f} s", tail)
+        try:
+            cases = _cases(xml)
+        except (OSError, ET.ParseError) as exc:
+            return _broken(f"pytest's junit result cannot be read ({type(exc).__name__}: {exc})", proc.stdout)
     failed = {name: kind for name, kind in cases.items() if kind != "passed"}
+    passed = proc.returncode == 0 and bool(cases) and not failed
     return {
-        "outcome": "pass" if proc.returncode == 0 else "fail",
+        "outcome": "pass" if passed else "fail",
         "exit_code": proc.returncode,
         "tests": cases,
         "failed_for_the_right_reason": bool(failed) and all(kind == "AssertionError" for kind in failed.values()),
         "output_tail": proc.stdout[-2000:],
+    }
+
+
+def _broken(why: str, output: str) -> dict:
+    """A run of the tests that proves nothing either way."""
+    return {
+        "outcome": "broken",
+        "exit_code": None,
+        "tests": {},
+        "failed_for_the_right_reason": False,
+        "error": why,
+        "output_tail": output[-2000:],
     }
 
 
@@ -87,18 +107,40 @@ def _exception_type(problem: ET.Element) -> str:
 
 
 def outcome_code(result: dict) -> int:
-    """0 passed; 1 failed on its assertions only (the bug is present); 3 failed for another reason."""
+    """0 passed; 1 failed on its assertions only (the bug is present); 3 anything else (nothing proven)."""
     if result["outcome"] == "pass":
-        return 0
-    return 1 if result["failed_for_the_right_reason"] else 3
+        return EXIT_OK
+    if result["outcome"] == "fail" and result["failed_for_the_right_reason"]:
+        return EXIT_EXPECTATION
+    return EXIT_BROKEN
 
 
-def main() -> int:
-    """`python -m repro regression`: run inside an image by `invoke test --in-image`."""
+def proof(before: dict | None, after: dict | None) -> str | None:
+    """None when the pair proves the fix: the same tests ran both ways, every one that failed `before`
+    failed on an assertion (at least one did), and all passed `after`. Else why not, in one line."""
+    if before is None or after is None:
+        return f"no result from {'`before`' if before is None else '`after`'} (the test did not run or wrote nothing)"
+    for name, r in (("before", before), ("after", after)):
+        if r.get("outcome") == "broken" or not r.get("tests"):
+            return f"`{name}` proved nothing: {r.get('error') or 'no test ran'}"
+    if set(before["tests"]) != set(after["tests"]):
+        return f"different tests ran: before {sorted(before['tests'])}, after {sorted(after['tests'])}"
+    if before["outcome"] != "fail" or not before["failed_for_the_right_reason"]:
+        return f"`before` did not fail on its assertions: {before['tests']}"
+    if after["outcome"] != "pass":
+        return f"`after` did not pass: {after['tests']}"
+    return None
+
+
+def main(json_path: Path | None = None) -> int:
+    """`python -m repro regression`: run inside an image by `invoke test --in-image`, which reads the JSON
+    (each test's result), not only the exit status."""
     result = run_upstream_test(None)
     code = outcome_code(result)
-    meaning = {0: "passed", 1: "failed on its assertions (bug present)", 3: "failed for another reason"}[code]
-    print(f"upstream regression test {meaning}: {result['tests']}")
-    if code == 3:
+    meaning = {0: "passed", 1: "failed on its assertions (bug present)", 3: "proved nothing"}[code]
+    print(f"upstream regression test {meaning}: {result.get('error') or result['tests']}")
+    if json_path is not None:
+        write_json(json_path, {k: v for k, v in result.items() if k != "output_tail"})
+    if code == EXIT_BROKEN:
         print(result["output_tail"], file=sys.stderr)
     return code

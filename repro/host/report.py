@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+from .. import verdict
 from ..options import VARIANTS
 
 # Reported upstream (DeepSpeed #8391) on AMD MI250, BF16, Pythia-410M-deduped, ZeRO-3.
@@ -105,6 +106,10 @@ def _table(data: dict) -> list[str]:
         ("first-step logits max abs diff", lambda r: r["logits_max_abs"]),
         ("logits max abs diff per step (same prefix)", lambda r: _steps(r.get("logits_max_abs_per_step"))),
         ("native top-1 vs top-2 margin per step", lambda r: _steps(r.get("native_margins"))),
+        ("outcome (repro/verdict.py)", lambda r: verdict.outcome(r)),
+        ("world size", lambda r: r.get("world_size")),
+        ("QKV held = training layout, bitwise (#8391's signature)", lambda r: r["qkv"].get("equals_training_layout")),
+        ("QKV held = inference layout, bitwise (fixed)", lambda r: r["qkv"].get("equals_inference_layout")),
         ("QKV max abs diff (held vs expected inference layout)", lambda r: r["qkv"]["max_abs"]),
         ("QKV mean abs diff", lambda r: r["qkv"]["mean_abs"]),
         ("first divergent layer/module", _first_mismatch),
@@ -117,11 +122,18 @@ def _table(data: dict) -> list[str]:
     ]
     reg = data.get("regression")
     if reg:
-        rows.append(("upstream regression test", lambda r: reg[r["variant"]]["outcome"]))
+        rows.append(("upstream regression test", lambda r: _check_field(reg, r["variant"], "outcome")))
     lines = ["| | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
     for label, get in rows:
         lines.append(f"| {label} | " + " | ".join(_fmt(get(runs[c])) for c in cols) + " |")
     return lines
+
+
+def _check_field(check: dict, variant: str, key: str) -> str:
+    """A check that broke recorded `{"error": ...}` instead of its results: say so, never crash."""
+    if "error" in check:
+        return f"check failed: {check['error']}"
+    return _fmt((check.get(variant) or {}).get(key))
 
 
 def _native_origin(origin: str | None) -> str:
@@ -243,6 +255,8 @@ def _environment(env: dict | None) -> list[str]:
 
 
 def _audit(audit: dict, bug_reproduced: bool | None) -> list[str]:
+    if "error" in audit:
+        return [f"The audit did not complete: {audit['error']}."]
     lines = [
         f"Static scan of DeepSpeed {audit['deepspeed']} for `GatheredParameters` without `modifier_rank` whose "
         f"body writes to parameters: {len(audit['findings'])} site(s), each settled by a run or by reading "
@@ -260,6 +274,8 @@ def _audit(audit: dict, bug_reproduced: bool | None) -> list[str]:
 
 
 def _sanity(sanity: dict) -> list[str]:
+    if "error" in sanity:
+        return [f"The sanity-check probe did not complete: {sanity['error']}."]
     lines = [
         "`zero_optimization.enable_sanity_checks` (DeepSpeed's own detector), measured on real ZeRO-3 "
         "partitions, 2 ranks:",
@@ -321,8 +337,8 @@ def _regathers(data: dict) -> list[str]:
 def render(data: dict) -> str:
     s = data["summary"]
     lines = ["# DeepSpeed #8391 reproduction: ZeRO-3 Hybrid Engine drops GPT-NeoX QKV layout changes", ""]
-    state = "HELD" if s["expectation_held"] else "FAILED"
-    lines += [f"**Expectation {state}**: {s['reason']}.", ""]
+    state = s.get("outcome", "held" if s["expectation_held"] else "failed").upper()
+    lines += [f"**Verdict: {state}**: {s['reason']}.", ""]
     if s.get("interrupted"):
         lines += ["**This run was interrupted; only the variants listed ran.**", ""]
     for v in VARIANTS:

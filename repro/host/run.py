@@ -10,15 +10,13 @@ import sys
 import time
 from pathlib import Path
 
-from .. import fixstatus, verdict
+from .. import fixstatus
 from ..model_registry import ARCHITECTURES, DTYPE_NAMES, ModelUnavailable, check_available
 from ..options import (
-    EXIT_BROKEN,
-    EXIT_EXPECTATION,
     EXIT_INTERRUPTED,
-    EXIT_OK,
     EXIT_USAGE,
     LAUNCHERS,
+    REQUEST_FIELDS,
     VARIANTS,
     RunOptions,
     UsageError,
@@ -27,7 +25,7 @@ from ..options import (
     variants_of,
 )
 from ..paths import RESULTS_DIR, RUNS_DIR, write_json
-from . import patched_copy
+from . import patched_copy, summary
 from .launch import Interrupted, LaunchError, LaunchSpec, interrupt_on_sigterm, run_variant
 
 
@@ -91,6 +89,10 @@ def validate(opts: RunOptions) -> RunOptions:
         _check_writable(opts.out)
     backend = resolve_backend(opts.backend)
     opts.backend, opts.dtype = backend, dtype or ("fp32" if backend == "cpu" else "bf16")
+    try:
+        check_pair(opts, variants)
+    except fixstatus.PatchError as exc:
+        raise UsageError(str(exc)) from None
     return opts
 
 
@@ -137,8 +139,35 @@ def _spec(opts: RunOptions, variant: str) -> LaunchSpec:
     )
 
 
+def check_pair(opts: RunOptions, variants: list[str]) -> None:
+    """A variant run into a directory that holds the other one makes a pair with it only if both were asked
+    the same question of the same DeepSpeed: refused before anything runs, naming the field."""
+    if opts.out is None:
+        return
+    _, ds_version = fixstatus.installed_deepspeed()
+    wanted = {**{k: getattr(opts, k) for k in REQUEST_FIELDS}, "deepspeed": ds_version}
+    for other in VARIANTS:
+        path = opts.out / f"{other}.json"
+        if other in variants or not path.exists():
+            continue
+        try:
+            recorded = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise UsageError(f"--out {opts.out}: {path.name} cannot be read ({exc}); choose a new directory") from None
+        had = {**(recorded.get("request") or {}), "deepspeed": (recorded.get("versions") or {}).get("deepspeed")}
+        names = {**REQUEST_FIELDS, "deepspeed": "the installed DeepSpeed version"}
+        differ = [f"{names[k]} ({had.get(k)!r} there, {v!r} now)" for k, v in wanted.items() if had.get(k) != v]
+        if differ:
+            raise UsageError(
+                f"--out {opts.out} holds a `{other}` that would not be a pair with this run: it differs in "
+                + "; ".join(differ)
+                + "; use the same options, or a new --out"
+            )
+
+
 def execute(opts: RunOptions, argv: list[str], log=print) -> int:
-    """Runs the requested variants; returns the exit status the CLI documents (repro.options)."""
+    """Runs the requested variants, judges the pair from what the directory holds, and returns the exit
+    status the CLI documents (repro.options.EXIT_MEANING)."""
     package_dir, ds_version = fixstatus.installed_deepspeed()
     installed_fixed = fixstatus.is_fixed(fixstatus.fix_status_of_package(package_dir))
     if installed_fixed and opts.variant != "after":
@@ -149,66 +178,42 @@ def execute(opts: RunOptions, argv: list[str], log=print) -> int:
     out = opts.out or new_run_dir(opts.model, opts.backend, opts.dtype)
     out.mkdir(parents=True, exist_ok=True)
     log(f"run directory: {out}")
-    results: dict[str, dict] = {}
-    started = time.time()
+    requested = variants_of(opts.variant)
+    record = {
+        "command": "python -m repro " + shlex.join(argv),
+        "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in opts.__dict__.items()},
+        "started": time.time(),
+    }
     interrupt_on_sigterm()
     try:
-        for variant in variants_of(opts.variant):
+        for variant in requested:
             log(
                 f"[{variant}] {opts.ranks} ranks, {opts.model}, {opts.dtype}, {opts.backend}, "
                 f"pin_parameters={opts.pin} ..."
             )
             root = None if variant == "before" else patched_copy.after_root()
-            results[variant] = run_variant(_spec(opts, variant), out, root, progress=log)
-            log(f"[{variant}] {results[variant]['verdict']} ({results[variant]['duration_s']} s)")
+            result = run_variant(_spec(opts, variant), out, root, progress=log)
+            log(f"[{variant}] {result['verdict']} ({result['duration_s']} s)")
     except (KeyboardInterrupt, Interrupted) as exc:
         why = "SIGINT" if isinstance(exc, KeyboardInterrupt) else str(exc)
-        _write_summary(out, opts, argv, results, started, error=f"interrupted by {why}", interrupted=True)
+        summary.write(out, requested, interrupted=f"interrupted by {why}", **record)
         log(f"interrupted ({why}): every rank was stopped; partial results in {out}")
         return EXIT_INTERRUPTED
-    except (LaunchError, fixstatus.PatchError) as exc:
+    except fixstatus.PatchError as exc:
         log(f"error: {exc}")
-        _write_summary(out, opts, argv, results, started, error=str(exc))
-        return EXIT_BROKEN if isinstance(exc, LaunchError) else EXIT_USAGE
-    summary = _write_summary(out, opts, argv, results, started)
+        summary.write(out, requested, broken=str(exc), **record)
+        return EXIT_USAGE
+    except LaunchError as exc:
+        log(f"error: {exc}")
+        return summary.write(out, requested, broken=str(exc), **record)["exit_status"]
+    judged = summary.write(out, requested, **record)
     if opts.with_checks:
         from . import checks
 
-        summary["checks"] = checks.write_all(out, log=log)
-        write_json(out / "summary.json", summary)
-    log(("OK: " if summary["expectation_held"] else "EXPECTATION FAILED: ") + summary["reason"])
-    return EXIT_OK if summary["expectation_held"] else EXIT_EXPECTATION
-
-
-def _write_summary(
-    out: Path,
-    opts: RunOptions,
-    argv: list[str],
-    results: dict,
-    started: float,
-    error: str | None = None,
-    interrupted: bool = False,
-) -> dict:
-    # A variant run earlier into the same directory (one per image) counts too: read, never rewritten.
-    for name in VARIANTS:
-        if name not in results and (out / f"{name}.json").exists():
-            results[name] = json.loads((out / f"{name}.json").read_text())
-    summary = verdict.summarize(results.get("before"), results.get("after"))
-    if error:
-        summary.update(expectation_held=False, reason=error)
-    summary.update(
-        command="python -m repro " + shlex.join(argv),
-        variants=sorted(results),
-        error=error,
-        interrupted=interrupted,
-        options={k: (str(v) if isinstance(v, Path) else v) for k, v in opts.__dict__.items()},
-        wall_s=round(time.time() - started, 2),
-        patch=patched_copy.patch_file().name,
-        patch_text=patched_copy.patch_file().read_text(),
-        environment=next((r["environment"] for r in results.values()), None),
-    )
-    write_json(out / "summary.json", summary)
-    return summary
+        judged["checks"] = checks.write_all(out, log=log)
+        write_json(out / "summary.json", judged)
+    log(summary.one_line(judged))
+    return judged["exit_status"]
 
 
 def stderr_log(message: str) -> None:

@@ -39,6 +39,18 @@ def skip_shm_comm_op() -> None:
     deepspeed.ops.__compatible_ops__ = compatible
 
 
+def shm_comm_op_state() -> dict:
+    """What happened to the op, read from DeepSpeed and the loaded modules (not assumed)."""
+    import sys
+
+    import deepspeed.ops
+
+    return {
+        "marked_incompatible": getattr(deepspeed.ops, "__compatible_ops__", {}).get(SHM_COMM_OP) is False,
+        "loaded": any(name.split(".")[-1].startswith(SHM_COMM_OP) for name in sys.modules),
+    }
+
+
 def pytest_configure(config) -> None:  # noqa: ARG001 - pytest hook signature
     """As a pytest plugin (`-p repro.rank.lifecycle`), the upstream tests run without the JIT build
     too; inside DeepSpeed's own tree they run as written."""

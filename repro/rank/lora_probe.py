@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from .. import fixstatus, shim
-from . import fallbacks, layout, lora, models
+from . import fallbacks, layout, lora, measure, models
 from .engine import ds_config, greedy
 from .lifecycle import finish, init_distributed, progress
 
@@ -129,7 +129,7 @@ def gathered_vs_originals(engine, originals: dict) -> dict:
             now = p.detach().reshape(ref.shape)
             if not torch.equal(now, ref):
                 out[kind]["changed"].append(name)
-            out[kind]["max_abs"] = max(out[kind]["max_abs"], (now - ref).abs().max().item())
+            out[kind]["max_abs"] = measure.worst([out[kind]["max_abs"], (now - ref).abs().max().item()])
     for v in out.values():
         v["bitwise_equal"] = not v["changed"]
     return out
@@ -143,7 +143,9 @@ def qkv_after_eval(containers, originals: dict, names: dict[int, str], heads: in
     for c in containers:
         w = originals[names[id(c.qkvw)]]
         with GatheredParameters([c.qkvw]):
-            worst = max(worst, (c.qkvw.detach().reshape(w.shape) - layout.to_inference(w, heads)).abs().max().item())
+            worst = measure.worst(
+                [worst, (c.qkvw.detach().reshape(w.shape) - layout.to_inference(w, heads)).abs().max().item()]
+            )
     return worst
 
 
@@ -245,7 +247,7 @@ def run(spec: dict) -> dict:
         "native_lora_merged_tokens": ref_tokens,
         "native_lora_unmerged_tokens": unmerged_tokens,
         "native_base_tokens": base_tokens,
-        "merged_vs_unmerged_logits_max_abs": max(per_step_max_abs(ref_logits, unmerged_logits)),
+        "merged_vs_unmerged_logits_max_abs": measure.worst(per_step_max_abs(ref_logits, unmerged_logits)),
         "qkv_after_eval_vs_inference_layout_max_abs": qkv_layout_max_abs,
         "he_tokens": he_tokens,
         "tokens_equal_native": he_tokens == ref_tokens,

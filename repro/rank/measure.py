@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ TOLERANCE = {"fp32": 1e-3, "bf16": 5e-2, "fp16": 1e-2}
 
 
 def max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
+    """NaN when either holds a NaN (torch's max propagates it)."""
     return (a.float() - b.float()).abs().max().item()
 
 
@@ -62,21 +64,56 @@ def digest(t: torch.Tensor) -> str:
     return hashlib.sha256(t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy()).hexdigest()
 
 
+def worst(values: Iterable[float]) -> float:
+    """The largest value, NaN if any is NaN (Python's max(0.0, nan) is 0.0: a NaN would read as exact)."""
+    result = 0.0
+    for v in values:
+        if math.isnan(v):
+            return math.nan
+        result = max(result, v)
+    return result
+
+
 def qkv_report(
-    actual: Iterable[tuple[torch.Tensor, torch.Tensor]], expected: Iterable[tuple[torch.Tensor, torch.Tensor]]
+    actual: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    inference: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    training: Iterable[tuple[torch.Tensor, torch.Tensor]],
 ) -> dict:
-    """QKV weight+bias per layer: what the inference containers hold vs the expected layout."""
-    per_layer, total, count, worst = [], 0.0, 0, 0.0
-    for layer, ((w, b), (ew, eb)) in enumerate(zip(actual, expected, strict=True)):
-        dw, db = (w.float() - ew.float()).abs(), (b.float() - eb.float()).abs()
-        layer_max = max(dw.max().item(), db.max().item())
-        per_layer.append(
-            {"layer": layer, "weight_max_abs": dw.max().item(), "bias_max_abs": db.max().item(), "max_abs": layer_max}
-        )
+    """QKV weight+bias per layer as the inference containers hold them, against the inference layout of the
+    native weights and against their training layout. Which one they equal *bitwise* is the evidence:
+    the training layout is #8391's exact signature; neither (or a NaN/Inf) is something else."""
+    per_layer, total, count = [], 0.0, 0
+    finite = equals_inference = equals_training = layouts_differ = True
+    for layer, ((w, b), (iw, ib), (tw, tb)) in enumerate(zip(actual, inference, training, strict=True)):
+        dw, db = (w.float() - iw.float()).abs(), (b.float() - ib.float()).abs()
+        row = {
+            "layer": layer,
+            "weight_max_abs": dw.max().item(),
+            "bias_max_abs": db.max().item(),
+            "max_abs": worst([dw.max().item(), db.max().item()]),
+            "training_max_abs": worst(
+                [(w.float() - tw.float()).abs().max().item(), (b.float() - tb.float()).abs().max().item()]
+            ),
+            "equals_inference_layout": torch.equal(w, iw) and torch.equal(b, ib),
+            "equals_training_layout": torch.equal(w, tw) and torch.equal(b, tb),
+        }
+        per_layer.append(row)
+        finite &= bool(torch.isfinite(w).all() and torch.isfinite(b).all())
+        equals_inference &= row["equals_inference_layout"]
+        equals_training &= row["equals_training_layout"]
+        layouts_differ &= not (torch.equal(iw, tw) and torch.equal(ib, tb))
         total += dw.sum().item() + db.sum().item()
         count += dw.numel() + db.numel()
-        worst = max(worst, layer_max)
-    return {"max_abs": worst, "mean_abs": total / max(count, 1), "per_layer": per_layer}
+    return {
+        "max_abs": worst(r["max_abs"] for r in per_layer),
+        "mean_abs": total / max(count, 1),
+        "training_max_abs": worst(r["training_max_abs"] for r in per_layer),
+        "finite": finite,
+        "equals_inference_layout": equals_inference and bool(per_layer),
+        "equals_training_layout": equals_training and bool(per_layer),
+        "layouts_differ": layouts_differ and bool(per_layer),
+        "per_layer": per_layer,
+    }
 
 
 @dataclass

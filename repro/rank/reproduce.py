@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from .. import fixstatus, shim, verdict
+from ..options import REQUEST_FIELDS
 from ..paths import cache_root
 from . import environment, fallbacks, layout, lifecycle, measure, models, native_reference, zero3_fetches
 from .engine import ds_config, greedy
@@ -51,14 +52,17 @@ def _gathered_qkv(containers):
             yield c.qkvw.detach().clone(), c.qkvb.detach().clone()
 
 
-def _expected_qkv(qkv_orig: dict, layers: int, heads: int):
-    """Yields the inference layout each layer should hold, computed from the native weights."""
+def _native_qkv(qkv_orig: dict, layers: int):
+    """Yields each layer's native QKV weight and bias: the training layout."""
     for i in range(layers):
         prefix = f"gpt_neox.layers.{i}.attention.query_key_value"
-        yield (
-            layout.to_inference(qkv_orig[f"{prefix}.weight"], heads),
-            layout.to_inference(qkv_orig[f"{prefix}.bias"], heads),
-        )
+        yield qkv_orig[f"{prefix}.weight"], qkv_orig[f"{prefix}.bias"]
+
+
+def _expected_qkv(qkv_orig: dict, layers: int, heads: int):
+    """Yields the inference layout each layer should hold, computed from the native weights."""
+    for w, b in _native_qkv(qkv_orig, layers):
+        yield layout.to_inference(w, heads), layout.to_inference(b, heads)
 
 
 def _release_freed_memory() -> None:
@@ -122,11 +126,11 @@ def _params_vs_originals(engine, digests: dict, qkv_orig: dict) -> tuple[bool, f
                 if measure.digest(p) != digests[name]:
                     changed.append(name)
                 if name in qkv_orig:
-                    drift = max(drift, measure.max_abs(p, qkv_orig[name]))
+                    drift = measure.worst([drift, measure.max_abs(p, qkv_orig[name])])
     shares = _from_every_rank((changed, drift))
     changed_all = {n for c, _ in shares for n in c}
     changed = [n for n, _ in named if n in changed_all]
-    drift = max(d for _, d in shares)
+    drift = measure.worst(d for _, d in shares)
     return not changed, drift, changed
 
 
@@ -230,7 +234,11 @@ def run(spec: dict, started: float) -> dict:
 
     engine.eval()
     containers = engine._inference_containers
-    qkv = measure.qkv_report(_gathered_qkv(containers), _expected_qkv(qkv_orig, len(containers), heads))
+    qkv = measure.qkv_report(
+        _gathered_qkv(containers),
+        _expected_qkv(qkv_orig, len(containers), heads),
+        _native_qkv(qkv_orig, len(containers)),
+    )
     _done("eval_and_qkv")
     _release_freed_memory()  # the per-layer QKV copies just compared: out of the heap before generating
     he_trace = measure.Trace()
@@ -253,10 +261,15 @@ def run(spec: dict, started: float) -> dict:
 
     result = {
         "variant": spec["variant"],
+        "request": {k: spec.get(k) for k in REQUEST_FIELDS},
         "backend": spec["backend"],
         "world_size": world,
         "model": loaded.source,
         "model_weights": loaded.weights,
+        "weights_sha256": weights,
+        "seed": spec["seed"],
+        "new_tokens": spec["new_tokens"],
+        "soak": bool(spec.get("soak")),
         "native_reference": native.origin,
         "dtype": spec["dtype"],
         "pin_parameters": spec["pin"],
@@ -288,7 +301,7 @@ def run(spec: dict, started: float) -> dict:
             "max_abs_drift": drift,
             "changed_parameters": changed,
         },
-        "shm_comm_op": "skipped (tensor parallel size 1 never uses it; no JIT build)",
+        "shm_comm_op": lifecycle.shm_comm_op_state(),
         "kernel_paths": {
             "compiled_op": op_state["compiled_op"],
             "compiled_op_error": op_state["compiled_op_error"],

@@ -35,7 +35,9 @@ def test_a_release_that_already_waits_on_every_handle_needs_no_fix(tmp_path):
 
 def test_render_states_every_outcome_with_counts():
     cell = {"harness_fix": True, "runs": 3, "bug_reproduced_before": 3, "fixed_after": 2, "wall_s": [40.0, 52.5],
-            "qkv_after": [0.0, 0.0, 2.1e33], "errors": []}  # fmt: skip
+            "qkv_before": [0.133, 0.133, 7.9e28], "qkv_after": [0.0, 0.0, 2.1e33],
+            "outcomes_before": ["reproduced", "reproduced", "corrupt"], "outcomes_after": ["correct", "correct", "corrupt"],
+            "errors": []}  # fmt: skip
     data = {
         "torch": "2.13.0",
         "transformers": "4.57.6",
@@ -61,6 +63,9 @@ def test_render_states_every_outcome_with_counts():
         ],
     }
     text = matrix.render(data)
-    assert "| 0.18.3 | yes | yes | applies | applied | 3/3 | 2/3 | 0 0 2.1e+33 | 40.0-52.5 |  |" in text
-    assert "| 0.9.3 | yes | no | n/a | n/a | n/a | n/a | n/a | n/a | cannot run on CPU |" in text
+    assert (
+        "| 0.18.3 | yes | yes | applies | applied | 3/3 | 2/3 | reproduced reproduced corrupt / correct correct "
+        "corrupt | 0.133 0.133 7.9e+28 / 0 0 2.1e+33 | 40.0-52.5 |  |" in text
+    )
+    assert "| 0.9.3 | yes | no | n/a | n/a | n/a | n/a | n/a | n/a | n/a | cannot run on CPU |" in text
     assert "CPU evidence, not AMD evidence" in text and "PR #8539" in text
