@@ -1,5 +1,6 @@
 """Bad input: one line, exit status 2, before anything expensive starts."""
 
+import json
 import os
 import subprocess
 import sys
@@ -7,6 +8,7 @@ import time
 
 import pytest
 
+from repro import cli
 from repro.cli import main
 
 
@@ -132,3 +134,43 @@ def test_slurm_launcher_without_srun_is_refused(capsys, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     code, err = _run(capsys, "run", "--model", "tiny", "--launcher", "slurm")
     assert code == 2 and "needs Slurm's `srun` on PATH" in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_unexpected_error_is_broken_not_a_failed_expectation(monkeypatch, capsys):
+    """Exit 1 means 'judged, and the expectation failed'; a crash of ours or of DeepSpeed is 3, one line."""
+    from repro.host import regression
+
+    def crash(json_path=None):
+        raise KeyError("boom")
+
+    monkeypatch.setattr(regression, "main", crash)
+    assert cli.main(["regression"]) == 3
+    err = capsys.readouterr().err
+    assert "nothing was judged: KeyError" in err and "Traceback" not in err and err.count("\n") == 1
+
+
+def test_exit_statuses_are_listed_once_in_the_help(capsys):
+    from repro.options import EXIT_MEANING
+
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    for code in EXIT_MEANING:
+        assert f"  {code:>3}  " in out
+
+
+def test_a_variant_that_would_not_pair_with_the_one_already_there_is_refused(tmp_path, capsys):
+    (tmp_path / "before.json").write_text(
+        json.dumps(
+            {
+                "request": {"model": "tiny", "seed": 1234, "dtype": "fp32", "ranks": 2, "prompt": None,
+                            "new_tokens": 8, "cycles": 20, "soak": False, "pin": True, "backend": "cpu"},
+                "versions": {"deepspeed": "0.19.8"},
+            }
+        )
+    )  # fmt: skip
+    code = cli.main(["run", "--variant", "after", "--model", "tiny", "--dtype", "bf16", "--out", str(tmp_path)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "would not be a pair" in err and "--dtype ('fp32' there, 'bf16' now)" in err
+    assert not (tmp_path / "after.json").exists()

@@ -26,3 +26,37 @@ class C:
         "transform_for_inference": True,
         "transform_for_training": False,
     }
+
+
+def test_a_positional_modifier_rank_counts_as_the_fix_for_the_status_and_the_audit():
+    """`GatheredParameters(params, 0)` is the same call as `modifier_rank=0`: one rule in both places."""
+    import ast
+
+    from repro.host import audit
+
+    positional = """
+class C:
+    def transform_for_inference(self):
+        with GatheredParameters(p, 0):
+            pass
+    def transform_for_training(self):
+        with GatheredParameters(p, None):
+            pass
+"""
+    assert fixstatus.fix_status_of_source(positional) == {
+        "transform_for_inference": True,
+        "transform_for_training": False,
+    }
+    calls = [n for n in ast.walk(ast.parse(positional)) if isinstance(n, ast.Call)]
+    assert [audit._modifier_missing(c) for c in calls] == [False, True]
+
+
+def test_fix_status_without_deepspeed_is_an_environment_error_not_a_failed_expectation(monkeypatch, capsys):
+    from repro import cli
+
+    def missing():
+        raise fixstatus.PatchError("DeepSpeed is not installed in this environment (pip install deepspeed)")
+
+    monkeypatch.setattr(fixstatus, "installed_deepspeed", missing)
+    assert cli.main(["fix-status"]) == 2
+    assert "not installed" in capsys.readouterr().err

@@ -1,6 +1,7 @@
 """A rank that fails or hangs ends the run, bounded, with its error shown (2 ranks, tiny model)."""
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +96,38 @@ def test_the_failing_rank_is_named_not_the_peer_that_lost_it():
     assert launch._first_error(log) == "[rank1]: RuntimeError: injected failure on rank 1"
     only_collateral = "[rank0]: RuntimeError: gloo: Connection reset by peer"
     assert launch._first_error(only_collateral) == only_collateral
+
+
+def test_sigkill_reaches_ranks_in_sessions_of_their_own(tmp_path):
+    """torch >= 2.x starts each rank with start_new_session=True: a launcher that ignores SIGTERM must not
+    leave its ranks behind when the group is killed."""
+    import os
+    import subprocess
+    import sys
+
+    pid_file = tmp_path / "rank.pid"
+    rank = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+    launcher = (
+        "import signal, subprocess, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        f"p = subprocess.Popen([sys.executable, '-c', {rank!r}], start_new_session=True)\n"
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
+        "time.sleep(600)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", launcher], start_new_session=True)
+    deadline = time.time() + 20
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.time() < deadline, "the fake launcher did not start its rank"
+        time.sleep(0.05)
+    rank_pid = int(pid_file.read_text())
+    started = time.time()
+    launch._kill_group(proc, grace_s=1.0)
+    assert proc.poll() is not None and time.time() - started < 5
+    for _ in range(50):  # the rank is killed, then reaped by init: gone from /proc or a zombie
+        stat = Path(f"/proc/{rank_pid}/stat")
+        if not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(rank_pid, 9)
+        raise AssertionError("the rank outlived the launcher's SIGKILL")

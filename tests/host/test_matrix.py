@@ -36,7 +36,8 @@ def test_a_release_that_already_waits_on_every_handle_needs_no_fix(tmp_path):
 def test_render_states_every_outcome_with_counts():
     cell = {"harness_fix": True, "runs": 3, "bug_reproduced_before": 3, "fixed_after": 2, "wall_s": [40.0, 52.5],
             "qkv_before": [0.133, 0.133, 7.9e28], "qkv_after": [0.0, 0.0, 2.1e33],
-            "outcomes_before": ["reproduced", "reproduced", "corrupt"], "outcomes_after": ["correct", "correct", "corrupt"],
+            "outcomes_before": ["reproduced", "reproduced", "corrupt"],
+            "outcomes_after": ["correct", "correct", "corrupt"],
             "errors": []}  # fmt: skip
     data = {
         "torch": "2.13.0",

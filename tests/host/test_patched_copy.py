@@ -51,3 +51,21 @@ def test_patched_copy_is_cached_and_verified(tmp_path):
     again = patched_copy.prepare_patched_copy(tmp_path)
     assert first == again
     assert fixstatus.is_fixed(fixstatus.fix_status_of_package(Path(first) / "deepspeed"))
+
+
+def test_the_copy_is_staged_beside_its_destination_never_in_the_system_temp_dir(tmp_path, monkeypatch):
+    """os.replace cannot cross filesystems: a fresh cache dir must not send the staging to /tmp."""
+    import tempfile
+
+    seen = []
+    real = tempfile.mkdtemp
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("dir"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(patched_copy.tempfile, "mkdtemp", spy)
+    root = tmp_path / "fresh" / "cache"  # does not exist yet
+    dest = patched_copy.prepare_patched_copy(root=root)
+    assert seen and all(d is not None and Path(d) == dest.parent for d in seen)
+    assert not list(dest.parent.glob(".staging-*"))

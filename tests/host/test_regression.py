@@ -1,6 +1,10 @@
 """Each upstream-style regression test proves its patch both ways: it fails on the installed DeepSpeed
 on its assertions (the bug), and passes with that patch alone; all pass with every patch applied."""
 
+import json
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from repro.host import patched_copy, regression
@@ -44,6 +48,62 @@ def test_an_import_error_is_not_counted_as_reproducing_the_bug(tmp_path):
     (tmp_path / "deepspeed").mkdir()
     (tmp_path / "deepspeed" / "__init__.py").write_text("raise ImportError('broken deepspeed')\n")
     result = regression.run_upstream_test(tmp_path)
-    assert result["outcome"] == "fail"
+    assert result["outcome"] != "pass"
     assert not result["failed_for_the_right_reason"], result["tests"]
     assert regression.outcome_code(result) == 3
+
+
+def test_a_timeout_proves_nothing_and_says_so(monkeypatch):
+    def hang(cmd, **kwargs):
+        raise subprocess.TimeoutExpired(cmd, kwargs["timeout"], output=b"collected 2 items")
+
+    monkeypatch.setattr(regression.subprocess, "run", hang)
+    result = regression.run_upstream_test(timeout_s=7)
+    assert result["outcome"] == "broken" and "within 7 s" in result["error"]
+    assert regression.outcome_code(result) == 3
+
+
+def test_an_unreadable_junit_result_proves_nothing(monkeypatch):
+    def garbage_junit(cmd, **kwargs):
+        xml = next(a for a in cmd if a.startswith("--junitxml=")).split("=", 1)[1]
+        Path(xml).write_text("<testsuite><testcase")  # truncated
+        return subprocess.CompletedProcess(cmd, 1, "1 failed", "")
+
+    monkeypatch.setattr(regression.subprocess, "run", garbage_junit)
+    result = regression.run_upstream_test()
+    assert result["outcome"] == "broken" and "junit" in result["error"]
+    assert regression.outcome_code(result) == 3
+
+
+def test_exit_zero_with_no_test_collected_is_not_a_pass(monkeypatch):
+    def nothing_ran(cmd, **kwargs):
+        xml = next(a for a in cmd if a.startswith("--junitxml=")).split("=", 1)[1]
+        Path(xml).write_text("<testsuites><testsuite tests='0'/></testsuites>")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(regression.subprocess, "run", nothing_ran)
+    assert regression.outcome_code(regression.run_upstream_test()) != 0
+
+
+def _recorded(outcome, **tests):
+    right = outcome == "fail" and all(v == "AssertionError" for v in tests.values() if v != "passed")
+    return {"outcome": outcome, "tests": tests, "failed_for_the_right_reason": right}
+
+
+def test_proof_needs_assertion_failures_before_and_passes_after_on_the_same_tests():
+    before = _recorded("fail", test_a="AssertionError", test_b="AssertionError")
+    after = _recorded("pass", test_a="passed", test_b="passed")
+    assert regression.proof(before, after) is None
+    assert "did not fail on its assertions" in regression.proof(
+        _recorded("fail", test_a="ImportError", test_b="AssertionError"), after
+    )
+    assert "different tests" in regression.proof(before, _recorded("pass", test_a="passed"))
+    assert "no result from `before`" in regression.proof(None, after)
+    broken = {"outcome": "broken", "tests": {}, "failed_for_the_right_reason": False, "error": "timed out"}
+    assert "proved nothing: timed out" in regression.proof(broken, after)
+
+
+def test_main_writes_each_tests_result_for_the_in_image_proof(monkeypatch, tmp_path):
+    monkeypatch.setattr(regression, "run_upstream_test", lambda root: _recorded("fail", test_a="AssertionError"))
+    assert regression.main(tmp_path / "r.json") == 1
+    assert json.loads((tmp_path / "r.json").read_text())["tests"] == {"test_a": "AssertionError"}

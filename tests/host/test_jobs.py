@@ -1,0 +1,59 @@
+"""The work behind the invoke tasks: the pair judged on the host after container runs, the fast loop."""
+
+import json
+
+from repro.host import containers, jobs
+
+
+def _container_pair(monkeypatch, tmp_path, variant_json, before_code, write_before):
+    """A container run of both variants with a fake engine: each 'container' writes what a real one would."""
+    results = tmp_path / "results"
+    out = results / "runs" / "pair"
+    monkeypatch.setattr(jobs, "RESULTS_DIR", results)
+    monkeypatch.setattr(jobs, "ensure_images", lambda *a, **k: None)
+    monkeypatch.setattr(containers, "image_digest", lambda *a: None)
+
+    def fake_execute(engine, cmd, dry_run, log=print):
+        variant = cmd[cmd.index("--variant") + 1]
+        out.mkdir(parents=True, exist_ok=True)
+        if variant == "before":
+            if write_before:
+                before = variant_json("training", patched=False, he=(9, 2, 3))
+                before["verdict"] = "BUG REPRODUCED"
+                (out / "before.json").write_text(json.dumps(before))
+            return before_code
+        after = variant_json()
+        after["verdict"] = "CORRECT"
+        (out / "after.json").write_text(json.dumps(after))
+        # What the `after` container judged alone, seeing only its own half (the old, wrong HELD).
+        (out / "summary.json").write_text(json.dumps({"expectation_held": True, "checks": {"audit": "ok"}}))
+        return 0
+
+    monkeypatch.setattr(containers, "execute", fake_execute)
+    req = jobs.ReproRequest(backend="cpu", engine="buildah", model="tiny", checks=False)
+    choice = containers.Choice("cpu", "buildah", "test")
+    common = ["--model", "tiny", "--ranks", "2", "--dtype", "fp32", "--backend", "cpu"]
+    code = jobs._repro_in_images(req, choice, ["before", "after"], out, common, [], lambda *_: None)
+    return code, json.loads((out / "summary.json").read_text())
+
+
+def test_a_broken_before_container_is_broken_on_the_host_never_held(monkeypatch, tmp_path, variant_json):
+    code, summary = _container_pair(monkeypatch, tmp_path, variant_json, before_code=3, write_before=False)
+    assert code == 3
+    assert summary["outcome"] == "broken" and summary["expectation_held"] is False
+    assert "`before` container ended with status 3" in summary["reason"]
+    assert summary["checks"] == {"audit": "ok"}  # what the containers added is kept
+
+
+def test_both_containers_are_judged_together_on_the_host(monkeypatch, tmp_path, variant_json):
+    code, summary = _container_pair(monkeypatch, tmp_path, variant_json, before_code=0, write_before=True)
+    assert code == 0 and summary["outcome"] == "held"
+    assert summary["variant_outcomes"] == {"before": "reproduced", "after": "correct"}
+
+
+def test_pytest_args_are_split_as_a_shell_would(monkeypatch):
+    """The README's fast loop: `-m "not distributed"` is one marker expression, not two paths."""
+    seen = {}
+    monkeypatch.setattr(containers, "execute", lambda engine, cmd, dry_run, log: seen.setdefault("cmd", cmd) and 0)
+    jobs.local_tests('-m "not distributed" -x', dry_run=True, log=lambda *_: None)
+    assert seen["cmd"][-3:] == ["-m", "not distributed", "-x"]
