@@ -90,11 +90,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     family = sub.add_parser(
         "family",
-        help="the LoRA bugs of the family (patches 0002, 0003) beside #8391: tiny model, configurations x builds",
+        help="the bug family beside #8391 (LoRA: 0002, 0003; call order: 0004): tiny model, configurations x builds",
     )
     family.add_argument("--out", type=Path, required=True, help="directory for family.json and FAMILY.md")
+    family.add_argument("--sweeps", help="comma-separated: lora,call-order (default: both)")
     family.add_argument(
-        "--builds", help="comma-separated: released,0001,0001+0002,0001+0003,0001+0002+0003 (default: 3 of them)"
+        "--builds",
+        help="comma-separated, replacing each sweep's builds: released,0001,0001+0002,0001+0003,0001+0004,"
+        "0001+0002+0003,0001+0002+0003+0004",
     )
 
     sub.add_parser(
@@ -135,7 +138,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "family":
             from .host import family
 
-            return family.main(args.out, **({"builds": tuple(args.builds.split(","))} if args.builds else {}))
+            return family.main(
+                args.out,
+                sweeps=tuple(args.sweeps.split(",")) if args.sweeps else tuple(family.SWEEPS),
+                builds=tuple(args.builds.split(",")) if args.builds else None,
+            )
         if args.command == "fix-status":
             from . import fixstatus
 

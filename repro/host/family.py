@@ -10,6 +10,7 @@ and the others still run.
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import time
@@ -21,27 +22,52 @@ from ..paths import write_json
 from . import launch, patched_copy
 
 PROBE = "repro.rank.lora_probe"
-PATCHES = ("0001", "0002", "0003")
+PATCHES = ("0001", "0002", "0003", "0004")
 BUILDS: dict[str, tuple[str, ...]] = {
     "released": (),
     "0001": ("0001",),
     "0001+0002": ("0001", "0002"),
     "0001+0003": ("0001", "0003"),
+    "0001+0004": ("0001", "0004"),
     "0001+0002+0003": ("0001", "0002", "0003"),
+    "0001+0002+0003+0004": ("0001", "0002", "0003", "0004"),
 }
-DEFAULT_BUILDS = ("released", "0001", "0001+0002+0003")
-TARGETS = ("qkv", "others", "all")
-WORLD_SIZES = (1, 2)
-PINS = (True, False)
+TARGETS = ("none", "qkv", "others", "all")
+REFERENCE_ORDER = "eval-generate-train"
+ORDERS = (REFERENCE_ORDER, "train-first", "eval-twice")  # repro.rank.lora_probe.ORDERS
+# Two sweeps, each the product of its axes: the LoRA bugs in DeepSpeed-Chat's call order under ZeRO-3, and
+# the call orders (patch 0004) under ZeRO-2 and ZeRO-3, without LoRA and with LoRA on QKV.
+SWEEPS: dict[str, dict[str, tuple]] = {
+    "lora": {
+        "build": ("released", "0001", "0001+0002+0003+0004"),
+        "targets": ("qkv", "others", "all"),
+        "world_size": (1, 2),
+        "pin_parameters": (True, False),
+        "order": (REFERENCE_ORDER,),
+        "zero_stage": (3,),
+    },
+    "call-order": {
+        "build": ("released", "0001", "0001+0004", "0001+0002+0003+0004"),
+        "targets": ("none", "qkv"),
+        "world_size": (1, 2),
+        "pin_parameters": (True,),
+        "order": ORDERS,
+        "zero_stage": (2, 3),
+    },
+}
+AXES = ("build", "targets", "world_size", "pin_parameters", "order", "zero_stage")
 COMMAND = "python -m repro family --out results/reference/family"
 
 BUG_8391 = "#8391 (QKV layout lost)"
 BUG_QKV_DELTA = "LoRA QKV delta in training layout (0002)"
 BUG_DECODE = "LoRA lost at decode, non-pinned ZeRO-3 (0003)"
+BUG_ORDER = "QKV layout transforms not idempotent (0004)"
 CORRECT = "correct"
-BUGS = (BUG_8391, BUG_QKV_DELTA, BUG_DECODE)
+BUGS = (BUG_8391, BUG_QKV_DELTA, BUG_DECODE, BUG_ORDER)
 # Which patch fixes which bug (for the per-bug paragraphs; the diagnosis itself never uses it).
-FIXED_BY = {BUG_8391: "0001", BUG_QKV_DELTA: "0002", BUG_DECODE: "0003"}
+FIXED_BY = {BUG_8391: "0001", BUG_QKV_DELTA: "0002", BUG_DECODE: "0003", BUG_ORDER: "0004"}
+# QKV layouts only a transform applied in the wrong layout leaves (repro.rank.lora_probe.qkv_state).
+PERMUTED = ("inference_twice", "training_inverse")
 LOST_STATES = ("no_lora", "training_layout_no_lora")
 
 
@@ -55,19 +81,32 @@ def diagnose(cell: dict) -> list[str]:
     if "error" in cell:
         return ["error"]
     seen_all = states(cell, lambda c: True)
+    after_eval = set(cell.get("qkv_layouts_after_eval", []))
+    after_train = {
+        s for key in ("restore_after_first_generate", "restore_after_cycles") for s in cell[key].get("qkv_layouts", [])
+    }
     bugs = []
-    if cell["qkv_after_eval_vs_inference_layout_max_abs"] > 0 or any(
-        s.startswith("training_layout") for s in seen_all
-    ):
+    # A transform applied to QKV already in its target layout: a permutation of W that is neither layout
+    # (seen by inference or held after eval), or training weights left in a layout other than training's.
+    order = (
+        after_eval & set(PERMUTED)
+        or any(s.startswith("permuted_twice") for s in seen_all)
+        or after_train & {"inference", *PERMUTED}
+    )
+    if order:
+        bugs.append(BUG_ORDER)
+    # #8391: the containers hold the training layout of W, untouched (not a consequence of the above).
+    elif "training" in after_eval or any(s.startswith("training_layout") for s in seen_all):
         bugs.append(BUG_8391)
     if "delta_in_training_layout" in seen_all:
         bugs.append(BUG_QKV_DELTA)
     prefill, decode = states(cell, lambda c: c == 0), states(cell, lambda c: c >= 1)
-    if prefill & set(LOST_STATES):
-        bugs.append("LoRA missing at prefill (unexplained)")
-    elif decode & set(LOST_STATES):
-        bugs.append(BUG_DECODE)
-    if any(s.startswith(("none", "not gathered")) for s in seen_all):
+    if cell.get("targets") != "none":
+        if prefill & set(LOST_STATES):
+            bugs.append("LoRA missing at prefill (unexplained)")
+        elif decode & set(LOST_STATES):
+            bugs.append(BUG_DECODE)
+    if any(s.startswith(("none", "not gathered")) for s in seen_all | after_eval | after_train):
         bugs.append("unrecognised weight state")
     if bugs:
         return bugs
@@ -76,8 +115,15 @@ def diagnose(cell: dict) -> list[str]:
     return ["tokens differ (unexplained)"]
 
 
-def cell_name(build: str, targets: str, ws: int, pin: bool) -> str:
-    return f"{build} {targets} ws{ws} pin={str(pin).lower()}"
+def cell_name(build: str, targets: str, ws: int, pin: bool, order: str = REFERENCE_ORDER, stage: int = 3) -> str:
+    return f"{build} {targets} ws{ws} pin={str(pin).lower()} {order} zero{stage}"
+
+
+def name_of(c: dict) -> str:
+    return cell_name(
+        c["build"], c["targets"], c["world_size"], c["pin_parameters"], c.get("order", REFERENCE_ORDER),
+        c.get("zero_stage", 3)
+    )  # fmt: skip
 
 
 def applied_patches(root: Path | None) -> dict[str, bool]:
@@ -86,63 +132,75 @@ def applied_patches(root: Path | None) -> dict[str, bool]:
     return {number: patched_copy.is_applied(tree, number) for number in PATCHES}
 
 
-def run_cell(
-    work: Path, build: str, root: Path | None, targets: str, ws: int, pin: bool, timeout_s: float = 600
-) -> dict:
+def run_cell(work: Path, root: Path | None, axes: dict, timeout_s: float = 600) -> dict:
     """One cell under torchrun; returns its measurements (raises on a failed or hung cell)."""
-    out = work / build / f"{targets}-ws{ws}-pin{str(pin).lower()}.json"
+    slug = "-".join(f"{axes[k]}" for k in AXES[1:]).replace(" ", "").lower()
+    out = work / axes["build"] / f"{slug}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     spec = out.with_suffix(".spec.json")  # repro.rank.lora_probe.spec_path
-    spec.write_text(json.dumps({"targets": targets, "pin": pin}))
+    keys = {"targets": "targets", "pin_parameters": "pin", "order": "order", "zero_stage": "zero_stage"}
+    spec.write_text(json.dumps({probe_key: axes[k] for k, probe_key in keys.items()}))
     try:
-        result = launch.run_probe(PROBE, out, root, ranks=ws, timeout_s=timeout_s)
+        result = launch.run_probe(PROBE, out, root, ranks=axes["world_size"], timeout_s=timeout_s)
     finally:
         spec.unlink(missing_ok=True)
     out.unlink(missing_ok=True)  # kept in family.json
     return result
 
 
+def cells_of(sweeps: Sequence[str], builds: Sequence[str] | None = None) -> list[dict]:
+    """Every cell's axes, sweep by sweep (a cell two sweeps share is run once); `builds` replaces each
+    sweep's builds."""
+    seen, cells = set(), []
+    for sweep in sweeps:
+        axes = {**SWEEPS[sweep], **({"build": tuple(builds)} if builds else {})}
+        for values in itertools.product(*(axes[k] for k in AXES)):
+            if values not in seen:
+                seen.add(values)
+                cells.append({"sweep": sweep, **dict(zip(AXES, values, strict=True))})
+    return cells
+
+
 def main(
     out: Path,
-    builds: Sequence[str] = DEFAULT_BUILDS,
-    targets: Sequence[str] = TARGETS,
-    world_sizes: Sequence[int] = WORLD_SIZES,
-    pins: Sequence[bool] = PINS,
+    sweeps: Sequence[str] = tuple(SWEEPS),
+    builds: Sequence[str] | None = None,
     timeout_s: float = 600,
     log: Callable[[str], None] = print,
 ) -> int:
     """Runs every cell, writes OUT/family.json and OUT/FAMILY.md. 0: every cell measured; 1: some cell
-    failed (recorded with its error); 2: an unknown build or target, before anything runs."""
-    unknown = [b for b in builds if b not in BUILDS] + [t for t in targets if t not in TARGETS]
+    failed (recorded with its error); 2: an unknown sweep or build, before anything runs."""
+    unknown = [w for w in sweeps if w not in SWEEPS] + [b for b in builds or () if b not in BUILDS]
     if unknown:
-        log(f"[family] unknown build or target {unknown}: builds are {list(BUILDS)}, targets {list(TARGETS)}")
+        log(f"[family] unknown sweep or build {unknown}: sweeps are {list(SWEEPS)}, builds {list(BUILDS)}")
         return 2
     out = Path(out)
     work = out / "cells"
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    cells, build_info = [], {}
-    for build in builds:
+    planned = cells_of(sweeps, builds)
+    build_info, roots = {}, {}
+    for build in dict.fromkeys(c["build"] for c in planned):
         try:
             root = patched_copy.prepare_patched_copy(patches=BUILDS[build]) if BUILDS[build] else None
             applied: dict | None = applied_patches(root)
             error = None
         except Exception as exc:  # a patch that does not apply: every cell of this build records it
             root, applied, error = None, None, f"{type(exc).__name__}: {exc}"
+        roots[build] = (root, applied, error)
         build_info[build] = {
             "patches": list(BUILDS[build]),
             "patches_applied": applied,
             "deepspeed_root": None if root is None else str(root),
             "error": error,
         }
-        for t in targets:
-            for ws in world_sizes:
-                for pin in pins:
-                    cells.append(_cell(work, build, root, applied, error, t, ws, pin, timeout_s, log))
+    log(f"[family] {len(planned)} cells ({', '.join(sweeps)})")
+    cells = [_cell(work, *roots[axes["build"]], axes, timeout_s, log) for axes in planned]
     if work.exists() and not any(p.is_file() for p in work.rglob("*")):
         shutil.rmtree(work)
     data = {
-        "command": COMMAND,
+        "command": COMMAND + ("" if tuple(sweeps) == tuple(SWEEPS) else f" --sweeps {','.join(sweeps)}"),
+        "sweeps": {name: {k: list(v) for k, v in SWEEPS[name].items()} for name in sweeps},
         "builds": build_info,
         "cells": cells,
         "duration_s": round(time.time() - started, 1),
@@ -154,20 +212,21 @@ def main(
     return 1 if failed else 0
 
 
-def _cell(work, build, root, applied, error, targets, ws, pin, timeout_s, log) -> dict:
+def _cell(work, root, applied, error, axes: dict, timeout_s, log) -> dict:
     """Runs one cell, or records why it could not run; never raises (except an interrupt)."""
-    head = {"build": build, "targets": targets, "world_size": ws, "pin_parameters": pin, "patches_applied": applied}
+    head = {**axes, "patches_applied": applied}
     t0 = time.time()
     if error is None:
         try:
-            result = run_cell(work, build, root, targets, ws, pin, timeout_s)
+            result = run_cell(work, root, axes, timeout_s)
             cell = {**head, **result, "deepspeed_as_intended": _as_intended(result, root, applied)}
         except Exception as exc:  # a failed or hung cell is data, not the end of the table
             cell = {**head, "error": f"{type(exc).__name__}: {exc}"}
     else:
         cell = {**head, "error": error}
+    cell["duration_s"] = round(time.time() - t0, 1)
     cell["diagnosis"] = diagnose(cell)
-    log(f"[family] {cell_name(build, targets, ws, pin)}: {'; '.join(cell['diagnosis'])} ({time.time() - t0:.0f} s)")
+    log(f"[family] {name_of(cell)}: {'; '.join(cell['diagnosis'])} ({cell['duration_s']:.0f} s)")
     return cell
 
 
@@ -189,11 +248,16 @@ def _num(v: float) -> str:
 def _restored(cell: dict, key: str) -> str:
     r = cell[key]
     text = f"{'yes' if r['base']['bitwise_equal'] else 'no'} ({_num(r['base']['max_abs'])})"
+    layouts = [s for s in r.get("qkv_layouts", []) if s != "training"]
+    text += f", QKV {'+'.join(layouts)}" if layouts else ""
     return text if r["lora"]["bitwise_equal"] else text + f", LoRA changed ({_num(r['lora']['max_abs'])})"
 
 
 def _row(c: dict) -> str:
-    head = f"| {c['build']} | {c['targets']} | {c['world_size']} | {str(c['pin_parameters']).lower()} |"
+    head = (
+        f"| {c['build']} | {c['targets']} | {c['world_size']} | {str(c['pin_parameters']).lower()} | {c['order']} "
+        f"| {c['zero_stage']} |"
+    )
     if "error" in c:
         return f"{head} {' | '.join(['-'] * 6)} | error: {c['error'].replace('|', '/')} |"
     steps = "".join({"lora": "L", "base": "B", "neither": "x"}[s] for s in c["per_step_matches"])
@@ -228,7 +292,13 @@ def needs(measured: list[dict], bug: str) -> str:
     if not hits:
         return f"not hit in any of the {len(measured)} measured cells."
     conditions, tests = [], []
-    for key, label in (("targets", "targets"), ("world_size", "world size"), ("pin_parameters", "pin_parameters")):
+    for key, label in (
+        ("targets", "targets"),
+        ("world_size", "world size"),
+        ("pin_parameters", "pin_parameters"),
+        ("order", "call order"),
+        ("zero_stage", "ZeRO stage"),
+    ):
         have, tried = _values(hits, key), _values(measured, key)
         if have != tried:
             conditions.append(f"{label} {' or '.join(_fmt([v]) for v in have)}")
@@ -257,24 +327,23 @@ def needs(measured: list[dict], bug: str) -> str:
     text += f"Hit in {len([c for c in meeting if bug in c['diagnosis']])} of the {len(meeting)} cells that meet these"
     others = [c for c in meeting if bug not in c["diagnosis"]]
     if others:
-        listed = "; ".join(
-            f"{cell_name(c['build'], c['targets'], c['world_size'], c['pin_parameters'])}: {', '.join(c['diagnosis'])}"
-            for c in others
-        )
+        listed = "; ".join(f"{name_of(c)}: {', '.join(c['diagnosis'])}" for c in others)
         text += f" (the others: {listed})"
     return text + "."
 
 
 def _drift(measured: list[dict]) -> str:
+    measured = [c for c in measured if BUG_ORDER not in c["diagnosis"]]  # their drift is that bug's permutation
     drifted = [c for c in measured if not c["restore_after_cycles"]["base"]["bitwise_equal"]]
     if not drifted:
-        return "Base weights were restored bitwise after the cycles in every measured cell."
+        return "Base weights were restored bitwise after the cycles in every measured cell without the call-order bug."
     worst = max(c["restore_after_cycles"]["base"]["max_abs"] for c in drifted)
     ws = _fmt(_values(drifted, "world_size"))
     return (
-        f"Base weights were not restored bitwise after the cycles in {len(drifted)} of {len(measured)} cells "
+        f"Without the call-order bug, base weights were not restored bitwise after the cycles in {len(drifted)} of "
+        f"{len(measured)} cells "
         f"(world size {ws}; max abs drift {_num(worst)}): where a fused delta is really kept and later "
-        "subtracted, (W + delta) - delta rounds differently from W in fp32. Not one of the three bugs, "
+        "subtracted, (W + delta) - delta rounds differently from W in fp32. Not one of the four bugs, "
         "so the diagnosis ignores it; the drift column shows it per cell."
     )
 
@@ -329,10 +398,10 @@ def render(data: dict) -> str:
         "",
         "## Cells",
         "",
-        "| build | targets | ws | pin | QKV after eval max abs | first-step logits max abs | tokens = native (LoRA "
-        "merged) | first divergent token | per-step (L/B/x) | base restored bitwise (max abs drift): after 1 generate "
-        "/ after cycles | diagnosis |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| build | targets | ws | pin | call order | ZeRO | QKV after eval max abs | first-step logits max abs | "
+        "tokens = native (LoRA merged) | first divergent token | per-step (L/B/x) | base restored bitwise (max abs "
+        "drift): after 1 generate / after cycles | diagnosis |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         *(_row(c) for c in cells),
         "",
     ]
@@ -343,7 +412,7 @@ def _mismatch_lines(measured: list[dict]) -> list[str]:
     bad = [c for c in measured if c.get("deepspeed_as_intended") is False]
     if not bad:
         return []
-    names = "; ".join(cell_name(c["build"], c["targets"], c["world_size"], c["pin_parameters"]) for c in bad)
+    names = "; ".join(name_of(c) for c in bad)
     return [f"**Warning**: these cells did not import the intended DeepSpeed build: {names}.", ""]
 
 

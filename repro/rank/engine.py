@@ -6,9 +6,11 @@ from __future__ import annotations
 import torch
 
 
-def ds_config(pin: bool, dtype: str, world_size: int, persistence_threshold: int | None = None) -> dict:
-    zero: dict = {"stage": 3}
-    if persistence_threshold is not None:
+def ds_config(
+    pin: bool, dtype: str, world_size: int, persistence_threshold: int | None = None, zero_stage: int = 3
+) -> dict:
+    zero: dict = {"stage": zero_stage}
+    if persistence_threshold is not None and zero_stage == 3:
         zero["stage3_param_persistence_threshold"] = persistence_threshold
     config = {
         "train_micro_batch_size_per_gpu": 1,
@@ -22,6 +24,9 @@ def ds_config(pin: bool, dtype: str, world_size: int, persistence_threshold: int
             "release_inference_cache": False,
         },
     }
+    if zero_stage < 3:  # ZeRO-1/2 partition optimizer state, so they need an optimizer; lr 0, never stepped
+        config["optimizer"] = {"type": "SGD", "params": {"lr": 0.0}}
+        config["zero_allow_untested_optimizer"] = True
     if dtype == "bf16":
         config["bf16"] = {"enabled": True}
     elif dtype == "fp16":

@@ -26,6 +26,7 @@ TARGETS = {
     "others": ("attention.dense", "mlp.dense_h_to_4h", "mlp.dense_4h_to_h"),
 }
 TARGETS["all"] = TARGETS["qkv"] + TARGETS["others"]
+TARGETS["none"] = ()  # no LoRA: the call-order cells without it
 
 
 class LinearLayer_LoRA(torch.nn.Module):  # DeepSpeed-Chat's class name, kept for recognition

@@ -28,9 +28,18 @@ from .lifecycle import finish, init_distributed, progress
 
 TOL = 1e-3  # fp32: a correct Hybrid Engine differs from native by ~1e-6; a lost/misplaced delta by O(0.1)
 STATE_TOL = 1e-5  # a weight "is" a candidate state only within this max abs
+# The call orders a caller can use: the first is DeepSpeed-Chat's (and the reproduction's); the others
+# are what a PyTorch loop that calls train() at its top, or a double eval(), does (patch 0004).
+ORDERS = {
+    "eval-generate-train": ("eval", "generate", "train"),
+    "train-first": ("train", "eval", "generate", "train"),
+    "eval-twice": ("eval", "eval", "generate", "train"),
+}
 DEFAULTS = {
     "targets": "qkv",
     "pin": True,
+    "order": "eval-generate-train",
+    "zero_stage": 3,
     "threshold": 0,  # stage3_param_persistence_threshold: 0 partitions every parameter; None = DeepSpeed's
     "new_tokens": 8,
     "cycles": 3,
@@ -77,6 +86,8 @@ class ParamProbe:
             for lora_param, p in c.get_lora_matched_pair():
                 if len(lora_param) == 3:  # [right, left, scaling]: this weight has LoRA
                     pairs.append((names[id(p)], p, p is c.qkvw))
+            if not any(is_qkv for *_, is_qkv in pairs):  # QKV without LoRA: its layout is still evidence
+                pairs.append((names[id(c.qkvw)], c.qkvw, True))
             calls = [0]
 
             def hook(module, args, layer_id=layer_id, pairs=pairs, calls=calls):  # a forward pre-hook
@@ -94,7 +105,8 @@ class ParamProbe:
 
 def _compare(layer_id, call, name, p, is_qkv, originals, deltas, heads) -> dict:
     """One weight as a layer saw it, named by the candidate state it equals (within STATE_TOL)."""
-    w, d = originals[name], deltas[name]
+    w = originals[name]
+    d = deltas.get(name, torch.zeros_like(w))
     rec: dict = {"layer": layer_id, "call": call, "param": name}
     if p.numel() != w.numel():
         rec["state"] = f"not gathered (numel {p.numel()})"
@@ -109,6 +121,8 @@ def _compare(layer_id, call, name, p, is_qkv, originals, deltas, heads) -> dict:
         cands["delta_in_training_layout"] = to_inf(w) + d  # the 0002 bug
         cands["training_layout_with_lora"] = w + d  # #8391: layout change lost, LoRA fused
         cands["training_layout_no_lora"] = w  # #8391 and LoRA lost
+        cands["permuted_twice_with_lora"] = to_inf(to_inf(w + d))  # eval() twice without 0004
+        cands["permuted_twice_no_lora"] = to_inf(to_inf(w))
     for k, v in cands.items():
         rec[k] = (seen - v.float()).abs().max().item()
     best = min(cands, key=lambda k: rec[k])
@@ -116,12 +130,27 @@ def _compare(layer_id, call, name, p, is_qkv, originals, deltas, heads) -> dict:
     return rec
 
 
-def gathered_vs_originals(engine, originals: dict) -> dict:
+def qkv_state(held: torch.Tensor, w: torch.Tensor, heads: int) -> str:
+    """Which layout of the original QKV weight `w` a tensor holds: the training layout, the inference layout,
+    or one of the two a non-idempotent transform leaves (eval() twice; train() before the first eval())."""
+    held = held.detach().float().reshape(w.shape)
+    cands = {
+        "training": w,
+        "inference": layout.to_inference(w, heads),
+        "inference_twice": layout.to_inference(layout.to_inference(w, heads), heads),
+        "training_inverse": layout.to_training(w, heads),
+    }
+    diffs = {k: (held - v.float()).abs().max().item() for k, v in cands.items()}
+    best = min(diffs, key=lambda k: diffs[k])
+    return best if diffs[best] <= STATE_TOL else f"none (nearest {best} {diffs[best]:.3g})"
+
+
+def gathered_vs_originals(engine, originals: dict, heads: int) -> dict:
     """Bitwise and max-abs comparison of every parameter (base and LoRA) with its original value."""
     from deepspeed.runtime.zero import GatheredParameters
 
     named = list(engine.module.named_parameters())
-    out: dict = {"base": {"changed": [], "max_abs": 0.0}, "lora": {"changed": [], "max_abs": 0.0}}
+    out: dict = {"base": {"changed": [], "max_abs": 0.0}, "lora": {"changed": [], "max_abs": 0.0}, "qkv_layouts": []}
     with GatheredParameters([p for _, p in named]):
         for name, p in named:
             kind = "lora" if ".lora_" in name else "base"
@@ -129,24 +158,29 @@ def gathered_vs_originals(engine, originals: dict) -> dict:
             now = p.detach().reshape(ref.shape)
             if not torch.equal(now, ref):
                 out[kind]["changed"].append(name)
+            if name.endswith("query_key_value.weight"):
+                out["qkv_layouts"].append(qkv_state(now, ref, heads))
             out[kind]["max_abs"] = measure.worst([out[kind]["max_abs"], (now - ref).abs().max().item()])
-    for v in out.values():
-        v["bitwise_equal"] = not v["changed"]
+    for kind in ("base", "lora"):
+        out[kind]["bitwise_equal"] = not out[kind]["changed"]
+    out["qkv_layouts"] = sorted(set(out["qkv_layouts"]))
     return out
 
 
-def qkv_after_eval(containers, originals: dict, names: dict[int, str], heads: int) -> float:
-    """Max abs of the QKV the inference containers hold after eval() vs the inference layout of W (#8391)."""
+def qkv_after_eval(containers, originals: dict, names: dict[int, str], heads: int) -> tuple[float, list[str]]:
+    """Max abs of the QKV the inference containers hold after eval() vs the inference layout of W, and the
+    layouts they hold (`qkv_state`): the training layout is #8391's signature."""
     from deepspeed.runtime.zero import GatheredParameters
 
-    worst = 0.0
+    worst, states = 0.0, set()
     for c in containers:
         w = originals[names[id(c.qkvw)]]
         with GatheredParameters([c.qkvw]):
+            states.add(qkv_state(c.qkvw, w, heads))
             worst = measure.worst(
                 [worst, (c.qkvw.detach().reshape(w.shape) - layout.to_inference(w, heads)).abs().max().item()]
             )
-    return worst
+    return worst, sorted(states)
 
 
 def run(spec: dict) -> dict:
@@ -191,20 +225,28 @@ def run(spec: dict) -> dict:
     deltas = {f"{name}.weight": m.delta().detach().clone() for name, m in lora.lora_modules(model).items()}
     lap("build_and_native")
 
-    engine, *_ = deepspeed.initialize(model=model, config=ds_config(spec["pin"], "fp32", world, spec["threshold"]))
+    config = ds_config(spec["pin"], "fp32", world, spec["threshold"], zero_stage=spec["zero_stage"])
+    params = {"model_parameters": [p for p in model.parameters() if p.requires_grad]} if "optimizer" in config else {}
+    engine, *_ = deepspeed.initialize(model=model, config=config, **params)
     names = {id(p): name for name, p in engine.module.named_parameters()}
     containers = engine._inference_containers
     lap("deepspeed_initialize")
 
-    engine.eval()
-    qkv_layout_max_abs = qkv_after_eval(containers, originals, names, heads)
-    probe = ParamProbe(containers, names, originals, deltas, heads)
-    with torch.no_grad():
-        he_tokens, he_logits = greedy(engine, ids, n)
-    probe.remove()
-    engine.train()
-    after_first = gathered_vs_originals(engine, originals)
-    lap("he_eval_generate_train")
+    # The cell's call order up to and including its first HE generate and the train() after it: the QKV
+    # the containers hold is measured at the last eval() before the generate, the weights after the train().
+    calls = ORDERS[spec["order"]]
+    for i, call in enumerate(calls):
+        if call == "generate":
+            probe = ParamProbe(containers, names, originals, deltas, heads)
+            with torch.no_grad():
+                he_tokens, he_logits = greedy(engine, ids, n)
+            probe.remove()
+            continue
+        getattr(engine, call)()
+        if call == "eval" and calls[i + 1] == "generate":
+            qkv_layout_max_abs, qkv_layouts_after_eval = qkv_after_eval(containers, originals, names, heads)
+    after_first = gathered_vs_originals(engine, originals, heads)
+    lap("he_order_generate_train")
 
     vs_lora = per_step_max_abs(he_logits, teacher_forced(merged, ids, he_tokens))
     vs_base = per_step_max_abs(he_logits, teacher_forced(base, ids, he_tokens))
@@ -218,7 +260,7 @@ def run(spec: dict) -> dict:
         with torch.no_grad():
             cycle_tokens.append(greedy(engine, ids, n)[0])
         engine.train()
-    after_cycles = gathered_vs_originals(engine, originals)
+    after_cycles = gathered_vs_originals(engine, originals, heads)
     lap("cycles")
 
     hm = sys.modules["deepspeed.module_inject.containers.features.hybrid_megatron"]
@@ -226,6 +268,9 @@ def run(spec: dict) -> dict:
         "config": {
             "targets": spec["targets"],
             "pin_parameters": spec["pin"],
+            "order": spec["order"],
+            "calls": list(calls),
+            "zero_stage": spec["zero_stage"],
             "world_size": world,
             "stage3_param_persistence_threshold": spec["threshold"],
             "new_tokens": n,
@@ -249,6 +294,7 @@ def run(spec: dict) -> dict:
         "native_base_tokens": base_tokens,
         "merged_vs_unmerged_logits_max_abs": measure.worst(per_step_max_abs(ref_logits, unmerged_logits)),
         "qkv_after_eval_vs_inference_layout_max_abs": qkv_layout_max_abs,
+        "qkv_layouts_after_eval": qkv_layouts_after_eval,
         "he_tokens": he_tokens,
         "tokens_equal_native": he_tokens == ref_tokens,
         "first_divergent_token": first_divergent(he_tokens, ref_tokens),

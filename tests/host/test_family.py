@@ -6,13 +6,14 @@ import pytest
 
 from repro.host import family
 
-NONE = {"0001": False, "0002": False, "0003": False}
+NONE = {"0001": False, "0002": False, "0003": False, "0004": False}
 
 
-def restore(drift: float = 0.0) -> dict:
+def restore(drift: float = 0.0, qkv_layout: str = "training") -> dict:
     return {
         "base": {"bitwise_equal": drift == 0, "max_abs": drift, "changed": []},
         "lora": {"bitwise_equal": True, "max_abs": 0.0, "changed": []},
+        "qkv_layouts": [qkv_layout],
     }
 
 
@@ -28,6 +29,10 @@ def cell(
     pin=True,
     patches=None,
     drift=0.0,
+    order="eval-generate-train",
+    stage=3,
+    after_eval=None,
+    after_train="training",
 ) -> dict:
     """A synthetic cell in lora_probe's format (only the fields diagnose and render read)."""
     records = [{"call": 0, "state": s} for s in prefill] + [{"call": c, "state": s} for c in (1, 2) for s in decode]
@@ -36,15 +41,18 @@ def cell(
         "targets": targets,
         "world_size": ws,
         "pin_parameters": pin,
+        "order": order,
+        "zero_stage": stage,
         "patches_applied": patches if patches is not None else NONE,
         "qkv_after_eval_vs_inference_layout_max_abs": qkv,
+        "qkv_layouts_after_eval": [after_eval or ("training" if qkv else "inference")],
         "weights_seen_by_inference_layers": records,
         "tokens_equal_native": tokens_equal,
         "first_divergent_token": None if tokens_equal else 0,
         "first_step_logits_max_abs": 3e-7 if steps[0] == "L" else 0.9,
         "per_step_matches": [{"L": "lora", "B": "base", "x": "neither"}[s] for s in steps],
-        "restore_after_first_generate": restore(drift),
-        "restore_after_cycles": restore(drift),
+        "restore_after_first_generate": restore(drift, after_train),
+        "restore_after_cycles": restore(drift, after_train),
         "config": {
             "model": "random:tiny:seed=1234",
             "lora": {"lora_dim": 8, "lora_alpha": 8.0, "lora_std": 0.1, "lora_seed": 4321},
@@ -77,6 +85,27 @@ def test_each_bug_is_diagnosed_from_its_own_evidence():
     assert family.diagnose(both) == [family.BUG_8391, family.BUG_DECODE]
 
 
+def test_the_call_order_bug_is_diagnosed_from_a_permuted_layout_not_as_8391():
+    """train() before the first eval() permutes W (training_inverse); the next eval() then hands the
+    inference containers W itself, which looks like #8391's training layout but is a consequence."""
+    train_first = cell(qkv=0.13, order="train-first", after_eval="training", after_train="training_inverse",
+                       drift=0.133, tokens_equal=False, steps="xxxxxxxx")  # fmt: skip
+    assert family.diagnose(train_first) == [family.BUG_ORDER]
+    eval_twice = cell(qkv=0.2, order="eval-twice", after_eval="inference_twice", after_train="inference",
+                      drift=0.133, tokens_equal=False, steps="xxxxxxxx")  # fmt: skip
+    assert family.diagnose(eval_twice) == [family.BUG_ORDER]
+    seen_twice = cell(order="eval-twice", stage=2, prefill=("permuted_twice_no_lora",), decode=())
+    assert family.diagnose(seen_twice) == [family.BUG_ORDER]
+    # As released under ZeRO-3 every transform is discarded: the same order shows #8391 only.
+    assert family.diagnose(cell(qkv=0.13, order="eval-twice", tokens_equal=False, steps="xxxxxxxx")) == [
+        family.BUG_8391
+    ]
+
+
+def test_lora_loss_is_not_claimed_for_a_cell_without_lora():
+    assert family.diagnose(cell(targets="none", prefill=("no_lora",), decode=("no_lora",))) == [family.CORRECT]
+
+
 def test_no_bug_is_claimed_without_evidence():
     """Rounding drift is not a bug; different tokens without a named cause are 'unexplained', not 'correct'."""
     assert family.diagnose(cell(drift=7.45e-9, ws=1)) == [family.CORRECT]
@@ -90,9 +119,9 @@ def test_no_bug_is_claimed_without_evidence():
 
 def _table() -> dict:
     """A small table with the real pattern: released ws2 loses the layout; non-pinned ws2 loses LoRA at decode."""
-    fixed = {"0001": True, "0002": True, "0003": True}
+    fixed = {"0001": True, "0002": True, "0003": True, "0004": True}
     cells = []
-    for build, patches in (("released", NONE), ("0001+0002+0003", fixed)):
+    for build, patches in (("released", NONE), ("0001+0002+0003+0004", fixed)):
         for ws in (1, 2):
             for pin in (True, False):
                 bug8391 = build == "released" and ws == 2
@@ -119,7 +148,7 @@ def test_render_has_one_row_per_cell_and_derives_what_each_bug_needs():
     text = family.render(_table())
     rows = [ln for ln in text.splitlines() if ln.startswith("| released") or ln.startswith("| 0001")]
     assert len(rows) == 9
-    assert "| released | qkv | 2 | false | 0.133 |" in text and family.BUG_DECODE in text
+    assert "| released | qkv | 2 | false | eval-generate-train | 3 | 0.133 |" in text and family.BUG_DECODE in text
     assert "error: LaunchError: hung" in text
     paragraph = next(ln for ln in text.splitlines() if ln.startswith(f"- **{family.BUG_8391}**"))
     assert "hit in 2 of 8 measured cells" in paragraph and "world size 2" in paragraph
@@ -134,16 +163,19 @@ def test_render_has_one_row_per_cell_and_derives_what_each_bug_needs():
 def test_main_records_a_failed_cell_and_runs_the_others(tmp_path, monkeypatch):
     calls = []
 
-    def fake_run_cell(work, build, root, targets, ws, pin, timeout_s=600):
-        calls.append((build, targets, ws, pin))
-        if ws == 2:
+    def fake_run_cell(work, root, axes, timeout_s=600):
+        calls.append(axes)
+        if axes["world_size"] == 2:
             raise RuntimeError("rank 1 crashed")
-        return {k: v for k, v in cell(ws=ws, pin=pin).items() if k not in ("build", "diagnosis")}
+        return {
+            k: v for k, v in cell(ws=1, pin=axes["pin_parameters"]).items() if k not in family.AXES + ("diagnosis",)
+        }
 
     monkeypatch.setattr(family, "run_cell", fake_run_cell)
     monkeypatch.setattr(family, "applied_patches", lambda root: NONE)
+    monkeypatch.setitem(family.SWEEPS, "lora", {**family.SWEEPS["lora"], "targets": ("qkv",)})
     lines = []
-    code = family.main(tmp_path / "out", builds=("released",), targets=("qkv",), log=lines.append)
+    code = family.main(tmp_path / "out", sweeps=("lora",), builds=("released",), log=lines.append)
     assert code == 1 and len(calls) == 4
     data = json.loads((tmp_path / "out" / "family.json").read_text())
     errors = [c for c in data["cells"] if "error" in c]
@@ -157,14 +189,42 @@ def test_main_records_a_failed_cell_and_runs_the_others(tmp_path, monkeypatch):
 def test_main_refuses_an_unknown_build_before_running(tmp_path, monkeypatch):
     monkeypatch.setattr(family, "run_cell", lambda *a, **k: pytest.fail("ran a cell"))
     assert family.main(tmp_path, builds=("0002",), log=lambda _: None) == 2
+    assert family.main(tmp_path, sweeps=("no-such-sweep",), log=lambda _: None) == 2
+
+
+def test_the_sweeps_cover_every_call_order_across_zero_stages_and_world_sizes():
+    cells = family.cells_of(["call-order"])
+    assert {c["order"] for c in cells} == set(family.ORDERS) and {c["zero_stage"] for c in cells} == {2, 3}
+    assert {c["world_size"] for c in cells} == {1, 2} and {c["targets"] for c in cells} == {"none", "qkv"}
+    assert "0001+0002+0003+0004" in {c["build"] for c in cells} and "0001" in {c["build"] for c in cells}
+    both = family.cells_of(["lora", "call-order"])
+    assert len(both) == len({tuple(c[k] for k in family.AXES) for c in both})  # shared cells run once
 
 
 @pytest.mark.distributed
 def test_a_real_released_qkv_cell_shows_the_qkv_delta_bug(tmp_path):
     """Released DeepSpeed, QKV LoRA, one rank, pinned: the delta is fused in the training layout."""
-    result = family.run_cell(tmp_path, "released", None, "qkv", 1, True, timeout_s=240)
+    axes = {"build": "released", "targets": "qkv", "world_size": 1, "pin_parameters": True,
+            "order": "eval-generate-train", "zero_stage": 3}  # fmt: skip
+    result = family.run_cell(tmp_path, None, axes, timeout_s=240)
     assert result["config"]["world_size"] == 1 and result["lora_changes_native_tokens"]
     assert result["qkv_after_eval_vs_inference_layout_max_abs"] == 0  # #8391 needs 2 ranks
-    assert family.diagnose(result) == [family.BUG_QKV_DELTA]
+    assert family.diagnose({**axes, **result}) == [family.BUG_QKV_DELTA]
     assert not result["tokens_equal_native"] and result["first_divergent_token"] == 0
     assert not list(tmp_path.rglob("*.json"))  # the cell's files are cleaned up
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("build, expected", [("released", "QKV layout transforms not idempotent (0004)"),
+                                             ("0001+0004", "correct")])  # fmt: skip
+def test_a_real_zero2_cell_that_trains_first(tmp_path, build, expected):
+    """ZeRO-2, one rank, train() before the first eval(): released DeepSpeed permutes the training weights;
+    with 0004 the transforms are idempotent and the cell is correct."""
+    from repro.host import patched_copy
+
+    root = patched_copy.prepare_patched_copy(patches=family.BUILDS[build]) if family.BUILDS[build] else None
+    axes = {"build": build, "targets": "none", "world_size": 1, "pin_parameters": True, "order": "train-first",
+            "zero_stage": 2}  # fmt: skip
+    result = family.run_cell(tmp_path, root, axes, timeout_s=240)
+    assert result["config"]["zero_stage"] == 2 and result["config"]["calls"][0] == "train"
+    assert family.diagnose({**axes, **result}) == [expected]

@@ -1,0 +1,117 @@
+# Copyright (c) Microsoft Corporation.
+# SPDX-License-Identifier: Apache-2.0
+
+# DeepSpeed Team
+
+import os
+
+import pytest
+import torch
+
+import deepspeed
+import deepspeed.comm as dist
+from deepspeed.module_inject.containers.features.hybrid_megatron import HybridMegatronContainer
+from deepspeed.runtime.zero import GatheredParameters
+from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+
+NUM_HEADS = 4
+HEAD_SIZE = 8
+HIDDEN = NUM_HEADS * HEAD_SIZE
+
+# DeepSpeedHybridEngine.eval() calls transform_for_inference() and train() calls transform_for_training()
+# on every call, whatever layout the QKV weights are in.
+TRANSFORMS = {"eval": "transform_for_inference", "train": "transform_for_training"}
+
+
+class GPTNeoXLikeContainer(HybridMegatronContainer):
+
+    def __init__(self, qkvw, qkvb):
+        self.qkvw = qkvw
+        self.qkvb = qkvb
+        self.num_attention_heads = NUM_HEADS
+
+    def set_lora_params(self):
+        pass
+
+    def get_lora_matched_pair(self):
+        return []
+
+
+def training_layout(x):
+    """GPT-NeoX's layout: each head's q, k and v rows next to each other."""
+    return x
+
+
+def inference_layout(x):
+    """Head-interleaved [q_h, k_h, v_h] rows to contiguous all-Q, all-K, all-V rows."""
+    return x.reshape(NUM_HEADS, 3, HEAD_SIZE, *x.shape[1:]).transpose(0, 1).reshape(x.shape)
+
+
+# Call orders DeepSpeed-Chat never uses (it alternates eval, generate, train) and the layout each leaves.
+CALL_ORDERS = [
+    pytest.param(["train"], training_layout, id="train_before_first_eval"),
+    pytest.param(["eval", "eval"], inference_layout, id="eval_twice"),
+    pytest.param(["eval", "train", "train"], training_layout, id="train_twice_after_eval"),
+]
+
+
+@pytest.mark.parametrize("calls, layout", CALL_ORDERS)
+def test_call_order(calls, layout):
+    """Without ZeRO-3 (as with ZeRO-2) the container's QKV weight and bias are the module's parameters."""
+    torch.manual_seed(0)
+    weight = torch.randn(3 * HIDDEN, HIDDEN)
+    bias = torch.randn(3 * HIDDEN)
+    container = GPTNeoXLikeContainer(torch.nn.Parameter(weight.clone()), torch.nn.Parameter(bias.clone()))
+
+    for call in calls:
+        getattr(container, TRANSFORMS[call])()
+
+    assert torch.equal(container.qkvw, layout(weight))
+    assert torch.equal(container.qkvb, layout(bias))
+
+
+def transform(container, name):
+    """Runs a transform while the QKV bias is already gathered (as a persistent parameter is), so the
+    transform gathers the QKV weight alone. At world size 1 a gather of several parameters hands back
+    views of the partitions, where an in-place change survives by accident; a single-parameter gather
+    hands back a copy, which is discarded on exit unless modifier_rank is set, as at world size >= 2.
+    """
+    with GatheredParameters([container.qkvb], modifier_rank=0):
+        getattr(container, name)()
+
+
+def gathered(param):
+    with GatheredParameters([param]):
+        return param.detach().clone()
+
+
+@pytest.fixture
+def partitioned_qkv():
+    for key, value in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29662"), ("RANK", "0"), ("LOCAL_RANK", "0"),
+                       ("WORLD_SIZE", "1")):
+        os.environ.setdefault(key, value)
+    if not dist.is_initialized():
+        deepspeed.init_distributed(dist_backend="gloo")
+    assert dist.get_world_size() == 1
+
+    torch.manual_seed(0)
+    reference = torch.nn.Linear(HIDDEN, 3 * HIDDEN)
+    config = {"train_batch_size": 1, "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}}
+    with deepspeed.zero.Init(config_dict_or_path=config):
+        linear = torch.nn.Linear(HIDDEN, 3 * HIDDEN)
+    with GatheredParameters([linear.weight, linear.bias], modifier_rank=0):
+        linear.weight.data.copy_(reference.weight.data)
+        linear.bias.data.copy_(reference.bias.data)
+    assert linear.weight.ds_status == ZeroParamStatus.NOT_AVAILABLE
+    return GPTNeoXLikeContainer(linear.weight, linear.bias), reference.weight.detach(), reference.bias.detach()
+
+
+@pytest.mark.parametrize("calls, layout", CALL_ORDERS)
+def test_call_order_on_partitions(partitioned_qkv, calls, layout):
+    container, weight, bias = partitioned_qkv
+
+    for call in calls:
+        transform(container, TRANSFORMS[call])
+
+    assert torch.equal(gathered(container.qkvw), layout(weight))
+    assert torch.equal(gathered(container.qkvb), layout(bias))
