@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from ..fixstatus import installed_deepspeed
+from ..options import EXIT_BROKEN, EXIT_OK
 from ..paths import write_json
 from . import launch, patched_copy
 
@@ -168,8 +169,8 @@ def main(
     timeout_s: float = 600,
     log: Callable[[str], None] = print,
 ) -> int:
-    """Runs every cell, writes OUT/family.json and OUT/FAMILY.md. 0: every cell measured; 1: some cell
-    failed (recorded with its error); 2: an unknown sweep or build, before anything runs."""
+    """Runs every cell, writes OUT/family.json and OUT/FAMILY.md. 0: every cell measured; 3: some cell
+    broke (recorded with its error, the others measured); 2: an unknown sweep or build, before anything runs."""
     unknown = [w for w in sweeps if w not in SWEEPS] + [b for b in builds or () if b not in BUILDS]
     if unknown:
         log(f"[family] unknown sweep or build {unknown}: sweeps are {list(SWEEPS)}, builds {list(BUILDS)}")
@@ -209,7 +210,7 @@ def main(
     (out / "FAMILY.md").write_text(render(data))
     failed = [c for c in cells if "error" in c]
     log(f"[family] {len(cells) - len(failed)}/{len(cells)} cells measured -> {out / 'FAMILY.md'}")
-    return 1 if failed else 0
+    return EXIT_BROKEN if failed else EXIT_OK
 
 
 def _cell(work, root, applied, error, axes: dict, timeout_s, log) -> dict:

@@ -27,7 +27,7 @@ from ..options import (
     variants_of,
 )
 from ..paths import RESULTS_DIR, RUNS_DIR, cache_root
-from . import amd, containers, regression, summary
+from . import amd, containers, engines, regression, summary
 from .run import new_run_dir
 
 REAL_PYTHIA = "EleutherAI/pythia-410m-deduped"
@@ -113,7 +113,7 @@ def repro(req: ReproRequest, log=print) -> int:
     if req.launcher not in LAUNCHERS:
         raise JobError(f"--launcher must be one of {', '.join(LAUNCHERS)}, not {req.launcher!r}")
     choice = choose(req.backend, req.engine, req.dry_run, log)
-    if req.launcher == "slurm" and choice.engine != "local":
+    if req.launcher == "slurm" and choice.runner.runs_images:
         raise JobError(
             "--launcher slurm starts one srun task per rank in this host's Python (--engine local); to run an image "
             "under Slurm, submit scripts/slurm/repro.sbatch (one task that runs the image's own torchrun)"
@@ -128,10 +128,10 @@ def repro(req: ReproRequest, log=print) -> int:
     dtype = req.dtype or ("bf16" if choice.backend == "rocm" else "fp32")
     out = out_dir(req.out, model, choice.backend, dtype, variants)
     common = ["--model", model, "--ranks", str(req.ranks), "--dtype", dtype, "--backend", choice.backend]
-    if choice.engine == "local":
+    if not choice.runner.runs_images:
         cmd = [sys.executable, "-m", "repro", "run", "--variant", req.variant, "--out", str(out), *common]
         cmd += ["--launcher", req.launcher] if req.launcher != "torchrun" else []
-        code = containers.execute("local", cmd + (["--with-checks"] if req.checks else []), req.dry_run, log)
+        code = choice.runner.execute(cmd + (["--with-checks"] if req.checks else []), req.dry_run, log)
     else:
         code = _repro_in_images(req, choice, variants, out, common, gpu_list, log)
     if not req.dry_run and (out / "summary.json").exists():
@@ -151,24 +151,21 @@ def _repro_in_images(req, choice, variants, out: Path, common: list[str], gpus: 
     inside = f"{containers.WORKDIR}/results/{out.relative_to(RESULTS_DIR)}"
     broken, interrupted, command = None, None, []
     for v in variants:  # each variant in its own image: before = as released, after = patched at build
-        image = containers.image_name(choice.backend, v, choice.engine)
+        engine = choice.runner
+        image = engine.image(choice.backend, v)
         # The before image's run checks both ways itself (installed vs patched copy).
         extra = ["--with-checks"] if req.checks and v == "before" else []
         inner = ["python", "-m", "repro", "run", "--variant", v, "--out", inside, *common, *extra]
-        cmd = containers.run_command(
-            choice.engine,
-            choice.backend,
-            image,
-            inner,
-            containers.default_mounts(RESULTS_DIR),
+        flags = containers.RunFlags(
             gpus=gpus,
             shm_size=req.shm_size,
             seccomp_unconfined=req.seccomp_unconfined,
-            digest=None if req.dry_run else containers.image_digest(choice.engine, image),
+            digest=None if req.dry_run else engine.digest(image),
             selinux_label=req.selinux_label,
         )
+        cmd = engine.run_command(choice.backend, image, inner, containers.default_mounts(RESULTS_DIR), flags)
         command.append(shlex.join(cmd))
-        code = containers.execute(choice.engine, cmd, req.dry_run, log)
+        code = engine.execute(cmd, req.dry_run, log)
         if code == EXIT_USAGE:
             return code
         if code == EXIT_INTERRUPTED:
@@ -200,8 +197,8 @@ def judge_on_host(out: Path, variants: list[str], command: str, broken, interrup
 
 def ensure_images(choice: containers.Choice, variants: list[str], dry_run: bool, log=print) -> None:
     for variant in variants:
-        image = containers.image_name(choice.backend, variant, choice.engine)
-        if dry_run or not containers.image_exists(choice.engine, image):
+        image = choice.runner.image(choice.backend, variant)
+        if dry_run or not choice.runner.exists(image):
             log(f"image {image} {'(would be built if missing)' if dry_run else 'is missing: building it'}")
             build(choice.backend, variant, choice.engine, {}, dry_run, log)
 
@@ -215,15 +212,16 @@ def build(backend: str, variant: str, engine: str, build_args: dict[str, str], d
         engine = containers.resolve_engine(engine, allow_local=False, dry_run=dry_run)
     except containers.EngineError as exc:
         raise JobError(str(exc)) from None
+    runner = engines.get(engine)
     for v in _variants(variant):
-        containers.prepare_build(engine, backend, v, build_args, dry_run)
-        cmd = containers.build_command(engine, backend, v, build_args)
+        runner.prepare_build(backend, v, build_args, dry_run)
+        cmd = runner.build_command(backend, v, build_args)
         started = time.time()
-        code = containers.execute(engine, cmd, dry_run, log)
+        code = runner.execute(cmd, dry_run, log)
         if code:
-            raise JobError(f"building {containers.image_name(backend, v, engine)} failed (status {code})", code=1)
+            raise JobError(f"building {runner.image(backend, v)} failed (status {code})", code=1)
         if not dry_run:
-            log(f"built {containers.image_name(backend, v, engine)} in {time.time() - started:.0f} s")
+            log(f"built {runner.image(backend, v)} in {time.time() - started:.0f} s")
 
 
 def parse_build_args(pairs: list[str]) -> dict[str, str]:
@@ -241,7 +239,7 @@ def test_in_images(backend: str, engine: str, dry_run: bool, log=print) -> int:
     (`repro regression --json`, written to the mounted results folder): `before` failed on its
     assertions, `after` passed, the same tests both ways; an exit status alone proves nothing."""
     choice = choose(backend, engine, dry_run, log)
-    if choice.engine == "local":
+    if not choice.runner.runs_images:
         raise JobError("--in-image needs a container engine (docker, podman or buildah); see `invoke doctor`")
     ensure_images(choice, list(VARIANTS), dry_run, log)
     out = new_run_dir("in-image-tests", choice.backend)
@@ -249,12 +247,12 @@ def test_in_images(backend: str, engine: str, dry_run: bool, log=print) -> int:
         out.mkdir(parents=True)
     codes, results = {}, {}
     for v in VARIANTS:
-        image = containers.image_name(choice.backend, v, choice.engine)
+        image = choice.runner.image(choice.backend, v)
         inside = f"{containers.WORKDIR}/results/{out.relative_to(RESULTS_DIR)}/regression-{v}.json"
         inner = ["python", "-m", "repro", "regression", "--json", inside]
         mounts = containers.default_mounts(RESULTS_DIR)
-        cmd = containers.run_command(choice.engine, choice.backend, image, inner, mounts)
-        codes[v] = containers.execute(choice.engine, cmd, dry_run, log)
+        cmd = choice.runner.run_command(choice.backend, image, inner, mounts, containers.RunFlags())
+        codes[v] = choice.runner.execute(cmd, dry_run, log)
         path = out / f"regression-{v}.json"
         results[v] = json.loads(path.read_text()) if path.exists() else None
     if dry_run:
@@ -275,14 +273,14 @@ def test_in_images(backend: str, engine: str, dry_run: bool, log=print) -> int:
 
 def shell(backend: str, engine: str, variant: str, dry_run: bool, log=print) -> int:
     choice = choose(backend, engine, dry_run, log)
-    if choice.engine == "local":
+    if not choice.runner.runs_images:
         raise JobError("`invoke shell` needs a container engine; see `invoke doctor`")
-    image = containers.image_name(choice.backend, variant, choice.engine)
-    if not dry_run and not containers.image_exists(choice.engine, image):
+    image = choice.runner.image(choice.backend, variant)
+    if not dry_run and not choice.runner.exists(image):
         raise JobError(f"image {image} does not exist; build it with `invoke build --backend {choice.backend}`")
     mounts = containers.default_mounts(RESULTS_DIR)
-    cmd = containers.run_command(choice.engine, choice.backend, image, ["bash"], mounts, interactive=True)
-    return containers.execute(choice.engine, cmd, dry_run, log)
+    cmd = choice.runner.run_command(choice.backend, image, ["bash"], mounts, containers.RunFlags(interactive=True))
+    return choice.runner.execute(cmd, dry_run, log)
 
 
 def clean(images: bool, engine: str, dry_run: bool, log=print) -> None:
@@ -300,14 +298,7 @@ def clean(images: bool, engine: str, dry_run: bool, log=print) -> None:
         raise JobError(str(exc)) from None
     for backend in containers.FLAVOURS:
         for v in VARIANTS:
-            if engine == "apptainer":
-                sif = Path(containers.image_name(backend, v, engine))
-                log(f"remove {sif}")
-                if not dry_run:
-                    sif.unlink(missing_ok=True)
-                continue
-            cmd = [*containers.Engine(engine).base(), "rmi", containers.image_name(backend, v)]
-            containers.execute(engine, cmd, dry_run, log)
+            engines.get(engine).remove(backend, v, dry_run, log)
 
 
 def local_tests(pytest_args: str, dry_run: bool, log=print) -> int:
@@ -317,7 +308,7 @@ def local_tests(pytest_args: str, dry_run: bool, log=print) -> int:
     except ValueError as exc:
         raise JobError(f"--pytest-args cannot be split as a shell would: {exc}") from None
     cmd = [sys.executable, "-m", "pytest", "-q", *args]
-    return containers.execute("local", cmd, dry_run, log)
+    return engines.get("local").execute(cmd, dry_run, log)
 
 
 def _variants(variant: str) -> list[str]:

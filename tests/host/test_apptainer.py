@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.host import apptainer, containers, jobs
+from repro.host import apptainer, containers, engines, jobs
 from repro.paths import REPO_ROOT
 
 DOCKERFILE = REPO_ROOT / "docker" / "Dockerfile"
@@ -91,9 +91,9 @@ def _exec(backend: str, monkeypatch, **env) -> list[str]:
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     mounts = containers.RunMounts(results=REPO_ROOT / "results", hf_cache=None)
-    image = containers.image_name(backend, "before", "apptainer")
-    return containers.run_command("apptainer", backend, image, ["python", "-m", "repro", "run"], mounts,
-                                  gpus=["0", "1"], selinux_label=True)  # fmt: skip
+    image = engines.get("apptainer").image(backend, "before")
+    flags = engines.RunFlags(gpus=["0", "1"], selinux_label=True)
+    return engines.get("apptainer").run_command(backend, image, ["python", "-m", "repro", "run"], mounts, flags)
 
 
 def test_exec_binds_like_docker_with_rocm_only_on_the_rocm_backend(monkeypatch):

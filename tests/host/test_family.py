@@ -176,7 +176,7 @@ def test_main_records_a_failed_cell_and_runs_the_others(tmp_path, monkeypatch):
     monkeypatch.setitem(family.SWEEPS, "lora", {**family.SWEEPS["lora"], "targets": ("qkv",)})
     lines = []
     code = family.main(tmp_path / "out", sweeps=("lora",), builds=("released",), log=lines.append)
-    assert code == 1 and len(calls) == 4
+    assert code == 3 and len(calls) == 4
     data = json.loads((tmp_path / "out" / "family.json").read_text())
     errors = [c for c in data["cells"] if "error" in c]
     assert len(errors) == 2 and all("rank 1 crashed" in c["error"] for c in errors)

@@ -2,7 +2,7 @@
 
 import json
 
-from repro.host import containers, jobs
+from repro.host import containers, engines, jobs
 
 
 def _container_pair(monkeypatch, tmp_path, variant_json, before_code, write_before):
@@ -11,9 +11,9 @@ def _container_pair(monkeypatch, tmp_path, variant_json, before_code, write_befo
     out = results / "runs" / "pair"
     monkeypatch.setattr(jobs, "RESULTS_DIR", results)
     monkeypatch.setattr(jobs, "ensure_images", lambda *a, **k: None)
-    monkeypatch.setattr(containers, "image_digest", lambda *a: None)
+    monkeypatch.setattr(engines.Buildah, "digest", lambda self, image: None)
 
-    def fake_execute(engine, cmd, dry_run, log=print):
+    def fake_execute(self, cmd, dry_run, log=print):
         variant = cmd[cmd.index("--variant") + 1]
         out.mkdir(parents=True, exist_ok=True)
         if variant == "before":
@@ -29,7 +29,7 @@ def _container_pair(monkeypatch, tmp_path, variant_json, before_code, write_befo
         (out / "summary.json").write_text(json.dumps({"expectation_held": True, "checks": {"audit": "ok"}}))
         return 0
 
-    monkeypatch.setattr(containers, "execute", fake_execute)
+    monkeypatch.setattr(engines.Buildah, "execute", fake_execute)
     req = jobs.ReproRequest(backend="cpu", engine="buildah", model="tiny", checks=False)
     choice = containers.Choice("cpu", "buildah", "test")
     common = ["--model", "tiny", "--ranks", "2", "--dtype", "fp32", "--backend", "cpu"]
@@ -54,6 +54,6 @@ def test_both_containers_are_judged_together_on_the_host(monkeypatch, tmp_path, 
 def test_pytest_args_are_split_as_a_shell_would(monkeypatch):
     """The README's fast loop: `-m "not distributed"` is one marker expression, not two paths."""
     seen = {}
-    monkeypatch.setattr(containers, "execute", lambda engine, cmd, dry_run, log: seen.setdefault("cmd", cmd) and 0)
+    monkeypatch.setattr(engines.Local, "execute", lambda self, cmd, dry_run, log: seen.setdefault("cmd", cmd) and 0)
     jobs.local_tests('-m "not distributed" -x', dry_run=True, log=lambda *_: None)
     assert seen["cmd"][-3:] == ["-m", "not distributed", "-x"]
