@@ -190,7 +190,8 @@ def _environment_errors() -> tuple[type[Exception], ...]:
 
 
 def _run(args: argparse.Namespace, argv: list[str]) -> int:
-    from .host.run import execute, stderr_log, validate
+    from .host.preflight import validate
+    from .host.run import run_pair, stderr_log
 
     opts = RunOptions(
         variant=args.variant,
@@ -210,4 +211,4 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
         allow_single_rank=args.allow_single_rank,
         launcher=args.launcher,
     )
-    return execute(validate(opts), argv, log=stderr_log)
+    return run_pair(validate(opts), argv, log=stderr_log)

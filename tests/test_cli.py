@@ -116,11 +116,11 @@ def test_unwritable_out_is_refused(tmp_path, capsys):
 
 
 def test_writability_rule_names_the_nearest_existing_parent(tmp_path, monkeypatch):
-    from repro.host import run
+    from repro.host import preflight
 
-    monkeypatch.setattr(run.os, "access", lambda path, mode: str(path) != str(tmp_path))
-    with pytest.raises(run.UsageError, match=f"{tmp_path} is not writable"):
-        run._check_writable(tmp_path / "a" / "b")
+    monkeypatch.setattr(preflight.os, "access", lambda path, mode: str(path) != str(tmp_path))
+    with pytest.raises(preflight.UsageError, match=f"{tmp_path} is not writable"):
+        preflight._check_writable(tmp_path / "a" / "b")
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["audit", "--help"], ["report", "--help"]])

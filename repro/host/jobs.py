@@ -28,7 +28,7 @@ from ..options import (
 )
 from ..paths import RESULTS_DIR, RUNS_DIR, cache_root
 from . import amd, containers, engines, regression, summary
-from .run import new_run_dir
+from .rundir import new_run_dir
 
 REAL_PYTHIA = "EleutherAI/pythia-410m-deduped"
 GPU_NAMES = {"gfx90a": "mi250", "gfx942": "mi300x"}
