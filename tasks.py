@@ -14,7 +14,9 @@ from invoke import Exit, task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from repro.host import containers, jobs  # noqa: E402
+from repro.host import jobs  # noqa: E402
+
+_D = jobs.ReproRequest()  # `invoke repro`'s defaults, from repro.options.RunOptions
 
 
 def _run(fn, *args, **kwargs):
@@ -56,25 +58,27 @@ def _exit(code: int) -> None:
 )
 def repro(
     c,
-    backend="auto",
-    engine="auto",
-    model="",
-    ranks=2,
-    gpus="",
-    dtype="",
-    variant="both",
-    out="",
-    shm_size=containers.DEFAULT_SHM,
-    seccomp_unconfined=False,
-    selinux_label=None,
-    checks=True,
-    dry_run=False,
-    launcher="torchrun",
+    backend=_D.backend,
+    engine=_D.engine,
+    model=_D.model,
+    ranks=_D.ranks,
+    gpus=_D.gpus,
+    dtype=_D.dtype,
+    variant=_D.variant,
+    out=_D.out,
+    shm_size=_D.shm_size,
+    seccomp_unconfined=_D.seccomp_unconfined,
+    selinux_label=_D.selinux_label,
+    checks=_D.checks,
+    dry_run=_D.dry_run,
+    launcher=_D.launcher,
 ):
-    """Run the before/after reproduction and write REPORT.md under results/ (the main job)."""
+    """Run the before/after reproduction and write REPORT.md under results/ (the main job). Exit status:
+    0 held, 1 failed, 2 usage/environment, 3 broken, 130 interrupted (repro.options.EXIT_MEANING)."""
     request = jobs.ReproRequest(
-        backend, engine, model, int(ranks), gpus, dtype, variant, out, shm_size, seccomp_unconfined, selinux_label,
-        checks, dry_run, launcher,
+        backend=backend, engine=engine, model=model, ranks=int(ranks), gpus=gpus, dtype=dtype, variant=variant,
+        out=out, shm_size=shm_size, seccomp_unconfined=seccomp_unconfined, selinux_label=selinux_label,
+        checks=checks, dry_run=dry_run, launcher=launcher,
     )  # fmt: skip
     _exit(_run(jobs.repro, request))
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .options import EXIT_BROKEN, EXIT_INTERRUPTED, EXIT_MEANING, EXIT_USAGE, LAUNCHERS, RunOptions, UsageError
 
+DEFAULTS = RunOptions()  # the run's defaults, spelled once (repro.options.RunOptions)
 EPILOG = "exit status (every command):\n" + "\n".join(f"  {code:>3}  {text}" for code, text in EXIT_MEANING.items())
 
 
@@ -28,25 +29,29 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--variant",
         choices=["before", "after", "both"],
-        default="both",
+        default=DEFAULTS.variant,
         help="before = DeepSpeed as installed, after = with repro/patches applied",
     )
     run.add_argument(
         "--model",
-        default="pythia-410m",
+        default=DEFAULTS.model,
         help="pythia-410m (architecture, seeded random weights), tiny, a hub id or a local dir",
     )
     run.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help="default fp32 on CPU, bf16 on GPU")
-    run.add_argument("--ranks", type=int, default=2, help="world size; the bug needs >= 2")
+    run.add_argument("--ranks", type=int, default=DEFAULTS.ranks, help="world size; the bug needs >= 2")
     run.add_argument("--allow-single-rank", action="store_true", help="run with --ranks 1 anyway (hides the bug)")
     run.add_argument(
         "--backend",
         choices=["auto", "cpu", "rocm", "cuda"],
-        default="auto",
+        default=DEFAULTS.backend,
         help="auto: $REPRO_BACKEND (set by the images), else what torch sees; a GPU intent without a GPU is refused",
     )
-    run.add_argument("--new-tokens", type=int, default=8, help="greedy tokens generated per comparison")
-    run.add_argument("--cycles", type=int, default=20, help="eval() -> train() layout transitions (upstream: 20)")
+    run.add_argument(
+        "--new-tokens", type=int, default=DEFAULTS.new_tokens, help="greedy tokens generated per comparison"
+    )
+    run.add_argument(
+        "--cycles", type=int, default=DEFAULTS.cycles, help="eval() -> train() layout transitions (upstream: 20)"
+    )
     run.add_argument(
         "--soak", action="store_true", help="also run a one-token HE generate inside every cycle (slower)"
     )
@@ -57,13 +62,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="hybrid_engine.pin_parameters false (the per-layer _zero3_forward path)",
     )
     run.add_argument("--prompt", help="text prompt (needs a model with a tokenizer); default: fixed token ids")
-    run.add_argument("--seed", type=int, default=1234, help="seed of the random weights")
+    run.add_argument("--seed", type=int, default=DEFAULTS.seed, help="seed of the random weights")
     run.add_argument("--out", type=Path, help="new directory for the JSON; default results/runs/<new>")
-    run.add_argument("--timeout", type=float, default=900.0, help="seconds before a hung variant is stopped")
+    run.add_argument(
+        "--timeout", type=float, default=DEFAULTS.timeout_s, help="seconds before a hung variant is stopped"
+    )
     run.add_argument(
         "--launcher",
         choices=LAUNCHERS,
-        default="torchrun",
+        default=DEFAULTS.launcher,
         help="torchrun (this host) or slurm (srun, one task per rank on one node; inside salloc/sbatch)",
     )
     run.add_argument(

@@ -93,3 +93,21 @@ def test_missing_image_is_named():
     if "not installed" in proc.stderr:
         pytest.skip("buildah is not installed here")
     assert proc.returncode == 2 and "does not exist" in proc.stderr, proc.stderr
+
+
+def test_the_runs_defaults_are_spelled_once():
+    """The CLI, the invoke task and the job read their defaults from repro.options.RunOptions."""
+    import inspect
+
+    import tasks
+    from repro.cli import build_parser
+    from repro.host import jobs
+    from repro.options import RunOptions
+
+    run = build_parser().parse_args(["run"])
+    signature = inspect.signature(tasks.repro.body).parameters
+    for name in ("ranks", "variant", "launcher"):
+        assert getattr(run, name) == getattr(jobs.ReproRequest(), name) == getattr(RunOptions(), name)
+        assert signature[name].default == getattr(RunOptions(), name)
+    for name in ("model", "cycles", "new_tokens", "seed"):
+        assert getattr(run, name) == getattr(RunOptions(), name)

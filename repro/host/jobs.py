@@ -21,6 +21,7 @@ from ..options import (
     EXIT_USAGE,
     LAUNCHERS,
     VARIANTS,
+    RunOptions,
     UsageError,
     check_new_out,
     check_ranks,
@@ -44,20 +45,23 @@ class JobError(RuntimeError):
 
 @dataclass
 class ReproRequest:
-    backend: str = "auto"
+    """`invoke repro`'s options. The run's own defaults come from repro.options.RunOptions (one place);
+    an empty model or dtype means "chosen for the backend" (real Pythia and bf16 on ROCm)."""
+
+    backend: str = RunOptions.backend
     engine: str = "auto"
     model: str = ""
-    ranks: int = 2
+    ranks: int = RunOptions.ranks
     gpus: str = ""
     dtype: str = ""
-    variant: str = "both"
+    variant: str = RunOptions.variant
     out: str = ""
     shm_size: str = containers.DEFAULT_SHM
     seccomp_unconfined: bool = False
     selinux_label: bool | None = None
     checks: bool = True
     dry_run: bool = False
-    launcher: str = "torchrun"
+    launcher: str = RunOptions.launcher
     notes: list[str] = field(default_factory=list)
 
 
