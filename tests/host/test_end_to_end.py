@@ -27,6 +27,9 @@ def test_before_reproduces_the_bug(tiny_pair):
     before = tiny_pair["before"]
     assert before["patched"] is False and before["world_size"] == 2
     assert before["qkv"]["max_abs"] > 0
+    # The exact signature: bitwise the training layout, which is not the inference layout.
+    assert before["qkv"]["equals_training_layout"] and before["qkv"]["layouts_differ"]
+    assert not before["qkv"]["equals_inference_layout"] and before["qkv"]["finite"]
     assert before["he_tokens"] != before["native_tokens"]
     assert before["first_mismatch"]["layer"] == 0 and before["first_mismatch"]["module"] == "attention"
 
@@ -58,7 +61,11 @@ def test_after_is_exact(tiny_pair):
 
 def test_summary_and_recorded_fields(tiny_pair):
     assert tiny_pair["summary"]["bug_reproduced_before"] and tiny_pair["summary"]["fixed_after"]
-    assert tiny_pair["summary"]["expectation_held"]
+    assert tiny_pair["summary"]["expectation_held"] and tiny_pair["summary"]["outcome"] == "held"
+    assert tiny_pair["summary"]["variant_outcomes"] == {"before": "reproduced", "after": "correct"}
+    assert tiny_pair["summary"]["exit_status"] == 0 and tiny_pair["summary"]["world_size"] == [2]
+    # Measured, not asserted by a string: DeepSpeed's CPU shm comm op was skipped and never loaded.
+    assert tiny_pair["before"]["shm_comm_op"] == {"marked_incompatible": True, "loaded": False}
     for key in (
         "variant",
         "backend",
