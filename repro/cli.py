@@ -101,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     family.add_argument("--out", type=Path, required=True, help="directory for family.json and FAMILY.md")
     family.add_argument("--sweeps", help="comma-separated: lora,call-order (default: both)")
+    family.add_argument("--render", action="store_true", help="only render the reports from OUT/family.json")
     family.add_argument(
         "--builds",
         help="comma-separated, replacing each sweep's builds: released,0001,0001+0002,0001+0003,0001+0004,"
@@ -145,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "family":
             from .host import family
 
+            if args.render:
+                return family.render_only(args.out)
             return family.main(
                 args.out,
                 sweeps=tuple(args.sweeps.split(",")) if args.sweeps else tuple(family.SWEEPS),

@@ -207,10 +207,29 @@ def main(
         "duration_s": round(time.time() - started, 1),
     }
     write_json(out / "family.json", data)
-    (out / "FAMILY.md").write_text(render(data))
+    write_reports(out, data)
     failed = [c for c in cells if "error" in c]
     log(f"[family] {len(cells) - len(failed)}/{len(cells)} cells measured -> {out / 'FAMILY.md'}")
     return EXIT_BROKEN if failed else EXIT_OK
+
+
+def write_reports(out: Path, data: dict) -> None:
+    """FAMILY.md and the PR #8392 comment, from family.json's data only."""
+    from . import pr_comment
+
+    (out / "FAMILY.md").write_text(render(data))
+    (out / pr_comment.FILE_NAME).write_text(pr_comment.render(data))
+
+
+def render_only(out: Path, log: Callable[[str], None] = print) -> int:
+    """`--render`: the reports again from an existing family.json, measuring nothing."""
+    path = Path(out) / "family.json"
+    if not path.exists():
+        log(f"[family] {path} does not exist: run `python -m repro family --out {out}` first")
+        return 2
+    write_reports(Path(out), json.loads(path.read_text()))
+    log(f"[family] rendered {Path(out) / 'FAMILY.md'} from {path}")
+    return EXIT_OK
 
 
 def _cell(work, root, applied, error, axes: dict, timeout_s, log) -> dict:

@@ -6,6 +6,7 @@ import pytest
 
 from repro.host import family
 
+REFERENCE = "eval-generate-train"
 NONE = {"0001": False, "0002": False, "0003": False, "0004": False}
 
 
@@ -228,3 +229,24 @@ def test_a_real_zero2_cell_that_trains_first(tmp_path, build, expected):
     result = family.run_cell(tmp_path, root, axes, timeout_s=240)
     assert result["config"]["zero_stage"] == 2 and result["config"]["calls"][0] == "train"
     assert family.diagnose({**axes, **result}) == [expected]
+
+
+def test_the_pr_comment_is_rendered_from_measured_cells_only(tmp_path):
+    from repro.host import pr_comment
+
+    orders = {"train-first": ("training", "training_inverse"), "eval-twice": ("inference_twice", "inference")}
+    cells = [cell(build="0001", order=REFERENCE, stage=3), cell(build="released", order=REFERENCE, qkv=0.13,
+                                                                tokens_equal=False, steps="xxxxxxxx")]  # fmt: skip
+    for order, (after_eval, after_train) in orders.items():
+        cells.append(cell(build="0001", order=order, after_eval=after_eval, after_train=after_train, drift=0.133,
+                          tokens_equal=False, steps="xxxxxxxx"))  # fmt: skip
+        cells.append(cell(build="0001+0004", order=order))
+    data = {"command": family.COMMAND, "builds": {}, "cells": cells, "duration_s": 1.0}
+    text = pr_comment.render(data)
+    assert "CPU evidence" in text and family.COMMAND in text
+    assert "under ZeRO-3, 2 of 2 such cells" in text and "0.133 (training_inverse)" in text
+    assert "With it, 2 of 2 call-order cells are correct" in text
+    (tmp_path / "family.json").write_text(json.dumps(data))
+    assert family.render_only(tmp_path, log=lambda _: None) == 0
+    assert (tmp_path / pr_comment.FILE_NAME).read_text() == text
+    assert family.render_only(tmp_path / "missing", log=lambda _: None) == 2

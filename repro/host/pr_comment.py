@@ -1,0 +1,103 @@
+"""The comment we would post on DeepSpeed PR #8392 (the #8391 fix), rendered from family.json only: what the
+fix does right, the call orders in which it corrupts training weights under ZeRO-3, and the patch and
+test that make it safe. Every number is a measured cell; `python -m repro family` writes it beside FAMILY.md."""
+
+from __future__ import annotations
+
+from .family import BUG_8391, BUG_ORDER, CORRECT, REFERENCE_ORDER
+
+FILE_NAME = "PR-8392-COMMENT.md"
+ORDER_TEXT = {
+    REFERENCE_ORDER: "eval, generate, train (DeepSpeed-Chat)",
+    "train-first": "train() before the first eval()",
+    "eval-twice": "eval() twice, generate, train",
+}
+
+
+def _num(v: float) -> str:
+    return "0" if v == 0 else f"{v:.3g}"
+
+
+def _pick(cells: list[dict], **axes) -> list[dict]:
+    return [c for c in cells if "error" not in c and all(c.get(k) == v for k, v in axes.items())]
+
+
+def _row(c: dict) -> str:
+    drift = c["restore_after_first_generate"]["base"]["max_abs"]
+    layouts = "+".join(c["restore_after_first_generate"].get("qkv_layouts", [])) or "n/a"
+    return (
+        f"| {ORDER_TEXT[c['order']]} | {c['zero_stage']} | {c['world_size']} | {c['targets']} | "
+        f"{_num(c['first_step_logits_max_abs'])} | {'yes' if c['tokens_equal_native'] else 'no'} | {_num(drift)} "
+        f"({layouts}) | {'; '.join(c['diagnosis'])} |"
+    )
+
+
+def _table(cells: list[dict]) -> list[str]:
+    return [
+        "| call order | ZeRO | ranks | LoRA | first-step logits vs native (max abs) | tokens = native | training "
+        "QKV after the next train(): drift (layout) | diagnosis |",
+        "|---|---|---|---|---|---|---|---|",
+        *(_row(c) for c in cells),
+    ]
+
+
+def _count(cells: list[dict], label: str) -> str:
+    return f"{sum(label in c['diagnosis'] for c in cells)} of {len(cells)}"
+
+
+def render(data: dict) -> str:
+    cells = [c for c in data["cells"] if c.get("sweep") == "call-order" or "order" in c]
+    first = next((c for c in cells if "error" not in c), None)
+    if first is None:
+        return "# PR #8392 comment\n\nNo call-order cell was measured; run `python -m repro family`.\n"
+    ds, v = first["deepspeed"]["version"], first["versions"]
+    reference_fixed = _pick(cells, build="0001", order=REFERENCE_ORDER, zero_stage=3)
+    released = _pick(cells, build="released", order=REFERENCE_ORDER, zero_stage=3, world_size=2)
+    broken = [c for c in _pick(cells, build="0001", zero_stage=3) if c["order"] != REFERENCE_ORDER]
+    zero2 = [c for c in _pick(cells, build="released", zero_stage=2) if c["order"] != REFERENCE_ORDER]
+    safe = _pick(cells, build="0001+0004") + _pick(cells, build="0001+0002+0003+0004")
+    lines = [
+        "# Comment for DeepSpeed PR #8392 (fix for #8391)",
+        "",
+        f"CPU evidence, not GPU evidence: tiny GPT-NeoX (random weights), fp32, gloo, DeepSpeed {ds}, torch "
+        f"{v['torch']}, Transformers {v['transformers']}, the Hybrid Engine on DeepSpeed's PyTorch fallbacks. "
+        f"Every number below is a measured cell of `{data['command']}` (`family.json`).",
+        "",
+        "## What the fix does right",
+        "",
+        f"In DeepSpeed-Chat's order (eval, generate, train) under ZeRO-3, `modifier_rank=0` is what makes the "
+        f"layout change stick: as released, {_count(released, BUG_8391)} cells at 2 ranks show #8391 (the inference "
+        f"containers hold the training layout); with this PR, {_count(reference_fixed, CORRECT)} cells in that "
+        "order are correct (tokens equal native, training weights restored bitwise).",
+        "",
+        "## What it breaks",
+        "",
+        "`DeepSpeedHybridEngine.eval()` calls `transform_for_inference()` on every call and `train()` calls "
+        "`transform_for_training()` on every call, and nothing records which layout the QKV weights are in. "
+        "As released, ZeRO-3 discards every transform, which hides this; with `modifier_rank=0` every transform "
+        "persists, including the ones applied to weights already in the target layout. A loop that calls "
+        "`model.train()` at its top (as `tests/unit/hybrid_engine/test_he_lora.py` does right after "
+        "`deepspeed.initialize`), or calls `eval()` twice, then trains on permuted QKV weights and generates "
+        f"from them. With this PR alone, under ZeRO-3, {_count(broken, BUG_ORDER)} such cells:",
+        "",
+        *_table(broken),
+        "",
+        f"ZeRO-2 as released already does the same ({_count(zero2, BUG_ORDER)} cells in these orders): the fix "
+        "makes ZeRO-3 behave like ZeRO-2, bugs included.",
+        "",
+        "## What makes it safe",
+        "",
+        "A second, separate patch: the container records the layout its QKV is in (`_qkv_inference_layout`) and "
+        "each transform returns early when the weights are already in its target layout (also skipping the "
+        "gather). It is kept apart from `modifier_rank=0` so each can be reviewed and reverted on its own. "
+        f"With it, {_count(safe, CORRECT)} call-order cells are correct (every order, ZeRO-2 and ZeRO-3, "
+        "1 and 2 ranks, with and without LoRA on QKV). Its unit test, "
+        "`tests/unit/hybrid_engine/test_hybrid_megatron_call_order.py` (one process; plain tensors for the "
+        "ZeRO-2 case, real `zero.Init` partitions for the ZeRO-3 case), fails on its assertions without the "
+        "patch and passes with it.",
+        "",
+        "Patch and test: `repro/patches/0004-Make-the-HybridMegatron-QKV-layout-transforms-idempotent.patch`, "
+        "`tests/upstream/test_hybrid_megatron_call_order.py`.",
+        "",
+    ]
+    return "\n".join(lines)
