@@ -374,7 +374,7 @@ def render(data: dict) -> str:
     measured = [c for c in cells if "error" not in c]
     first = measured[0] if measured else {}
     lines = [
-        "# LoRA family: DeepSpeed-Chat LoRA under the ZeRO-3 Hybrid Engine (GPT-NeoX)",
+        "# The bug family: DeepSpeed-Chat LoRA and call orders under the Hybrid Engine (GPT-NeoX)",
         "",
         f"Regenerate: `{data['command']}`",
         "",

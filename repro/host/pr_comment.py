@@ -51,11 +51,13 @@ def render(data: dict) -> str:
     if first is None:
         return "# PR #8392 comment\n\nNo call-order cell was measured; run `python -m repro family`.\n"
     ds, v = first["deepspeed"]["version"], first["versions"]
-    reference_fixed = _pick(cells, build="0001", order=REFERENCE_ORDER, zero_stage=3)
-    released = _pick(cells, build="released", order=REFERENCE_ORDER, zero_stage=3, world_size=2)
+    # Without LoRA, so that the LoRA bugs (patches 0002, 0003) do not blur what this PR does.
+    reference_fixed = _pick(cells, build="0001", order=REFERENCE_ORDER, targets="none")
+    released = _pick(cells, build="released", order=REFERENCE_ORDER, zero_stage=3, world_size=2, targets="none")
     broken = [c for c in _pick(cells, build="0001", zero_stage=3) if c["order"] != REFERENCE_ORDER]
     zero2 = [c for c in _pick(cells, build="released", zero_stage=2) if c["order"] != REFERENCE_ORDER]
-    safe = _pick(cells, build="0001+0004") + _pick(cells, build="0001+0002+0003+0004")
+    safe = _pick(cells, build="0001+0004", targets="none")
+    series = [c for c in data["cells"] if c.get("build") == "0001+0002+0003+0004" and "error" not in c]
     lines = [
         "# Comment for DeepSpeed PR #8392 (fix for #8391)",
         "",
@@ -65,10 +67,11 @@ def render(data: dict) -> str:
         "",
         "## What the fix does right",
         "",
-        f"In DeepSpeed-Chat's order (eval, generate, train) under ZeRO-3, `modifier_rank=0` is what makes the "
-        f"layout change stick: as released, {_count(released, BUG_8391)} cells at 2 ranks show #8391 (the inference "
-        f"containers hold the training layout); with this PR, {_count(reference_fixed, CORRECT)} cells in that "
-        "order are correct (tokens equal native, training weights restored bitwise).",
+        f"In DeepSpeed-Chat's order (eval, generate, train), without LoRA, `modifier_rank=0` is what makes the "
+        f"layout change stick under ZeRO-3: as released, {_count(released, BUG_8391)} cells at 2 ranks show #8391 "
+        f"(the inference containers hold the training layout); with this PR, {_count(reference_fixed, CORRECT)} "
+        "cells in that order (ZeRO-2 and ZeRO-3, 1 and 2 ranks) are correct: tokens equal native, training "
+        "weights restored bitwise.",
         "",
         "## What it breaks",
         "",
@@ -90,8 +93,11 @@ def render(data: dict) -> str:
         "A second, separate patch: the container records the layout its QKV is in (`_qkv_inference_layout`) and "
         "each transform returns early when the weights are already in its target layout (also skipping the "
         "gather). It is kept apart from `modifier_rank=0` so each can be reviewed and reverted on its own. "
-        f"With it, {_count(safe, CORRECT)} call-order cells are correct (every order, ZeRO-2 and ZeRO-3, "
-        "1 and 2 ranks, with and without LoRA on QKV). Its unit test, "
+        f"With it, {_count(safe, CORRECT)} call-order cells without LoRA are correct (every order, ZeRO-2 and "
+        f"ZeRO-3, 1 and 2 ranks); with our whole series (this PR, the two LoRA fixes and this patch) "
+        f"{_count(series, CORRECT)} cells are correct, LoRA on and off. (With LoRA on QKV but without the "
+        "LoRA fix, a cell shows that other bug instead, and a double `eval()` leaves a weight state our probe "
+        "does not name: it reports it as unrecognised rather than guess.) Its unit test, "
         "`tests/unit/hybrid_engine/test_hybrid_megatron_call_order.py` (one process; plain tensors for the "
         "ZeRO-2 case, real `zero.Init` partitions for the ZeRO-3 case), fails on its assertions without the "
         "patch and passes with it.",

@@ -240,12 +240,12 @@ def test_the_pr_comment_is_rendered_from_measured_cells_only(tmp_path):
     for order, (after_eval, after_train) in orders.items():
         cells.append(cell(build="0001", order=order, after_eval=after_eval, after_train=after_train, drift=0.133,
                           tokens_equal=False, steps="xxxxxxxx"))  # fmt: skip
-        cells.append(cell(build="0001+0004", order=order))
+        cells.append(cell(build="0001+0004", order=order, targets="none"))
     data = {"command": family.COMMAND, "builds": {}, "cells": cells, "duration_s": 1.0}
     text = pr_comment.render(data)
     assert "CPU evidence" in text and family.COMMAND in text
     assert "under ZeRO-3, 2 of 2 such cells" in text and "0.133 (training_inverse)" in text
-    assert "With it, 2 of 2 call-order cells are correct" in text
+    assert "With it, 2 of 2 call-order cells without LoRA are correct" in text
     (tmp_path / "family.json").write_text(json.dumps(data))
     assert family.render_only(tmp_path, log=lambda _: None) == 0
     assert (tmp_path / pr_comment.FILE_NAME).read_text() == text
