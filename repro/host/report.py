@@ -28,9 +28,9 @@ UPSTREAM = {
 # The two sibling bugs this project found in the same container family, each with its own patch and
 # upstream-style test; their measurements are results/reference/family/FAMILY.md (`python -m repro family`).
 FAMILY = [
-    "This run measures #8391 only. Two more bugs of the same family, each with its own patch and test in "
+    "This run measures #8391 only. Three more bugs of the same family, each with its own patch and test in "
     "this repository, are measured side by side in `results/reference/family/FAMILY.md` "
-    "(`python -m repro family`, CPU evidence):",
+    "(`python -m repro family`, CPU evidence; `docs/bug-family.md`):",
     "",
     "| bug | needs | patch | upstream-style test |",
     "|---|---|---|---|",
@@ -40,6 +40,9 @@ FAMILY = [
     "QKV; any world size, pinned or not | `0002` | `test_hybrid_megatron_lora.py` |",
     "| LoRA fusion discarded after the prompt forward (`_zero3_forward`) | ZeRO-3, `pin_parameters: false`, "
     "world size >= 2 | `0003` | `test_hybrid_engine_lora_non_pinned.py` |",
+    "| QKV layout transforms not idempotent: `train()` before the first `eval()`, or `eval()` twice, permutes "
+    "the weights | another call order than eval-generate-train; ZeRO-2 as released, ZeRO-3 once `0001` is "
+    "applied | `0004` (merge with `0001`) | `test_hybrid_megatron_call_order.py` |",
 ]
 
 
