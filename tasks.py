@@ -181,3 +181,17 @@ def bench(c, full=False, out=""):
     print(bench_mod.render(result))
     if out:
         Path(out).write_text(json.dumps(result, indent=2) + "\n")
+
+
+@task(
+    auto_shortflags=False,
+    help={
+        "out": "new directory for conformance.json, CONFORMANCE.md and conformance.png",
+        "quick": "one cell per configuration (the whole patch series, ZeRO-3, 2 ranks)",
+    },
+)
+def conformance(c, out, quick=False):
+    """The Hybrid Engine against native Hugging Face, cell by cell (python -m repro conformance)."""
+    from repro.cli import main as cli_main
+
+    _exit(cli_main(["conformance", "--out", out, *(["--quick"] if quick else [])]))

@@ -108,6 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
         "0001+0002+0003,0001+0002+0003+0004",
     )
 
+    conformance = sub.add_parser(
+        "conformance", help="the Hybrid Engine vs native Hugging Face: configurations x ZeRO x ranks x builds"
+    )
+    conformance.add_argument("--out", type=Path, required=True, help="directory for conformance.json, CONFORMANCE.md")
+    conformance.add_argument("--quick", action="store_true", help="one cell per configuration (whole series)")
+
     sub.add_parser(
         "fix-status", help="does the installed DeepSpeed carry the fix? exit 0 yes, 1 no, 2 no DeepSpeed installed"
     )
@@ -153,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
                 sweeps=tuple(args.sweeps.split(",")) if args.sweeps else tuple(family.SWEEPS),
                 builds=tuple(args.builds.split(",")) if args.builds else None,
             )
+        if args.command == "conformance":
+            from .host import conformance
+
+            return conformance.main(args.out, quick=args.quick)
         if args.command == "fix-status":
             from . import fixstatus
 

@@ -133,14 +133,15 @@ def applied_patches(root: Path | None) -> dict[str, bool]:
     return {number: patched_copy.is_applied(tree, number) for number in PATCHES}
 
 
-def run_cell(work: Path, root: Path | None, axes: dict, timeout_s: float = 600) -> dict:
-    """One cell under torchrun; returns its measurements (raises on a failed or hung cell)."""
+def run_cell(work: Path, root: Path | None, axes: dict, timeout_s: float = 600, extra: dict | None = None) -> dict:
+    """One cell under torchrun; returns its measurements (raises on a failed or hung cell). `extra`: more
+    probe settings (the conformance suite's model configuration)."""
     slug = "-".join(f"{axes[k]}" for k in AXES[1:]).replace(" ", "").lower()
     out = work / axes["build"] / f"{slug}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     spec = out.with_suffix(".spec.json")  # repro.rank.lora_probe.spec_path
     keys = {"targets": "targets", "pin_parameters": "pin", "order": "order", "zero_stage": "zero_stage"}
-    spec.write_text(json.dumps({probe_key: axes[k] for k, probe_key in keys.items()}))
+    spec.write_text(json.dumps({**{probe_key: axes[k] for k, probe_key in keys.items()}, **(extra or {})}))
     try:
         result = launch.run_probe(PROBE, out, root, ranks=axes["world_size"], timeout_s=timeout_s)
     finally:

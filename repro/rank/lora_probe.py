@@ -64,6 +64,17 @@ def teacher_forced(model: torch.nn.Module, ids: torch.Tensor, tokens: list[int])
     return [logits[ids.shape[1] - 1 + t] for t in range(len(tokens))]
 
 
+def parallel_residual_twin(model: torch.nn.Module) -> torch.nn.Module:
+    """The same weights computed as a parallel-residual GPT-NeoX (x + attn(ln1 x) + mlp(ln2 x)): what the
+    Hybrid Engine computes when it ignores `use_parallel_residual=False` (#3453)."""
+    import copy
+
+    twin = copy.deepcopy(model)
+    for layer in twin.gpt_neox.layers:
+        layer.use_parallel_residual = True
+    return twin
+
+
 def first_divergent(a: list, b: list) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), None)
 
@@ -203,7 +214,7 @@ def run(spec: dict) -> dict:
     init_distributed("gloo")
     lap("imports_and_init_distributed")
 
-    loaded = models.build("tiny", "fp32", spec["seed"])
+    loaded = models.build("tiny", "fp32", spec["seed"], overrides=spec.get("config") or None)
     model, heads = loaded.model, loaded.model.config.num_attention_heads
     lora_names = lora.attach(
         model,
@@ -250,6 +261,9 @@ def run(spec: dict) -> dict:
 
     vs_lora = per_step_max_abs(he_logits, teacher_forced(merged, ids, he_tokens))
     vs_base = per_step_max_abs(he_logits, teacher_forced(base, ids, he_tokens))
+    vs_parallel = None
+    if model.config.use_parallel_residual is False:  # #3453: did the HE run the parallel-residual math?
+        vs_parallel = per_step_max_abs(he_logits, teacher_forced(parallel_residual_twin(merged), ids, he_tokens))
     steps_like = [
         "lora" if a <= TOL else ("base" if b <= TOL else "neither") for a, b in zip(vs_lora, vs_base, strict=True)
     ]
@@ -270,6 +284,7 @@ def run(spec: dict) -> dict:
             "pin_parameters": spec["pin"],
             "order": spec["order"],
             "calls": list(calls),
+            "overrides": spec.get("config") or {},
             "zero_stage": spec["zero_stage"],
             "world_size": world,
             "stage3_param_persistence_threshold": spec["threshold"],
@@ -303,6 +318,8 @@ def run(spec: dict) -> dict:
         "per_step_logits_vs_lora_teacher_forced": vs_lora,
         "per_step_logits_vs_base_teacher_forced": vs_base,
         "per_step_matches": steps_like,
+        "per_step_logits_vs_parallel_residual_twin": vs_parallel,
+        "he_matches_parallel_residual_reference": None if vs_parallel is None else all(x <= TOL for x in vs_parallel),
         "first_step_not_lora": next((i for i, s in enumerate(steps_like) if s != "lora"), None),
         "weights_seen_by_inference_layers": probe.records,
         "restore_after_first_generate": after_first,

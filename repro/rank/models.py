@@ -29,31 +29,37 @@ class LoadedModel:
     weights: str = "loaded"  # seeded weights: "initialized" or "from cache <file>"
 
 
-def build(name: str, dtype: str, seed: int = 1234, cache_dir: Path | None = None) -> LoadedModel:
+def build(
+    name: str, dtype: str, seed: int = 1234, cache_dir: Path | None = None, overrides: dict | None = None
+) -> LoadedModel:
     """Same `name`, `dtype` and `seed` give bitwise-identical weights on every rank.
 
     Seeded initialization of Pythia-410M takes ~5 s per rank and variant on 2 cores; with `cache_dir`,
     the initialized fp32 weights are kept there (keyed by architecture, seed, torch and Transformers
-    versions, since their init code draws the numbers) and later builds load them in ~1 s."""
+    versions, since their init code draws the numbers) and later builds load them in ~1 s. `overrides`: config
+    fields that differ from the architecture's (the conformance suite's configurations)."""
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
     if name not in ARCHITECTURES:
         return _from_pretrained(name, dtype)
-    config = GPTNeoXConfig(**ARCHITECTURES[name])
-    cached = cache_dir / _cache_name(name, seed) if cache_dir is not None else None
+    fields = {**ARCHITECTURES[name], **(overrides or {})}
+    config = GPTNeoXConfig(**fields)
+    cached = cache_dir / _cache_name(name, seed, fields) if cache_dir is not None else None
     model, weights = _load_cached(config, cached) if cached is not None else (None, "")
     if model is None:
         torch.manual_seed(seed)
         model, weights = GPTNeoXForCausalLM(config), "initialized"
         if cached is not None:
             _save_cached(model, cached)
-    return LoadedModel(model.to(DTYPES[dtype]).eval(), None, f"random:{name}:seed={seed}", weights)
+    source = f"random:{name}:seed={seed}" + (f":{json.dumps(overrides, sort_keys=True)}" if overrides else "")
+    return LoadedModel(model.to(DTYPES[dtype]).eval(), None, source, weights)
 
 
-def _cache_name(name: str, seed: int) -> str:
+def _cache_name(name: str, seed: int, fields: dict | None = None) -> str:
     import transformers
 
-    key = json.dumps([ARCHITECTURES[name], seed, torch.__version__, transformers.__version__], sort_keys=True)
+    fields = ARCHITECTURES[name] if fields is None else fields
+    key = json.dumps([fields, seed, torch.__version__, transformers.__version__], sort_keys=True)
     return f"{name}-seed{seed}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.safetensors"
 
 

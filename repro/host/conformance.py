@@ -1,0 +1,188 @@
+"""`python -m repro conformance`: the Hybrid Engine against native Hugging Face, cell by cell.
+
+Part 1 of the suite (issue 22): GPT-NeoX, the model configurations that change its forward math, under
+ZeRO-2 and ZeRO-3, 1 and 2 ranks, each DeepSpeed build. Each cell is one torchrun of the family's probe
+(`repro.rank.lora_probe`, the shared measurement core: native vs HE per generated step, weight states
+per layer, training weights restored) with the configuration's overrides. The diagnosis comes from the
+measurements only (`diagnose`). Writes OUT/conformance.json, OUT/CONFORMANCE.md and OUT/conformance.png.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ..options import EXIT_BROKEN, EXIT_OK
+from ..paths import write_json
+from . import family, patched_copy
+
+COMMAND = "python -m repro conformance --out results/reference/conformance"
+# GPT-NeoX's tiny default (repro.model_registry.TINY) and, per field that changes the forward math, one
+# value besides its default. Why these fields, and which were left out: CONFIG_NOTES.
+CONFIGS: dict[str, dict] = {
+    "default": {},
+    "sequential-residual": {"use_parallel_residual": False},
+    "full-rotary": {"rotary_pct": 1.0},
+    "rotary-base-1e6": {"rotary_emb_base": 1_000_000},
+}
+CONFIG_NOTES = {
+    "use_parallel_residual": "parallel (default) vs sequential attention/MLP residual (upstream #3453)",
+    "rotary_pct": "fraction of each head that is rotated (Pythia 0.25); DeepSpeed passes rotary_dim",
+    "rotary_emb_base": "rotary frequency base (Pythia 10000); DeepSpeed reads rope_theta/rotary_emb_base",
+}
+LEFT_OUT = {
+    "hidden_act": "DeepSpeed's inference MLP has a fixed GELU; Pythia uses gelu (not varied in part 1)",
+    "layer_norm_eps": "1e-5 vs DeepSpeed's epsilon: read from the config by the container (not varied in part 1)",
+    "attention_bias / tie_word_embeddings": "not varied in part 1",
+    "rope_scaling": "not read by DeepSpeed's GPT-NeoX container (not varied in part 1)",
+}
+BUILDS = {"released": (), "whole series": ("0001", "0002", "0003", "0004")}
+AXES = ("configuration", "build", "zero_stage", "world_size")
+FULL = {"configuration": tuple(CONFIGS), "build": tuple(BUILDS), "zero_stage": (2, 3), "world_size": (1, 2)}
+QUICK = {"configuration": tuple(CONFIGS), "build": ("whole series",), "zero_stage": (3,), "world_size": (2,)}
+CORRECT = "correct"
+BUG_3453 = "sequential residual run as parallel (#3453)"
+# Per-step tolerance of a correct cell (repro.rank.lora_probe.TOL, the probe's own): fp32 HE vs native
+# differ by <= 2e-7 in every correct family cell (results/reference/family); 1e-3 leaves 3 orders of
+# magnitude above that noise and stays 2 orders below the smallest bug measured there (0.3).
+TOL = 1e-3
+
+
+def diagnose(cell: dict) -> list[str]:
+    """The family's diagnosis (layout, LoRA, call order), then what a configuration's own math explains."""
+    if "error" in cell:
+        return [f"crash: {cell['error']}"]
+    found = [d for d in family.diagnose(cell) if d != CORRECT]
+    sequential = cell.get("overrides", {}).get("use_parallel_residual") is False
+    if found == ["tokens differ (unexplained)"] and sequential and cell.get("he_matches_parallel_residual_reference"):
+        found = [BUG_3453]  # positive: the HE's logits are those of the same weights run as parallel residual
+    return found or [CORRECT]
+
+
+def cells_of(axes: dict[str, Sequence]) -> list[dict]:
+    return [dict(zip(AXES, values, strict=True)) for values in itertools.product(*(axes[k] for k in AXES))]
+
+
+def run_cell(work: Path, root: Path | None, axes: dict, timeout_s: float = 600) -> dict:
+    probe_axes = {
+        "build": axes["build"],
+        "targets": "none",
+        "world_size": axes["world_size"],
+        "pin_parameters": True,
+        "order": family.REFERENCE_ORDER,
+        "zero_stage": axes["zero_stage"],
+    }
+    overrides = CONFIGS[axes["configuration"]]
+    return family.run_cell(work / axes["configuration"], root, probe_axes, timeout_s, extra={"config": overrides})
+
+
+def main(out: Path, quick: bool = False, timeout_s: float = 600, log: Callable[[str], None] = print) -> int:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    planned = cells_of(QUICK if quick else FULL)
+    started = time.time()
+    roots: dict[str, Path | None | Exception] = {}
+    for build in dict.fromkeys(c["build"] for c in planned):
+        try:
+            roots[build] = patched_copy.prepare_patched_copy(patches=BUILDS[build]) if BUILDS[build] else None
+        except Exception as exc:  # recorded on every cell of the build
+            roots[build] = exc
+    cells = []
+    for axes in planned:
+        t0, root = time.time(), roots[axes["build"]]
+        try:
+            if isinstance(root, Exception):
+                raise root
+            result = run_cell(out / "cells", root, axes, timeout_s)
+            cell = {**axes, "overrides": CONFIGS[axes["configuration"]], **result}
+        except Exception as exc:  # a crash is a finding, recorded with its exception
+            cell = {**axes, "overrides": CONFIGS[axes["configuration"]], "error": f"{type(exc).__name__}: {exc}"[:400]}
+        cell["duration_s"] = round(time.time() - t0, 1)
+        cell["diagnosis"] = diagnose(cell)
+        log(f"[conformance] {axes['configuration']} {axes['build']} zero{axes['zero_stage']} ws{axes['world_size']}: "
+            f"{'; '.join(cell['diagnosis'])} ({cell['duration_s']:.0f} s)")  # fmt: skip
+        cells.append(cell)
+    data = {
+        "command": COMMAND + (" --quick" if quick else ""),
+        "arch": "gpt-neox",
+        "configs": CONFIGS,
+        "cells": cells,
+        "duration_s": round(time.time() - started, 1),
+    }
+    write_json(out / "conformance.json", data)
+    write_reports(out, data)
+    log(f"[conformance] {len(cells)} cells in {data['duration_s']:.0f} s -> {out / 'CONFORMANCE.md'}")
+    return EXIT_BROKEN if any("error" in c for c in cells) else EXIT_OK
+
+
+def write_reports(out: Path, data: dict) -> None:
+    (out / "CONFORMANCE.md").write_text(render(data))
+    heatmap(data, out / "conformance.png")
+
+
+def render(data: dict) -> str:
+    lines = [
+        "# Hybrid Engine conformance: GPT-NeoX vs native Hugging Face (part 1)",
+        "",
+        f"Regenerate: `{data['command']}` ({data['duration_s']:.0f} s here). CPU evidence: tiny GPT-NeoX "
+        "(random weights), fp32, gloo, DeepSpeed's PyTorch fallbacks; no LoRA, DeepSpeed-Chat's call order, "
+        f"pinned. A cell is correct when every generated step's logits are within {TOL:g} of native "
+        "(fp32 noise measured in the family run: <= 2e-7), tokens are equal and the training weights come "
+        "back bitwise; otherwise it names the bug its measurements show, or its crash.",
+        "",
+        "Configurations (overrides of the tiny default):",
+        "",
+        *(f"- `{name}`: `{json.dumps(o, sort_keys=True) if o else 'none'}`" for name, o in data["configs"].items()),
+        "",
+        "Fields varied, and why: " + "; ".join(f"`{k}`: {v}" for k, v in CONFIG_NOTES.items()) + ".",
+        "",
+        "Left out of part 1: " + "; ".join(f"`{k}`: {v}" for k, v in LEFT_OUT.items()) + ".",
+        "",
+        "| config | build | ZeRO | ranks | first-step logits max abs | tokens = native | diagnosis |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in data["cells"]:
+        if "error" in c:
+            lines.append(f"| {c['configuration']} | {c['build']} | {c['zero_stage']} | {c['world_size']} | - | - | "
+                         f"{'; '.join(c['diagnosis']).replace('|', '/')} |")  # fmt: skip
+            continue
+        lines.append(
+            f"| {c['configuration']} | {c['build']} | {c['zero_stage']} | {c['world_size']} | "
+            f"{family._num(c['first_step_logits_max_abs'])} | {'yes' if c['tokens_equal_native'] else 'no'} | "
+            f"{'; '.join(c['diagnosis'])} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def heatmap(data: dict, path: Path) -> None:
+    """Configurations x conditions, colour = diagnosis: for people who would rather look than read."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import ListedColormap
+
+    cells = data["cells"]
+    configs = list(dict.fromkeys(c["configuration"] for c in cells))
+    conditions = list(dict.fromkeys((c["build"], c["zero_stage"], c["world_size"]) for c in cells))
+    labels = sorted({d for c in cells for d in c["diagnosis"]}, key=lambda d: (d != CORRECT, d))
+    kinds = {label: i for i, label in enumerate(labels)}
+    grid = [[float("nan")] * len(conditions) for _ in configs]
+    for c in cells:
+        grid[configs.index(c["configuration"])][conditions.index((c["build"], c["zero_stage"], c["world_size"]))] = (
+            kinds[c["diagnosis"][0]]
+        )
+    colours = ["#4caf50", "#e53935", "#fb8c00", "#8e24aa", "#1e88e5", "#757575"]
+    fig, ax = plt.subplots(figsize=(1.2 + 1.1 * len(conditions), 1.2 + 0.5 * len(configs)))
+    ax.imshow(grid, cmap=ListedColormap(colours[: max(1, len(labels))]), vmin=-0.5, vmax=len(labels) - 0.5)
+    ax.set_xticks(range(len(conditions)), [f"{b}\nZeRO-{z}, {w} rank(s)" for b, z, w in conditions], fontsize=7)
+    ax.set_yticks(range(len(configs)), configs, fontsize=8)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colours[i]) for i in range(len(labels))]
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.35), fontsize=7, ncol=1)
+    ax.set_title("Hybrid Engine vs native (GPT-NeoX, CPU evidence)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    plt.close(fig)

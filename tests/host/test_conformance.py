@@ -1,0 +1,83 @@
+"""The conformance suite's diagnosis, report and heatmap from measurements; one real #3453 cell."""
+
+import json
+
+import pytest
+
+from repro.host import conformance
+
+
+def _cell(configuration="default", tokens_equal=True, steps="LLLL", parallel=None, error=None) -> dict:
+    c = {
+        "configuration": configuration,
+        "build": "whole series",
+        "zero_stage": 3,
+        "world_size": 2,
+        "overrides": conformance.CONFIGS[configuration],
+        "targets": "none",
+        "qkv_layouts_after_eval": ["inference"],
+        "weights_seen_by_inference_layers": [{"call": 0, "state": "correct_fused"}],
+        "restore_after_first_generate": {"base": {"bitwise_equal": True, "max_abs": 0.0}, "qkv_layouts": ["training"]},
+        "restore_after_cycles": {"base": {"bitwise_equal": True, "max_abs": 0.0}, "qkv_layouts": ["training"]},
+        "tokens_equal_native": tokens_equal,
+        "per_step_matches": [{"L": "lora", "x": "neither"}[s] for s in steps],
+        "first_step_logits_max_abs": 2e-7 if tokens_equal else 1.13,
+        "he_matches_parallel_residual_reference": parallel,
+    }
+    if error:
+        c = {k: c[k] for k in ("configuration", "build", "zero_stage", "world_size", "overrides")} | {"error": error}
+    c["diagnosis"] = conformance.diagnose(c)
+    return c
+
+
+def test_a_sequential_model_computed_as_parallel_residual_is_3453_from_positive_evidence():
+    assert _cell()["diagnosis"] == ["correct"]
+    bug = _cell("sequential-residual", tokens_equal=False, steps="xxxx", parallel=True)
+    assert bug["diagnosis"] == [conformance.BUG_3453]
+    # Different tokens without the parallel-residual twin's logits are not #3453: unexplained.
+    other = _cell("sequential-residual", tokens_equal=False, steps="xxxx", parallel=False)
+    assert other["diagnosis"] == ["tokens differ (unexplained)"]
+    assert _cell("full-rotary", tokens_equal=False, steps="xxxx", parallel=None)["diagnosis"] == [
+        "tokens differ (unexplained)"
+    ]
+
+
+def test_a_crash_is_a_finding_with_its_exception():
+    assert _cell(error="LaunchError: AttributeError: 'tuple'")["diagnosis"] == [
+        "crash: LaunchError: AttributeError: 'tuple'"
+    ]
+
+
+def test_the_report_and_the_heatmap_come_from_the_json(tmp_path):
+    cells = [_cell(), _cell("sequential-residual", False, "xxxx", True), _cell("full-rotary", error="boom")]
+    data = {"command": conformance.COMMAND, "arch": "gpt-neox", "configs": conformance.CONFIGS, "duration_s": 5.0,
+            "cells": cells}  # fmt: skip
+    conformance.write_reports(tmp_path, json.loads(json.dumps(data)))
+    text = (tmp_path / "CONFORMANCE.md").read_text()
+    assert (
+        "| sequential-residual | whole series | 3 | 2 | 1.13 | no | sequential residual run as parallel (#3453) |"
+        in text
+    )
+    assert "use_parallel_residual" in text and "Left out of part 1" in text and "CPU evidence" in text
+    assert (tmp_path / "conformance.png").stat().st_size > 5_000
+    first = (tmp_path / "conformance.png").read_bytes()
+    conformance.write_reports(tmp_path, data)
+    assert (tmp_path / "conformance.png").read_bytes() == first  # no timestamp: regenerates byte for byte
+
+
+def test_quick_is_one_cell_per_configuration_and_full_covers_both_stages_and_world_sizes():
+    quick = conformance.cells_of(conformance.QUICK)
+    assert len(quick) == len(conformance.CONFIGS)
+    full = conformance.cells_of(conformance.FULL)
+    assert {c["zero_stage"] for c in full} == {2, 3} and {c["world_size"] for c in full} == {1, 2}
+
+
+@pytest.mark.distributed
+def test_a_real_sequential_residual_cell_shows_3453(tmp_path):
+    """Released DeepSpeed, ZeRO-2, one rank: the HE's logits are the parallel-residual twin's."""
+    axes = {"configuration": "sequential-residual", "build": "released", "zero_stage": 2, "world_size": 1}
+    result = conformance.run_cell(tmp_path, None, axes, timeout_s=240)
+    cell = {**axes, "overrides": conformance.CONFIGS["sequential-residual"], **result}
+    assert result["config"]["overrides"] == {"use_parallel_residual": False}
+    assert conformance.diagnose(cell) == [conformance.BUG_3453]
+    assert max(result["per_step_logits_vs_parallel_residual_twin"]) < 1e-5
