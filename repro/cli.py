@@ -113,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     conformance.add_argument("--out", type=Path, required=True, help="directory for conformance.json, CONFORMANCE.md")
     conformance.add_argument("--quick", action="store_true", help="one cell per configuration (whole series)")
+    conformance.add_argument("--render", action="store_true", help="only render the reports from OUT/conformance.json")
 
     sub.add_parser(
         "fix-status", help="does the installed DeepSpeed carry the fix? exit 0 yes, 1 no, 2 no DeepSpeed installed"
@@ -162,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "conformance":
             from .host import conformance
 
+            if args.render:
+                return conformance.render_only(args.out)
             return conformance.main(args.out, quick=args.quick)
         if args.command == "fix-status":
             from . import fixstatus

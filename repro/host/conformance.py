@@ -118,9 +118,92 @@ def main(out: Path, quick: bool = False, timeout_s: float = 600, log: Callable[[
     return EXIT_BROKEN if any("error" in c for c in cells) else EXIT_OK
 
 
+ISSUE_3453 = "ISSUE-3453.md"
+
+
+def render_only(out: Path, log: Callable[[str], None] = print) -> int:
+    """`--render`: the reports again from OUT/conformance.json, measuring nothing."""
+    path = Path(out) / "conformance.json"
+    if not path.exists():
+        log(f"[conformance] {path} does not exist: run `python -m repro conformance --out {out}` first")
+        return 2
+    write_reports(Path(out), json.loads(path.read_text()))
+    log(f"[conformance] rendered {Path(out) / 'CONFORMANCE.md'} from {path}")
+    return EXIT_OK
+
+
 def write_reports(out: Path, data: dict) -> None:
     (out / "CONFORMANCE.md").write_text(render(data))
+    (out / ISSUE_3453).write_text(issue_3453(data))
     heatmap(data, out / "conformance.png")
+
+
+def issue_3453(data: dict) -> str:
+    """The upstream issue text for #3453 in DeepSpeed's bug template, from the measured cells only."""
+    measured = [c for c in data["cells"] if "error" not in c]
+    hits = [c for c in measured if BUG_3453 in c["diagnosis"]]
+    fixed = [c for c in measured if c["configuration"] == "sequential-residual" and c["build"] == "whole series"]
+    if not hits:
+        return "# #3453\n\nNo measured cell shows #3453; nothing to report.\n"
+    first = hits[0]
+    ds, v = first["deepspeed"]["version"], first["versions"]
+    rows = [
+        f"| {c['build']} | {c['zero_stage']} | {c['world_size']} | {family._num(c['first_step_logits_max_abs'])} | "
+        f"{family._num(max(c['per_step_logits_vs_parallel_residual_twin'] or [float('nan')]))} | "
+        f"{'; '.join(c['diagnosis'])} |"
+        for c in measured
+        if c["configuration"] == "sequential-residual"
+    ]
+    return "\n".join(
+        [
+            "# [BUG] GPT-NeoX with use_parallel_residual=False runs as a parallel-residual model under kernel "
+            "injection / the Hybrid Engine (cause of #3453)",
+            "",
+            "**Describe the bug**",
+            "`BaseTransformerContainer` sets `mlp_after_attn` from the rotary dim alone "
+            "(`deepspeed/module_inject/containers/base.py`: `rotary_dim is None or rotary_dim < 0`), and "
+            "`GPTNEOXLayerPolicy` / `DS_GPTNEOXContainer` never read `use_parallel_residual`. Every GPT-NeoX "
+            "layer is injected as parallel residual, `x + attn(ln1 x) + mlp(ln2 x)`; a model trained with "
+            "`use_parallel_residual=False` (`x = x + attn(ln1 x); x = x + mlp(ln2 x)`) generates wrong text.",
+            "",
+            f"Measured (CPU, tiny GPT-NeoX with random weights, fp32, DeepSpeed {ds}): in "
+            f"{len(hits)} of {len([c for c in measured if c['configuration'] == 'sequential-residual'])} "
+            "sequential-residual cells the Hybrid Engine's per-step logits equal, within fp32 noise, those of the "
+            "same weights computed natively as a parallel-residual model, and differ from the real model's:",
+            "",
+            "| DeepSpeed | ZeRO | ranks | first-step logits vs native (max abs) | vs the parallel-residual twin "
+            "(max abs, every step) | diagnosis |",
+            "|---|---|---|---|---|---|",
+            *rows,
+            "",
+            "**To Reproduce**",
+            "```",
+            "git clone <this repository> && cd <it> && scripts/bootstrap.sh",
+            f".venv/bin/{data['command']}",
+            "```",
+            "or, with any GPT-NeoX checkpoint whose config has `use_parallel_residual: false`: "
+            "`deepspeed.init_inference(model, replace_with_kernel_inject=True)` or the Hybrid Engine, then "
+            "compare greedy tokens with the Hugging Face model.",
+            "",
+            "**Expected behavior**",
+            "The injected layer computes the model's own residual: `mlp_after_attn = not use_parallel_residual`. "
+            f"With that change (patch `0005` in this repository) {sum(CORRECT in c['diagnosis'] for c in fixed)} "
+            f"of {len(fixed)} sequential-residual cells are correct (every step within {TOL:g} of native).",
+            "",
+            "**ds_report output**: not available on this CPU machine (`ds_report` needs an accelerator).",
+            "",
+            "**System info**",
+            f"- OS: Linux (Debian 12); CPU only, 2 cores; no GPU. Python {v.get('python', 'not recorded')}; torch "
+            f"{v['torch']}; Transformers {v['transformers']}; DeepSpeed {ds}.",
+            "- Launcher: torchrun (gloo), `DS_ACCELERATOR=cpu`; the inference ops are DeepSpeed's PyTorch fallbacks.",
+            "",
+            "**Additional context**",
+            "CPU evidence, not GPU evidence. The CUDA/ROCm kernels branch on `mlp_after_attn` the same way "
+            "(`pt_binding.cpp` `ds_mlp_gemm`, `fused_bias_residual`), so we expect GPUs to show it too; not run "
+            "by us. The reporter of #3453 uses `use_parallel_residual: false`.",
+            "",
+        ]
+    )
 
 
 def render(data: dict) -> str:

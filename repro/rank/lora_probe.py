@@ -300,7 +300,11 @@ def run(spec: dict) -> dict:
             # #8391's fix, read from the source the ranks imported (0002/0003: the host records them).
             "fix_8391_in_source": fixstatus.is_fixed(fixstatus.fix_status_of_source(Path(hm.__file__).read_text())),
         },
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        "versions": {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "python": sys.version.split()[0],
+        },
         "kernel": op_state,
         "lora_modules": lora_names,
         "lora_changes_native_tokens": ref_tokens != base_tokens,

@@ -23,6 +23,9 @@ def _cell(configuration="default", tokens_equal=True, steps="LLLL", parallel=Non
         "per_step_matches": [{"L": "lora", "x": "neither"}[s] for s in steps],
         "first_step_logits_max_abs": 2e-7 if tokens_equal else 1.13,
         "he_matches_parallel_residual_reference": parallel,
+        "per_step_logits_vs_parallel_residual_twin": None if parallel is None else [6e-7] * len(steps),
+        "deepspeed": {"version": "0.19.8"},
+        "versions": {"torch": "2.13.0+cpu", "transformers": "4.57.6", "python": "3.11.7"},
     }
     if error:
         c = {k: c[k] for k in ("configuration", "build", "zero_stage", "world_size", "overrides")} | {"error": error}
@@ -60,6 +63,9 @@ def test_the_report_and_the_heatmap_come_from_the_json(tmp_path):
     )
     assert "use_parallel_residual" in text and "Left out of part 1" in text and "CPU evidence" in text
     assert (tmp_path / "conformance.png").stat().st_size > 5_000
+    issue = (tmp_path / conformance.ISSUE_3453).read_text()
+    assert "**To Reproduce**" in issue and "**Expected behavior**" in issue and "**System info**" in issue
+    assert "in 1 of 1 sequential-residual cells" in issue and "| whole series | 3 | 2 | 1.13 | 6e-07 |" in issue
     first = (tmp_path / "conformance.png").read_bytes()
     conformance.write_reports(tmp_path, data)
     assert (tmp_path / "conformance.png").read_bytes() == first  # no timestamp: regenerates byte for byte
