@@ -39,12 +39,13 @@ LEFT_OUT = {
     "attention_bias / tie_word_embeddings": "not varied in part 1",
     "rope_scaling": "not read by DeepSpeed's GPT-NeoX container (not varied in part 1)",
 }
-BUILDS = {"released": (), "whole series": ("0001", "0002", "0003", "0004", "0005")}
+BUILDS = {"released": (), "whole series": ("0001", "0002", "0003", "0004", "0005", "0006")}
 AXES = ("configuration", "build", "zero_stage", "world_size")
 FULL = {"configuration": tuple(CONFIGS), "build": tuple(BUILDS), "zero_stage": (2, 3), "world_size": (1, 2)}
 QUICK = {"configuration": tuple(CONFIGS), "build": ("whole series",), "zero_stage": (3,), "world_size": (2,)}
 CORRECT = "correct"
 BUG_3453 = "sequential residual run as parallel (#3453)"
+BUG_ROPE = "rotary_emb_base ignored: rotated with base 10000 (0006)"
 # Per-step tolerance of a correct cell (repro.rank.lora_probe.TOL, the probe's own): fp32 HE vs native
 # differ by <= 2e-7 in every correct family cell (results/reference/family); 1e-3 leaves 3 orders of
 # magnitude above that noise and stays 2 orders below the smallest bug measured there (0.3).
@@ -56,9 +57,13 @@ def diagnose(cell: dict) -> list[str]:
     if "error" in cell:
         return [f"crash: {cell['error']}"]
     found = [d for d in family.diagnose(cell) if d != CORRECT]
-    sequential = cell.get("overrides", {}).get("use_parallel_residual") is False
-    if found == ["tokens differ (unexplained)"] and sequential and cell.get("he_matches_parallel_residual_reference"):
-        found = [BUG_3453]  # positive: the HE's logits are those of the same weights run as parallel residual
+    if found == ["tokens differ (unexplained)"]:
+        # Positive evidence only: the HE's logits are, step by step, those of a native twin of the same weights
+        # with the one setting the HE may have ignored.
+        if cell.get("he_matches_parallel_residual_reference"):
+            found = [BUG_3453]
+        elif cell.get("he_matches_default_rotary_base_reference"):
+            found = [BUG_ROPE]
     return found or [CORRECT]
 
 

@@ -27,6 +27,7 @@ TESTS_BY_PATCH = {
     "0003": ("test_hybrid_engine_lora_non_pinned.py",),
     "0004": ("test_hybrid_megatron_call_order.py",),
     "0005": ("test_gptneox_sequential_residual.py",),
+    "0006": ("test_gptneox_rotary_base.py",),
 }
 # Patches a patch's tests need beside it: 0004's ZeRO-3 cases show only once 0001 makes transforms persist.
 PREREQUISITES = {"0004": ("0001",)}

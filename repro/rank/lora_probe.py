@@ -75,6 +75,23 @@ def parallel_residual_twin(model: torch.nn.Module) -> torch.nn.Module:
     return twin
 
 
+DEFAULT_ROTARY_BASE = 10000  # GPTNeoXConfig's rotary_emb_base, and DeepSpeedInferenceConfig's rope_theta
+
+
+def default_rotary_base_twin(model: torch.nn.Module) -> torch.nn.Module:
+    """The same weights rotated with base 10000: what the Hybrid Engine computes when the container does not
+    pass the model's rotary_emb_base to the inference config (patch 0006)."""
+    import copy
+
+    from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXRotaryEmbedding
+
+    twin = copy.deepcopy(model)
+    config = copy.deepcopy(twin.config)
+    config.rotary_emb_base = config.rope_theta = DEFAULT_ROTARY_BASE
+    twin.gpt_neox.rotary_emb = GPTNeoXRotaryEmbedding(config=config)
+    return twin
+
+
 def first_divergent(a: list, b: list) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), None)
 
@@ -261,9 +278,11 @@ def run(spec: dict) -> dict:
 
     vs_lora = per_step_max_abs(he_logits, teacher_forced(merged, ids, he_tokens))
     vs_base = per_step_max_abs(he_logits, teacher_forced(base, ids, he_tokens))
-    vs_parallel = None
+    vs_parallel = vs_base_10k = None
     if model.config.use_parallel_residual is False:  # #3453: did the HE run the parallel-residual math?
         vs_parallel = per_step_max_abs(he_logits, teacher_forced(parallel_residual_twin(merged), ids, he_tokens))
+    if model.config.rotary_emb_base != DEFAULT_ROTARY_BASE:  # did the HE rotate with the default base?
+        vs_base_10k = per_step_max_abs(he_logits, teacher_forced(default_rotary_base_twin(merged), ids, he_tokens))
     steps_like = [
         "lora" if a <= TOL else ("base" if b <= TOL else "neither") for a, b in zip(vs_lora, vs_base, strict=True)
     ]
@@ -324,6 +343,10 @@ def run(spec: dict) -> dict:
         "per_step_matches": steps_like,
         "per_step_logits_vs_parallel_residual_twin": vs_parallel,
         "he_matches_parallel_residual_reference": None if vs_parallel is None else all(x <= TOL for x in vs_parallel),
+        "per_step_logits_vs_default_rotary_base_twin": vs_base_10k,
+        "he_matches_default_rotary_base_reference": None
+        if vs_base_10k is None
+        else all(x <= TOL for x in vs_base_10k),
         "first_step_not_lora": next((i for i, s in enumerate(steps_like) if s != "lora"), None),
         "weights_seen_by_inference_layers": probe.records,
         "restore_after_first_generate": after_first,

@@ -22,6 +22,7 @@ EXPECTED_FAILURES = {
         for order in ("train_before_first_eval", "eval_twice", "train_twice_after_eval")
     },
     "0005": {"test_mlp_after_attn_follows_use_parallel_residual[False]"},
+    "0006": {"test_inference_config_uses_the_models_rotary_base[1000000]"},
 }
 
 
@@ -56,7 +57,7 @@ def test_every_test_passes_with_all_patches_together():
     every = tuple(t for tests in regression.TESTS_BY_PATCH.values() for t in tests)
     result = regression.run_upstream_test(root, tests=every)
     assert result["outcome"] == "pass", result["output_tail"]
-    assert len(result["tests"]) >= 16 and set(result["tests"].values()) == {"passed"}
+    assert len(result["tests"]) >= 18 and set(result["tests"].values()) == {"passed"}
 
 
 def test_an_import_error_is_not_counted_as_reproducing_the_bug(tmp_path):
