@@ -124,6 +124,42 @@ def main(out: Path, quick: bool = False, timeout_s: float = 600, log: Callable[[
 
 
 ISSUE_3453 = "ISSUE-3453.md"
+# Each bug the suite confirms, for its upstream issue text (DeepSpeed's bug template): the configuration
+# that shows it, the twin whose logits the HE reproduces, the cause as read in DeepSpeed 0.19.8, the fix.
+ISSUES = {
+    BUG_3453: {
+        "file": ISSUE_3453,
+        "configuration": "sequential-residual",
+        "twin": (
+            "per_step_logits_vs_parallel_residual_twin",
+            "the same weights computed as a parallel-residual model",
+        ),
+        "title": "GPT-NeoX with use_parallel_residual=False runs as a parallel-residual model under kernel "
+        "injection / the Hybrid Engine (cause of #3453)",
+        "cause": "`BaseTransformerContainer` sets `mlp_after_attn` from the rotary dim alone "
+        "(`deepspeed/module_inject/containers/base.py`: `rotary_dim is None or rotary_dim < 0`), and "
+        "`GPTNEOXLayerPolicy` / `DS_GPTNEOXContainer` never read `use_parallel_residual`. Every GPT-NeoX layer is "
+        "injected as parallel residual, `x + attn(ln1 x) + mlp(ln2 x)`; a model with `use_parallel_residual=False` "
+        "(`x = x + attn(ln1 x); x = x + mlp(ln2 x)`) generates wrong text.",
+        "fix": "The injected layer computes the model's own residual: `mlp_after_attn = not use_parallel_residual` "
+        "(patch `0005`).",
+        "context": "The CUDA/ROCm kernels branch on `mlp_after_attn` the same way (`pt_binding.cpp` `ds_mlp_gemm`, "
+        "`fused_bias_residual`). The reporter of #3453 uses `use_parallel_residual: false`.",
+    },
+    BUG_ROPE: {
+        "file": "ISSUE-rotary-base.md",
+        "configuration": "rotary-base-1e6",
+        "twin": ("per_step_logits_vs_default_rotary_base_twin", "the same weights rotated with base 10000"),
+        "title": "GPT-NeoX's rotary_emb_base is ignored under kernel injection / the Hybrid Engine (rope_theta "
+        "stays 10000)",
+        "cause": "`DS_GPTNEOXContainer.create_module()` never passes the model's `rotary_emb_base` (mirrored as "
+        "`rope_theta`) to the `DeepSpeedInferenceConfig`, whose `rope_theta` keeps its default, 10000 (the LLaMA "
+        "container does pass it). A GPT-NeoX with another rotary base is rotated with the wrong frequencies.",
+        "fix": "The inference config's `rope_theta` is the model's `rotary_emb_base` (patch `0006`).",
+        "context": "The compiled attention kernels build their rotary embedding from `rope_theta` as well, so we "
+        "expect GPUs to show it too; not run by us.",
+    },
+}
 
 
 def render_only(out: Path, log: Callable[[str], None] = print) -> int:
@@ -139,73 +175,66 @@ def render_only(out: Path, log: Callable[[str], None] = print) -> int:
 
 def write_reports(out: Path, data: dict) -> None:
     (out / "CONFORMANCE.md").write_text(render(data))
-    (out / ISSUE_3453).write_text(issue_3453(data))
+    for bug, meta in ISSUES.items():
+        (out / meta["file"]).write_text(issue_text(data, bug))
     heatmap(data, out / "conformance.png")
 
 
-def issue_3453(data: dict) -> str:
-    """The upstream issue text for #3453 in DeepSpeed's bug template, from the measured cells only."""
+def issue_text(data: dict, bug: str) -> str:
+    """The upstream issue text for `bug` in DeepSpeed's bug template, from the measured cells only."""
+    meta = ISSUES[bug]
     measured = [c for c in data["cells"] if "error" not in c]
-    hits = [c for c in measured if BUG_3453 in c["diagnosis"]]
-    fixed = [c for c in measured if c["configuration"] == "sequential-residual" and c["build"] == "whole series"]
+    shown = [c for c in measured if c["configuration"] == meta["configuration"]]
+    hits = [c for c in measured if bug in c["diagnosis"]]
+    fixed = [c for c in shown if c["build"] == "whole series"]
     if not hits:
-        return "# #3453\n\nNo measured cell shows #3453; nothing to report.\n"
-    first = hits[0]
-    ds, v = first["deepspeed"]["version"], first["versions"]
+        return f"# {bug}\n\nNo measured cell shows it; nothing to report.\n"
+    ds, v = hits[0]["deepspeed"]["version"], hits[0]["versions"]
+    twin_key, twin_text = meta["twin"]
     rows = [
         f"| {c['build']} | {c['zero_stage']} | {c['world_size']} | {family._num(c['first_step_logits_max_abs'])} | "
-        f"{family._num(max(c['per_step_logits_vs_parallel_residual_twin'] or [float('nan')]))} | "
-        f"{'; '.join(c['diagnosis'])} |"
-        for c in measured
-        if c["configuration"] == "sequential-residual"
+        f"{family._num(max(c.get(twin_key) or [float('nan')]))} | {'; '.join(c['diagnosis'])} |"
+        for c in shown
     ]
+    overrides = json.dumps(data["configs"][meta["configuration"]], sort_keys=True)
     return "\n".join(
         [
-            "# [BUG] GPT-NeoX with use_parallel_residual=False runs as a parallel-residual model under kernel "
-            "injection / the Hybrid Engine (cause of #3453)",
+            f"# [BUG] {meta['title']}",
             "",
             "**Describe the bug**",
-            "`BaseTransformerContainer` sets `mlp_after_attn` from the rotary dim alone "
-            "(`deepspeed/module_inject/containers/base.py`: `rotary_dim is None or rotary_dim < 0`), and "
-            "`GPTNEOXLayerPolicy` / `DS_GPTNEOXContainer` never read `use_parallel_residual`. Every GPT-NeoX "
-            "layer is injected as parallel residual, `x + attn(ln1 x) + mlp(ln2 x)`; a model trained with "
-            "`use_parallel_residual=False` (`x = x + attn(ln1 x); x = x + mlp(ln2 x)`) generates wrong text.",
+            meta["cause"],
             "",
-            f"Measured (CPU, tiny GPT-NeoX with random weights, fp32, DeepSpeed {ds}): in "
-            f"{len(hits)} of {len([c for c in measured if c['configuration'] == 'sequential-residual'])} "
-            "sequential-residual cells the Hybrid Engine's per-step logits equal, within fp32 noise, those of the "
-            "same weights computed natively as a parallel-residual model, and differ from the real model's:",
+            f"Measured (CPU, tiny GPT-NeoX with random weights and `{overrides}`, fp32, DeepSpeed {ds}): in "
+            f"{len(hits)} of {len(shown)} cells the Hybrid Engine's per-step logits equal, within fp32 noise, those "
+            f"of {twin_text}, and differ from the real model's:",
             "",
-            "| DeepSpeed | ZeRO | ranks | first-step logits vs native (max abs) | vs the parallel-residual twin "
-            "(max abs, every step) | diagnosis |",
+            f"| DeepSpeed | ZeRO | ranks | first-step logits vs native (max abs) | vs {twin_text} (max abs, every "
+            "step) | diagnosis |",
             "|---|---|---|---|---|---|",
             *rows,
             "",
             "**To Reproduce**",
             "```",
-            "git clone <this repository> && cd <it> && scripts/bootstrap.sh",
+            "scripts/bootstrap.sh      # in this repository",
             f".venv/bin/{data['command']}",
             "```",
-            "or, with any GPT-NeoX checkpoint whose config has `use_parallel_residual: false`: "
-            "`deepspeed.init_inference(model, replace_with_kernel_inject=True)` or the Hybrid Engine, then "
-            "compare greedy tokens with the Hugging Face model.",
+            "or with any GPT-NeoX checkpoint with that setting: `deepspeed.init_inference(model, "
+            "replace_with_kernel_inject=True)` or the Hybrid Engine, then compare greedy tokens with the Hugging "
+            "Face model.",
             "",
             "**Expected behavior**",
-            "The injected layer computes the model's own residual: `mlp_after_attn = not use_parallel_residual`. "
-            f"With that change (patch `0005` in this repository) {sum(CORRECT in c['diagnosis'] for c in fixed)} "
-            f"of {len(fixed)} sequential-residual cells are correct (every step within {TOL:g} of native).",
+            f"{meta['fix']} With it, {sum(CORRECT in c['diagnosis'] for c in fixed)} of {len(fixed)} such cells are "
+            f"correct (every step within {TOL:g} of native).",
             "",
             "**ds_report output**: not available on this CPU machine (`ds_report` needs an accelerator).",
             "",
             "**System info**",
-            f"- OS: Linux (Debian 12); CPU only, 2 cores; no GPU. Python {v.get('python', 'not recorded')}; torch "
-            f"{v['torch']}; Transformers {v['transformers']}; DeepSpeed {ds}.",
+            f"- Linux (Debian 12), CPU only, 2 cores, no GPU; Python {v.get('python', 'not recorded')}, torch "
+            f"{v['torch']}, Transformers {v['transformers']}, DeepSpeed {ds}.",
             "- Launcher: torchrun (gloo), `DS_ACCELERATOR=cpu`; the inference ops are DeepSpeed's PyTorch fallbacks.",
             "",
             "**Additional context**",
-            "CPU evidence, not GPU evidence. The CUDA/ROCm kernels branch on `mlp_after_attn` the same way "
-            "(`pt_binding.cpp` `ds_mlp_gemm`, `fused_bias_residual`), so we expect GPUs to show it too; not run "
-            "by us. The reporter of #3453 uses `use_parallel_residual: false`.",
+            f"CPU evidence, not GPU evidence. {meta['context']}",
             "",
         ]
     )

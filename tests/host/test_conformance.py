@@ -45,6 +45,14 @@ def test_a_sequential_model_computed_as_parallel_residual_is_3453_from_positive_
     ]
 
 
+def test_an_ignored_rotary_base_is_named_from_the_base_10000_twin():
+    cell = _cell("rotary-base-1e6", tokens_equal=False, steps="xxxx")
+    cell["he_matches_default_rotary_base_reference"] = True
+    assert conformance.diagnose(cell) == [conformance.BUG_ROPE]
+    cell["he_matches_default_rotary_base_reference"] = False
+    assert conformance.diagnose(cell) == ["tokens differ (unexplained)"]
+
+
 def test_a_crash_is_a_finding_with_its_exception():
     assert _cell(error="LaunchError: AttributeError: 'tuple'")["diagnosis"] == [
         "crash: LaunchError: AttributeError: 'tuple'"
@@ -65,7 +73,7 @@ def test_the_report_and_the_heatmap_come_from_the_json(tmp_path):
     assert (tmp_path / "conformance.png").stat().st_size > 5_000
     issue = (tmp_path / conformance.ISSUE_3453).read_text()
     assert "**To Reproduce**" in issue and "**Expected behavior**" in issue and "**System info**" in issue
-    assert "in 1 of 1 sequential-residual cells" in issue and "| whole series | 3 | 2 | 1.13 | 6e-07 |" in issue
+    assert "in 1 of 1 cells the Hybrid Engine" in issue and "| whole series | 3 | 2 | 1.13 | 6e-07 |" in issue
     first = (tmp_path / "conformance.png").read_bytes()
     conformance.write_reports(tmp_path, data)
     assert (tmp_path / "conformance.png").read_bytes() == first  # no timestamp: regenerates byte for byte
