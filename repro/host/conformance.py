@@ -258,6 +258,11 @@ def render(data: dict) -> str:
         "",
         "Left out of part 1: " + "; ".join(f"`{k}`: {v}" for k, v in LEFT_OUT.items()) + ".",
         "",
+        "Where #8391 is present (released DeepSpeed, ZeRO-3, 2 ranks) it is the cell's diagnosis and hides a "
+        "configuration's own bug; the other conditions show each alone. `conformance.png` colours each cell by its "
+        "first diagnosis. Each confirmed bug has its issue text here (`ISSUE-*.md`), its patch in `repro/patches/` "
+        "and its upstream test in `tests/upstream/`.",
+        "",
         "| config | build | ZeRO | ranks | first-step logits max abs | tokens = native | diagnosis |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -293,12 +298,14 @@ def heatmap(data: dict, path: Path) -> None:
             kinds[c["diagnosis"][0]]
         )
     colours = ["#4caf50", "#e53935", "#fb8c00", "#8e24aa", "#1e88e5", "#757575"]
-    fig, ax = plt.subplots(figsize=(1.2 + 1.1 * len(conditions), 1.2 + 0.5 * len(configs)))
-    ax.imshow(grid, cmap=ListedColormap(colours[: max(1, len(labels))]), vmin=-0.5, vmax=len(labels) - 0.5)
-    ax.set_xticks(range(len(conditions)), [f"{b}\nZeRO-{z}, {w} rank(s)" for b, z, w in conditions], fontsize=7)
+    fig, ax = plt.subplots(figsize=(3.0 + 0.6 * len(conditions), 3.0 + 0.45 * len(configs)))
+    ax.imshow(grid, cmap=ListedColormap(colours[: max(1, len(labels))]), vmin=-0.5, vmax=len(labels) - 0.5,
+              aspect="auto")  # fmt: skip
+    ax.set_xticks(range(len(conditions)), [f"{b}, ZeRO-{z}, {w} rank(s)" for b, z, w in conditions], fontsize=7,
+                  rotation=40, ha="right")  # fmt: skip
     ax.set_yticks(range(len(configs)), configs, fontsize=8)
     handles = [plt.Rectangle((0, 0), 1, 1, color=colours[i]) for i in range(len(labels))]
-    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.35), fontsize=7, ncol=1)
+    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, ncol=1)
     ax.set_title("Hybrid Engine vs native (GPT-NeoX, CPU evidence)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100, metadata={"Software": None})
