@@ -55,6 +55,15 @@ SWEEPS: dict[str, dict[str, tuple]] = {
         "order": ORDERS,
         "zero_stage": (2, 3),
     },
+    # The same call orders on ZeRO-3's non-pinned path (`_zero3_forward`), where 0004 must hold too.
+    "call-order-unpinned": {
+        "build": ("0001", "0001+0004", "0001+0002+0003+0004"),
+        "targets": ("none", "qkv"),
+        "world_size": (1, 2),
+        "pin_parameters": (False,),
+        "order": ORDERS,
+        "zero_stage": (3,),
+    },
 }
 AXES = ("build", "targets", "world_size", "pin_parameters", "order", "zero_stage")
 COMMAND = "python -m repro family --out results/reference/family"
@@ -198,14 +207,20 @@ def main(
         }
     log(f"[family] {len(planned)} cells ({', '.join(sweeps)})")
     cells = [_cell(work, *roots[axes["build"]], axes, timeout_s, log) for axes in planned]
+    # Cells of other sweeps already in OUT/family.json are kept (a sweep can be re-run or added on its own).
+    previous = json.loads((out / "family.json").read_text()) if (out / "family.json").exists() else {}
+    kept = [c for c in previous.get("cells", []) if c.get("sweep") not in sweeps]
+    cells = kept + cells
+    build_info = {**previous.get("builds", {}), **build_info}
+    sweeps = tuple(dict.fromkeys([*(c.get("sweep") for c in kept), *sweeps]))
     if work.exists() and not any(p.is_file() for p in work.rglob("*")):
         shutil.rmtree(work)
     data = {
-        "command": COMMAND + ("" if tuple(sweeps) == tuple(SWEEPS) else f" --sweeps {','.join(sweeps)}"),
+        "command": COMMAND + ("" if set(sweeps) == set(SWEEPS) else f" --sweeps {','.join(sweeps)}"),
         "sweeps": {name: {k: list(v) for k, v in SWEEPS[name].items()} for name in sweeps},
         "builds": build_info,
         "cells": cells,
-        "duration_s": round(time.time() - started, 1),
+        "duration_s": round(time.time() - started, 1) + previous.get("duration_s", 0.0) * bool(kept),
     }
     write_json(out / "family.json", data)
     write_reports(out, data)

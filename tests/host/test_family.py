@@ -250,3 +250,22 @@ def test_the_pr_comment_is_rendered_from_measured_cells_only(tmp_path):
     assert family.render_only(tmp_path, log=lambda _: None) == 0
     assert (tmp_path / pr_comment.FILE_NAME).read_text() == text
     assert family.render_only(tmp_path / "missing", log=lambda _: None) == 2
+
+
+def test_a_sweep_run_on_its_own_keeps_the_other_sweeps_cells(tmp_path, monkeypatch):
+    def fake_run_cell(work, root, axes, timeout_s=600):
+        return {k: v for k, v in cell(ws=1).items() if k not in family.AXES + ("diagnosis",)}
+
+    monkeypatch.setattr(family, "run_cell", fake_run_cell)
+    monkeypatch.setattr(family, "applied_patches", lambda root: NONE)
+    monkeypatch.setattr(family.patched_copy, "prepare_patched_copy", lambda patches: None)
+    monkeypatch.setitem(family.SWEEPS, "lora", {**family.SWEEPS["lora"], "build": ("released",), "targets": ("qkv",)})
+    small = {"build": ("0001",), "targets": ("none",), "order": (REFERENCE,), "world_size": (1,)}
+    monkeypatch.setitem(family.SWEEPS, "call-order-unpinned", {**family.SWEEPS["call-order-unpinned"], **small})
+    assert family.main(tmp_path, sweeps=("lora",), log=lambda _: None) == 0
+    assert family.main(tmp_path, sweeps=("call-order-unpinned",), log=lambda _: None) == 0
+    data = json.loads((tmp_path / "family.json").read_text())
+    assert [c["sweep"] for c in data["cells"]] == ["lora"] * 4 + ["call-order-unpinned"]
+    assert set(data["sweeps"]) == {"lora", "call-order-unpinned"}
+    assert family.main(tmp_path, sweeps=("lora",), log=lambda _: None) == 0  # re-running replaces, never doubles
+    assert len(json.loads((tmp_path / "family.json").read_text())["cells"]) == 5
