@@ -26,7 +26,8 @@ def _row(c: dict) -> str:
     drift = c["restore_after_first_generate"]["base"]["max_abs"]
     layouts = "+".join(c["restore_after_first_generate"].get("qkv_layouts", [])) or "n/a"
     return (
-        f"| {ORDER_TEXT[c['order']]} | {c['zero_stage']} | {c['world_size']} | {c['targets']} | "
+        f"| {ORDER_TEXT[c['order']]} | {c['zero_stage']} | {'yes' if c['pin_parameters'] else 'no'} | "
+        f"{c['world_size']} | {c['targets']} | "
         f"{_num(c['first_step_logits_max_abs'])} | {'yes' if c['tokens_equal_native'] else 'no'} | {_num(drift)} "
         f"({layouts}) | {'; '.join(c['diagnosis'])} |"
     )
@@ -34,9 +35,9 @@ def _row(c: dict) -> str:
 
 def _table(cells: list[dict]) -> list[str]:
     return [
-        "| call order | ZeRO | ranks | LoRA | first-step logits vs native (max abs) | tokens = native | training "
-        "QKV after the next train(): drift (layout) | diagnosis |",
-        "|---|---|---|---|---|---|---|---|",
+        "| call order | ZeRO | pinned | ranks | LoRA | first-step logits vs native (max abs) | tokens = native | "
+        "training QKV after the next train(): drift (layout) | diagnosis |",
+        "|---|---|---|---|---|---|---|---|---|",
         *(_row(c) for c in cells),
     ]
 
@@ -94,7 +95,7 @@ def render(data: dict) -> str:
         "each transform returns early when the weights are already in its target layout (also skipping the "
         "gather). It is kept apart from `modifier_rank=0` so each can be reviewed and reverted on its own. "
         f"With it, {_count(safe, CORRECT)} call-order cells without LoRA are correct (every order, ZeRO-2 and "
-        f"ZeRO-3, 1 and 2 ranks); with our whole series (this PR, the two LoRA fixes and this patch) "
+        f"ZeRO-3, pinned and not, 1 and 2 ranks); with our whole series (this PR, the two LoRA fixes and this patch) "
         f"{_count(series, CORRECT)} cells are correct, LoRA on and off. (With LoRA on QKV but without the "
         "LoRA fix, a cell shows that other bug instead, and a double `eval()` leaves a weight state our probe "
         "does not name: it reports it as unrecognised rather than guess.) Its unit test, "
