@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import itertools
 import json
+import textwrap
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..options import EXIT_BROKEN, EXIT_OK
 from ..paths import write_json
-from . import family, patched_copy
+from . import family, launch, patched_copy
 
 COMMAND = "python -m repro conformance --out results/reference/conformance"
 # GPT-NeoX's tiny default (repro.model_registry.TINY) and, per field that changes the forward math, one
@@ -43,6 +44,11 @@ BUILDS = {"released": (), "whole series": ("0001", "0002", "0003", "0004", "0005
 AXES = ("configuration", "build", "zero_stage", "world_size")
 FULL = {"configuration": tuple(CONFIGS), "build": tuple(BUILDS), "zero_stage": (2, 3), "world_size": (1, 2)}
 QUICK = {"configuration": tuple(CONFIGS), "build": ("whole series",), "zero_stage": (3,), "world_size": (2,)}
+# Other architectures, their tiny default configuration only (part 1: does the HE run them at all, and match?).
+ARCH_PROBE = "repro.rank.arch_probe"
+ARCH_AXES = ("arch", "build", "zero_stage", "world_size")
+ARCH_FULL = {"arch": ("gpt-neo", "llama"), "build": tuple(BUILDS), "zero_stage": (3,), "world_size": (1, 2)}
+ARCH_QUICK = {"arch": ("gpt-neo", "llama"), "build": ("whole series",), "zero_stage": (3,), "world_size": (2,)}
 CORRECT = "correct"
 BUG_3453 = "sequential residual run as parallel (#3453)"
 BUG_ROPE = "rotary_emb_base ignored: rotated with base 10000 (0006)"
@@ -67,8 +73,38 @@ def diagnose(cell: dict) -> list[str]:
     return found or [CORRECT]
 
 
-def cells_of(axes: dict[str, Sequence]) -> list[dict]:
-    return [dict(zip(AXES, values, strict=True)) for values in itertools.product(*(axes[k] for k in AXES))]
+def cells_of(axes: dict[str, Sequence], names: Sequence[str] = AXES) -> list[dict]:
+    return [dict(zip(names, values, strict=True)) for values in itertools.product(*(axes[k] for k in names))]
+
+
+def diagnose_arch(cell: dict) -> list[str]:
+    """An architecture cell: the HE's crash (a finding), or its logits against native within TOL."""
+    if "error" in cell:
+        return [f"crash: {cell['error']}"]
+    if "crash" in cell:
+        c = cell["crash"]
+        return [f"crash in the Hybrid Engine: {c['type']}: {c['message']} ({c['at']})"]
+    if not cell["logits_finite"]:
+        return ["non-finite HE logits on CPU fallbacks (cause not established)"]
+    if cell["tokens_equal_native"] and max(cell["per_step_logits_vs_native"]) <= TOL:
+        return [CORRECT]
+    return ["differs from native (cause not established)"]
+
+
+def run_arch_cell(work: Path, root: Path | None, axes: dict, timeout_s: float = 300) -> dict:
+    out = (
+        work
+        / "arch"
+        / f"{axes['arch']}-{axes['build'].replace(' ', '-')}-z{axes['zero_stage']}-ws{axes['world_size']}.json"
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    spec = out.with_suffix(".spec.json")
+    spec.write_text(json.dumps({"arch": axes["arch"], "zero_stage": axes["zero_stage"]}))
+    try:
+        return launch.run_probe(ARCH_PROBE, out, root, ranks=axes["world_size"], timeout_s=timeout_s)
+    finally:
+        spec.unlink(missing_ok=True)
+        out.unlink(missing_ok=True)
 
 
 def run_cell(work: Path, root: Path | None, axes: dict, timeout_s: float = 600) -> dict:
@@ -110,17 +146,36 @@ def main(out: Path, quick: bool = False, timeout_s: float = 600, log: Callable[[
         log(f"[conformance] {axes['configuration']} {axes['build']} zero{axes['zero_stage']} ws{axes['world_size']}: "
             f"{'; '.join(cell['diagnosis'])} ({cell['duration_s']:.0f} s)")  # fmt: skip
         cells.append(cell)
+    arch_cells = []
+    for axes in cells_of(ARCH_QUICK if quick else ARCH_FULL, ARCH_AXES):
+        t0, root = time.time(), roots.get(axes["build"])
+        try:
+            if axes["build"] not in roots:
+                roots[axes["build"]] = root = (
+                    patched_copy.prepare_patched_copy(patches=BUILDS[axes["build"]]) if BUILDS[axes["build"]] else None
+                )
+            if isinstance(root, Exception):
+                raise root
+            cell = {**axes, **run_arch_cell(out / "cells", root, axes)}
+        except Exception as exc:
+            cell = {**axes, "error": f"{type(exc).__name__}: {exc}"[:400]}
+        cell["duration_s"] = round(time.time() - t0, 1)
+        cell["diagnosis"] = diagnose_arch(cell)
+        log(f"[conformance] {axes['arch']} {axes['build']} zero{axes['zero_stage']} ws{axes['world_size']}: "
+            f"{'; '.join(cell['diagnosis'])} ({cell['duration_s']:.0f} s)")  # fmt: skip
+        arch_cells.append(cell)
     data = {
         "command": COMMAND + (" --quick" if quick else ""),
         "arch": "gpt-neox",
         "configs": CONFIGS,
+        "arch_cells": arch_cells,
         "cells": cells,
         "duration_s": round(time.time() - started, 1),
     }
     write_json(out / "conformance.json", data)
     write_reports(out, data)
     log(f"[conformance] {len(cells)} cells in {data['duration_s']:.0f} s -> {out / 'CONFORMANCE.md'}")
-    return EXIT_BROKEN if any("error" in c for c in cells) else EXIT_OK
+    return EXIT_BROKEN if any("error" in c for c in [*cells, *arch_cells]) else EXIT_OK
 
 
 ISSUE_3453 = "ISSUE-3453.md"
@@ -276,6 +331,26 @@ def render(data: dict) -> str:
             f"{family._num(c['first_step_logits_max_abs'])} | {'yes' if c['tokens_equal_native'] else 'no'} | "
             f"{'; '.join(c['diagnosis'])} |"
         )
+    arch_cells = data.get("arch_cells") or []
+    if arch_cells:
+        lines += [
+            "",
+            "## Other architectures (tiny default configuration, pinned, no LoRA)",
+            "",
+            "Each cell: the Hybrid Engine's greedy tokens and per-step logits against native Hugging Face "
+            "(teacher-forced on the HE's tokens), or the exception the HE raised and where. No CPU fallbacks of "
+            "our own exist for these yet, so a difference or a NaN is recorded, not diagnosed.",
+            "",
+            "| arch | build | ZeRO | ranks | logits vs native, max abs per step | tokens = native | diagnosis |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for c in arch_cells:
+            steps = " ".join(family._num(x) for x in c.get("per_step_logits_vs_native") or []) or "-"
+            equal = {True: "yes", False: "no", None: "-"}[c.get("tokens_equal_native")]
+            lines.append(
+                f"| {c['arch']} | {c['build']} | {c['zero_stage']} | {c['world_size']} | {steps} | {equal} | "
+                f"{'; '.join(c['diagnosis']).replace('|', '/')} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -287,17 +362,17 @@ def heatmap(data: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
 
-    cells = data["cells"]
+    cells = [*data["cells"], *({**c, "configuration": c["arch"]} for c in data.get("arch_cells") or [])]
     configs = list(dict.fromkeys(c["configuration"] for c in cells))
     conditions = list(dict.fromkeys((c["build"], c["zero_stage"], c["world_size"]) for c in cells))
-    labels = sorted({d for c in cells for d in c["diagnosis"]}, key=lambda d: (d != CORRECT, d))
+    labels = sorted({c["diagnosis"][0] for c in cells}, key=lambda d: (d != CORRECT, d))
     kinds = {label: i for i, label in enumerate(labels)}
     grid = [[float("nan")] * len(conditions) for _ in configs]
     for c in cells:
         grid[configs.index(c["configuration"])][conditions.index((c["build"], c["zero_stage"], c["world_size"]))] = (
             kinds[c["diagnosis"][0]]
         )
-    colours = ["#4caf50", "#e53935", "#fb8c00", "#8e24aa", "#1e88e5", "#757575"]
+    colours = ["#4caf50", "#e53935", "#fb8c00", "#8e24aa", "#1e88e5", "#757575", "#6d4c41", "#00897b"]
     fig, ax = plt.subplots(figsize=(3.0 + 0.6 * len(conditions), 3.0 + 0.45 * len(configs)))
     ax.imshow(grid, cmap=ListedColormap(colours[: max(1, len(labels))]), vmin=-0.5, vmax=len(labels) - 0.5,
               aspect="auto")  # fmt: skip
@@ -305,7 +380,8 @@ def heatmap(data: dict, path: Path) -> None:
                   rotation=40, ha="right")  # fmt: skip
     ax.set_yticks(range(len(configs)), configs, fontsize=8)
     handles = [plt.Rectangle((0, 0), 1, 1, color=colours[i]) for i in range(len(labels))]
-    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, ncol=1)
+    ax.legend(handles, [textwrap.shorten(t, 90) for t in labels], loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              fontsize=7, ncol=1)  # fmt: skip
     ax.set_title("Hybrid Engine vs native (GPT-NeoX, CPU evidence)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100, metadata={"Software": None})

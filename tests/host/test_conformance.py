@@ -95,3 +95,27 @@ def test_a_real_sequential_residual_cell_shows_3453(tmp_path):
     assert result["config"]["overrides"] == {"use_parallel_residual": False}
     assert conformance.diagnose(cell) == [conformance.BUG_3453]
     assert max(result["per_step_logits_vs_parallel_residual_twin"]) < 1e-5
+
+
+def test_an_architecture_cell_records_the_he_crash_or_compares_within_the_tolerance(tmp_path):
+    crash = {"arch": "llama", "build": "released", "zero_stage": 3, "world_size": 2,
+             "crash": {"type": "AttributeError", "message": "'tuple' object has no attribute 'size'",
+                       "at": "deepspeed/model_implementations/transformers/ds_transformer.py:139"}}  # fmt: skip
+    assert conformance.diagnose_arch(crash) == [
+        "crash in the Hybrid Engine: AttributeError: 'tuple' object has no attribute 'size' "
+        "(deepspeed/model_implementations/transformers/ds_transformer.py:139)"
+    ]
+    ok = {"arch": "gpt-neo", "build": "whole series", "zero_stage": 3, "world_size": 1, "tokens_equal_native": True,
+          "per_step_logits_vs_native": [3e-7, 4e-7], "logits_finite": True}  # fmt: skip
+    assert conformance.diagnose_arch(ok) == ["correct"]
+    assert conformance.diagnose_arch({**ok, "logits_finite": False})[0].startswith("non-finite")
+    assert conformance.diagnose_arch({**ok, "per_step_logits_vs_native": [0.9]})[0].startswith("differs")
+    for c in (crash, ok):
+        c["diagnosis"] = conformance.diagnose_arch(c)
+    data = {"command": conformance.COMMAND, "arch": "gpt-neox", "configs": conformance.CONFIGS, "duration_s": 1.0,
+            "cells": [_cell()], "arch_cells": [crash, ok]}  # fmt: skip
+    conformance.write_reports(tmp_path, data)
+    text = (tmp_path / "CONFORMANCE.md").read_text()
+    assert (
+        "## Other architectures" in text and "| llama | released | 3 | 2 | - | - | crash in the Hybrid Engine" in text
+    )
