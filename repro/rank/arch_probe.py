@@ -51,12 +51,13 @@ def build(arch: str, seed: int) -> torch.nn.Module:
 
 
 def _where(exc: BaseException) -> str:
-    """The innermost frame inside DeepSpeed or Transformers, as `package/file.py:line`."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "site-packages" in f.filename]
-    if not frames:
-        return ""
-    f = frames[-1]
-    return f"{f.filename.split('site-packages/')[-1]}:{f.lineno}"
+    """The innermost frame inside DeepSpeed or Transformers (installed or a patched copy), as
+    `package/file.py:line`; torch's own call machinery is skipped."""
+    for f in reversed(traceback.extract_tb(exc.__traceback__)):
+        for package in ("/deepspeed/", "/transformers/"):
+            if package in f.filename:
+                return f"{package.strip('/')}/{f.filename.rsplit(package, 1)[1]}:{f.lineno}"
+    return ""
 
 
 def run(spec: dict) -> dict:
