@@ -119,3 +119,12 @@ def test_an_architecture_cell_records_the_he_crash_or_compares_within_the_tolera
     assert (
         "## Other architectures" in text and "| llama | released | 3 | 2 | - | - | crash in the Hybrid Engine" in text
     )
+
+
+@pytest.mark.distributed
+def test_a_real_llama_cell_records_the_hybrid_engines_crash(tmp_path):
+    """Transformers 4.57: the HE's Llama layers hand the next layer a tuple; the crash is the cell's finding."""
+    axes = {"arch": "llama", "build": "released", "zero_stage": 3, "world_size": 1}
+    result = conformance.run_arch_cell(tmp_path, None, axes, timeout_s=240)
+    assert result["crash"]["type"] == "AttributeError" and result["crash"]["at"].startswith("deepspeed/")
+    assert conformance.diagnose_arch({**axes, **result})[0].startswith("crash in the Hybrid Engine")
