@@ -125,45 +125,41 @@ def main(out: Path, quick: bool = False, timeout_s: float = 600, log: Callable[[
     out.mkdir(parents=True, exist_ok=True)
     planned = cells_of(QUICK if quick else FULL)
     started = time.time()
-    roots: dict[str, Path | None | Exception] = {}
-    for build in dict.fromkeys(c["build"] for c in planned):
+    arch_planned = cells_of(ARCH_QUICK if quick else ARCH_FULL, ARCH_AXES)
+    roots: dict[str, tuple[Path | None, str | None]] = {}
+    for build in dict.fromkeys(c["build"] for c in [*planned, *arch_planned]):
         try:
-            roots[build] = patched_copy.prepare_patched_copy(patches=BUILDS[build]) if BUILDS[build] else None
+            roots[build] = (patched_copy.prepare_patched_copy(patches=BUILDS[build]) if BUILDS[build] else None, None)
         except Exception as exc:  # recorded on every cell of the build
-            roots[build] = exc
-    cells = []
-    for axes in planned:
-        t0, root = time.time(), roots[axes["build"]]
-        try:
-            if isinstance(root, Exception):
-                raise root
-            result = run_cell(out / "cells", root, axes, timeout_s)
-            cell = {**axes, "overrides": CONFIGS[axes["configuration"]], **result}
-        except Exception as exc:  # a crash is a finding, recorded with its exception
-            cell = {**axes, "overrides": CONFIGS[axes["configuration"]], "error": f"{type(exc).__name__}: {exc}"[:400]}
-        cell["duration_s"] = round(time.time() - t0, 1)
-        cell["diagnosis"] = diagnose(cell)
-        log(f"[conformance] {axes['configuration']} {axes['build']} zero{axes['zero_stage']} ws{axes['world_size']}: "
-            f"{'; '.join(cell['diagnosis'])} ({cell['duration_s']:.0f} s)")  # fmt: skip
-        cells.append(cell)
-    arch_cells = []
-    for axes in cells_of(ARCH_QUICK if quick else ARCH_FULL, ARCH_AXES):
-        t0, root = time.time(), roots.get(axes["build"])
-        try:
-            if axes["build"] not in roots:
-                roots[axes["build"]] = root = (
-                    patched_copy.prepare_patched_copy(patches=BUILDS[axes["build"]]) if BUILDS[axes["build"]] else None
-                )
-            if isinstance(root, Exception):
-                raise root
-            cell = {**axes, **run_arch_cell(out / "cells", root, axes)}
-        except Exception as exc:
-            cell = {**axes, "error": f"{type(exc).__name__}: {exc}"[:400]}
-        cell["duration_s"] = round(time.time() - t0, 1)
-        cell["diagnosis"] = diagnose_arch(cell)
-        log(f"[conformance] {axes['arch']} {axes['build']} zero{axes['zero_stage']} ws{axes['world_size']}: "
-            f"{'; '.join(cell['diagnosis'])} ({cell['duration_s']:.0f} s)")  # fmt: skip
-        arch_cells.append(cell)
+            roots[build] = (None, f"{type(exc).__name__}: {exc}")
+
+    def where(axes: dict, name: str) -> str:
+        return f"[conformance] {axes[name]} {axes['build']} zero{axes['zero_stage']} ws{axes['world_size']}"
+
+    cells = [
+        family.measure_cell(
+            {**axes, "overrides": CONFIGS[axes["configuration"]]},
+            lambda axes=axes: run_cell(out / "cells", roots[axes["build"]][0], axes, timeout_s),
+            diagnose,
+            where(axes, "configuration"),
+            log,
+            error=roots[axes["build"]][1],
+            error_limit=400,
+        )
+        for axes in planned
+    ]
+    arch_cells = [
+        family.measure_cell(
+            axes,
+            lambda axes=axes: run_arch_cell(out / "cells", roots[axes["build"]][0], axes),
+            diagnose_arch,
+            where(axes, "arch"),
+            log,
+            error=roots[axes["build"]][1],
+            error_limit=400,
+        )
+        for axes in arch_planned
+    ]
     data = {
         "command": COMMAND + (" --quick" if quick else ""),
         "arch": "gpt-neox",
@@ -221,13 +217,7 @@ ISSUES = {
 
 def render_only(out: Path, log: Callable[[str], None] = print) -> int:
     """`--render`: the reports again from OUT/conformance.json, measuring nothing."""
-    path = Path(out) / "conformance.json"
-    if not path.exists():
-        log(f"[conformance] {path} does not exist: run `python -m repro conformance --out {out}` first")
-        return 2
-    write_reports(Path(out), json.loads(path.read_text()))
-    log(f"[conformance] rendered {Path(out) / 'CONFORMANCE.md'} from {path}")
-    return EXIT_OK
+    return family.rerender(Path(out), "conformance.json", write_reports, "conformance", log)
 
 
 def write_reports(out: Path, data: dict) -> None:

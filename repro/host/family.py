@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from ..fixstatus import installed_deepspeed
-from ..options import EXIT_BROKEN, EXIT_OK
+from ..options import EXIT_BROKEN, EXIT_OK, EXIT_USAGE
 from ..paths import write_json
 from . import launch, patched_copy
 
@@ -239,31 +239,55 @@ def write_reports(out: Path, data: dict) -> None:
 
 def render_only(out: Path, log: Callable[[str], None] = print) -> int:
     """`--render`: the reports again from an existing family.json, measuring nothing."""
-    path = Path(out) / "family.json"
+    return rerender(Path(out), "family.json", write_reports, "family", log)
+
+
+def rerender(out: Path, name: str, write: Callable[[Path, dict], None], command: str, log=print) -> int:
+    """Writes a table's reports again from its JSON (OUT/`name`) only, for `python -m repro COMMAND --render`."""
+    path = out / name
     if not path.exists():
-        log(f"[family] {path} does not exist: run `python -m repro family --out {out}` first")
-        return 2
-    write_reports(Path(out), json.loads(path.read_text()))
-    log(f"[family] rendered {Path(out) / 'FAMILY.md'} from {path}")
+        log(f"[{command}] {path} does not exist: run `python -m repro {command} --out {out}` first")
+        return EXIT_USAGE
+    write(out, json.loads(path.read_text()))
+    log(f"[{command}] rendered the reports in {out} from {path}")
     return EXIT_OK
 
 
-def _cell(work, root, applied, error, axes: dict, timeout_s, log) -> dict:
-    """Runs one cell, or records why it could not run; never raises (except an interrupt)."""
-    head = {**axes, "patches_applied": applied}
+def measure_cell(
+    head: dict,
+    measure: Callable[[], dict],
+    diagnose: Callable[[dict], list[str]],
+    label: str,
+    log: Callable[[str], None],
+    error: str | None = None,
+    error_limit: int | None = None,
+) -> dict:
+    """One cell of a table (this one, or the conformance suite's): its measurements, or why it could not
+    run (`error`: known before; else what `measure` raised); then its diagnosis and one log line. Never
+    raises (except an interrupt): a failed or hung cell is data, not the end of the table."""
     t0 = time.time()
     if error is None:
         try:
-            result = run_cell(work, root, axes, timeout_s)
-            cell = {**head, **result, "deepspeed_as_intended": _as_intended(result, root, applied)}
-        except Exception as exc:  # a failed or hung cell is data, not the end of the table
-            cell = {**head, "error": f"{type(exc).__name__}: {exc}"}
+            cell = {**head, **measure()}
+        except Exception as exc:
+            cell = {**head, "error": f"{type(exc).__name__}: {exc}"[:error_limit]}
     else:
-        cell = {**head, "error": error}
+        cell = {**head, "error": error[:error_limit]}
     cell["duration_s"] = round(time.time() - t0, 1)
     cell["diagnosis"] = diagnose(cell)
-    log(f"[family] {name_of(cell)}: {'; '.join(cell['diagnosis'])} ({cell['duration_s']:.0f} s)")
+    log(f"{label}: {'; '.join(cell['diagnosis'])} ({cell['duration_s']:.0f} s)")
     return cell
+
+
+def _cell(work, root, applied, error, axes: dict, timeout_s, log) -> dict:
+    """Runs one cell, or records why it could not run."""
+
+    def measure() -> dict:
+        result = run_cell(work, root, axes, timeout_s)
+        return {**result, "deepspeed_as_intended": _as_intended(result, root, applied)}
+
+    head = {**axes, "patches_applied": applied}
+    return measure_cell(head, measure, diagnose, f"[family] {name_of(head)}", log, error=error)
 
 
 def _as_intended(result: dict, root: Path | None, applied: dict) -> bool:

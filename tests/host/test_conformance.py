@@ -128,3 +128,32 @@ def test_a_real_llama_cell_records_the_hybrid_engines_crash(tmp_path):
     result = conformance.run_arch_cell(tmp_path, None, axes, timeout_s=240)
     assert result["crash"]["type"] == "AttributeError" and result["crash"]["at"].startswith("deepspeed/")
     assert conformance.diagnose_arch({**axes, **result})[0].startswith("crash in the Hybrid Engine")
+
+
+def test_main_records_a_build_that_cannot_be_prepared_on_each_of_its_cells(tmp_path, monkeypatch):
+    from repro.fixstatus import PatchError
+
+    def no_copy(patches):
+        raise PatchError("0005 does not apply")
+
+    def fake_cell(work, root, axes, timeout_s=600):
+        return {k: v for k, v in _cell().items() if k not in (*conformance.AXES, "overrides", "diagnosis")}
+
+    def fake_arch(work, root, axes, timeout_s=300):
+        return {"tokens_equal_native": True, "per_step_logits_vs_native": [2e-7], "logits_finite": True}
+
+    monkeypatch.setattr(conformance.patched_copy, "prepare_patched_copy", no_copy)
+    monkeypatch.setattr(conformance, "run_cell", fake_cell)
+    monkeypatch.setattr(conformance, "run_arch_cell", fake_arch)
+    monkeypatch.setattr(conformance, "heatmap", lambda data, path: None)
+    lines = []
+    assert conformance.main(tmp_path, quick=True, log=lines.append) == 3  # a cell that could not run: broken
+    data = json.loads((tmp_path / "conformance.json").read_text())
+    assert all(
+        c["diagnosis"] == ["crash: PatchError: 0005 does not apply"] for c in data["cells"] + data["arch_cells"]
+    )
+    assert lines[-1].startswith("[conformance] 6 cells in")
+    monkeypatch.setattr(conformance, "BUILDS", {**conformance.BUILDS, "whole series": ()})  # no copy needed
+    assert conformance.main(tmp_path / "ok", quick=True, log=lines.append) == 0
+    ok = json.loads((tmp_path / "ok" / "conformance.json").read_text())
+    assert {d for c in ok["cells"] + ok["arch_cells"] for d in c["diagnosis"]} == {"correct"}
