@@ -38,14 +38,15 @@ REPRODUCED, CORRECT, NEAR_TIE_OK, WRONG, CORRUPT, INVALID = (
 )  # fmt: skip
 EXPECTED = {"before": (REPRODUCED,), "after": (CORRECT, NEAR_TIE_OK)}
 # Pair outcomes and the exit status each ends with (repro.options.EXIT_MEANING says what they mean).
-HELD, FAILED, INCOMPLETE, MISMATCHED, BROKEN, INTERRUPTED = (
-    "held", "failed", "incomplete", "mismatched", "broken", "interrupted"
+HELD, FAILED, INCOMPLETE, MISMATCHED, ENVIRONMENT, BROKEN, INTERRUPTED = (
+    "held", "failed", "incomplete", "mismatched", "environment", "broken", "interrupted"
 )  # fmt: skip
 PAIR_EXIT = {
     HELD: EXIT_OK,
     FAILED: EXIT_EXPECTATION,
     INCOMPLETE: EXIT_EXPECTATION,
     MISMATCHED: EXIT_USAGE,
+    ENVIRONMENT: EXIT_USAGE,
     BROKEN: EXIT_BROKEN,
     INTERRUPTED: EXIT_INTERRUPTED,
 }
@@ -247,10 +248,15 @@ def variant_problem(name: str, r: dict) -> str | None:
 
 
 def judge(
-    results: dict[str, dict], requested: list[str], broken: str | None = None, interrupted: str | None = None
+    results: dict[str, dict],
+    requested: list[str],
+    broken: str | None = None,
+    interrupted: str | None = None,
+    environment: str | None = None,
 ) -> dict:
     """The pair's verdict from both variants' JSONs (`results`: name -> JSON, those that exist), the
-    variants the user asked for, and whether the run broke or was interrupted before it could judge."""
+    variants the user asked for, and whether the run broke, was interrupted, or stopped on an environment
+    error (a patch that does not apply to this DeepSpeed: exit 2) before it could judge."""
     per_variant = {name: outcome(r) for name, r in results.items()}
     problems = {name: variant_problem(name, r) for name, r in results.items()}
     summary: dict = {
@@ -263,6 +269,8 @@ def judge(
     missing = [v for v in ("before", "after") if v not in results]
     if interrupted:
         kind, reason = INTERRUPTED, interrupted
+    elif environment:
+        kind, reason = ENVIRONMENT, environment
     elif broken:
         kind, reason = BROKEN, broken
     elif mismatch:

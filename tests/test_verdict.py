@@ -173,3 +173,9 @@ def test_compiled_op_missing_on_a_gpu_in_fp16_invalidates_the_run():
 def test_interrupted_and_broken_take_precedence_over_any_judgement():
     assert verdict.judge(_pair(), ["before", "after"], interrupted="SIGTERM")["exit_status"] == 130
     assert verdict.judge(_pair(), ["before", "after"], broken="rank 1 hung")["exit_status"] == 3
+
+
+def test_an_environment_error_mid_run_is_exit_2_and_never_judged():
+    s = verdict.judge(_pair(), ["before", "after"], environment="0001 does not apply to DeepSpeed 9.9")
+    assert s["outcome"] == "environment" and s["exit_status"] == 2 and not s["expectation_held"]
+    assert verdict.judge({}, ["after"], interrupted="SIGINT", environment="x")["exit_status"] == 130

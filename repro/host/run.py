@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from .. import fixstatus
-from ..options import EXIT_INTERRUPTED, EXIT_USAGE, RunOptions, variants_of
+from ..options import EXIT_INTERRUPTED, RunOptions, variants_of
 from ..paths import write_json
 from . import patched_copy, summary
 from .launch import Interrupted, LaunchError, LaunchSpec, interrupt_on_sigterm, run_variant
@@ -70,8 +70,7 @@ def run_pair(opts: RunOptions, argv: list[str], log=print) -> int:
         return EXIT_INTERRUPTED
     except fixstatus.PatchError as exc:
         log(f"error: {exc}")
-        summary.write(out, requested, broken=str(exc), **record)
-        return EXIT_USAGE
+        return summary.write(out, requested, environment=str(exc), **record)["exit_status"]
     except LaunchError as exc:
         log(f"error: {exc}")
         return summary.write(out, requested, broken=str(exc), **record)["exit_status"]

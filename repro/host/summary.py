@@ -39,17 +39,21 @@ def write(
     started: float | None = None,
     broken: str | None = None,
     interrupted: str | None = None,
+    environment: str | None = None,
     keep: dict | None = None,
 ) -> dict:
     """Judges the pair from what `out` holds and writes `summary.json`; `keep`: fields of an earlier
     summary to carry over (its checks, say)."""
     results = read_variants(out)
-    summary = {**(keep or {}), **verdict.judge(results, requested, broken=broken, interrupted=interrupted)}
+    summary = {
+        **(keep or {}),
+        **verdict.judge(results, requested, broken=broken, interrupted=interrupted, environment=environment),
+    }
     summary.update(
         command=command,
         requested_variants=requested,
         variants=sorted(results),
-        error=broken or interrupted,
+        error=broken or interrupted or environment,
         interrupted=interrupted is not None,
         options=options,
         wall_s=None if started is None else round(time.time() - started, 2),
