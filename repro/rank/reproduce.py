@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import itertools
 import json
 import os
 import sys
@@ -59,9 +60,9 @@ def _native_qkv(qkv_orig: dict, layers: int):
         yield qkv_orig[f"{prefix}.weight"], qkv_orig[f"{prefix}.bias"]
 
 
-def _expected_qkv(qkv_orig: dict, layers: int, heads: int):
+def _expected_qkv(native, heads: int):
     """Yields the inference layout each layer should hold, computed from the native weights."""
-    for w, b in _native_qkv(qkv_orig, layers):
+    for w, b in native:
         yield layout.to_inference(w, heads), layout.to_inference(b, heads)
 
 
@@ -234,11 +235,9 @@ def run(spec: dict, started: float) -> dict:
 
     engine.eval()
     containers = engine._inference_containers
-    qkv = measure.qkv_report(
-        _gathered_qkv(containers),
-        _expected_qkv(qkv_orig, len(containers), heads),
-        _native_qkv(qkv_orig, len(containers)),
-    )
+    # One read of each spilled layer serves both layouts (zip takes them in step: tee holds one layer).
+    native_for_inference, native_training = itertools.tee(_native_qkv(qkv_orig, len(containers)))
+    qkv = measure.qkv_report(_gathered_qkv(containers), _expected_qkv(native_for_inference, heads), native_training)
     _done("eval_and_qkv")
     _release_freed_memory()  # the per-layer QKV copies just compared: out of the heap before generating
     he_trace = measure.Trace()
