@@ -26,6 +26,9 @@ KEY_FILES = (
     "deepspeed/module_inject/containers/features/hybrid_engine.py",
     "deepspeed/runtime/hybrid_engine.py",
     "deepspeed/runtime/zero/partition_parameters.py",
+    "deepspeed/module_inject/containers/gptneox.py",
+    "deepspeed/module_inject/containers/llama.py",
+    "deepspeed/ops/transformer/inference/ds_attention.py",
 )
 
 
