@@ -40,7 +40,7 @@ LEFT_OUT = {
     "attention_bias / tie_word_embeddings": "not varied in part 1",
     "rope_scaling": "not read by DeepSpeed's GPT-NeoX container (not varied in part 1)",
 }
-BUILDS = {"released": (), "whole series": ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008")}
+BUILDS = {"released": (), "whole series": ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009")}
 AXES = ("configuration", "build", "zero_stage", "world_size")
 FULL = {"configuration": tuple(CONFIGS), "build": tuple(BUILDS), "zero_stage": (2, 3), "world_size": (1, 2)}
 QUICK = {"configuration": tuple(CONFIGS), "build": ("whole series",), "zero_stage": (3,), "world_size": (2,)}

@@ -1,6 +1,9 @@
 """One conformance cell for an architecture other than GPT-NeoX: a tiny seeded model of that architecture
-under the Hybrid Engine, its greedy tokens and per-step logits against native Hugging Face (teacher-forced
-on the Hybrid Engine's own tokens), or the exception the Hybrid Engine raised and where.
+under the Hybrid Engine, driven in the cell's call order, with or without DeepSpeed-Chat LoRA; its greedy
+tokens and per-step logits against native Hugging Face (teacher-forced on the Hybrid Engine's own tokens,
+LoRA merged), against the same model without LoRA, whether train() gave the training weights back bitwise,
+and whether the QKV GEMM was handed a bias the model does not have, or the exception the Hybrid Engine
+raised and where.
 
 Usage: `python -m repro.rank.arch_probe OUT.json` under torchrun; settings in OUT.spec.json (the host
 writes them). A crash inside the Hybrid Engine is the cell's result, not a failed run: every rank records
@@ -19,10 +22,11 @@ from pathlib import Path
 import torch
 
 from .. import shim
-from . import fallbacks
+from . import fallbacks, lora
 from .engine import ds_config, greedy
 from .lifecycle import finish, init_distributed
-from .lora_probe import spec_path, teacher_forced
+from .lora_probe import ORDERS, per_step_max_abs, spec_path, teacher_forced
+from .measure import worst
 
 # Tiny configurations: the same sizes as GPT-NeoX's tiny default (hidden 256, 2 layers, 4 heads).
 ARCHS = {
@@ -60,6 +64,47 @@ def _where(exc: BaseException) -> str:
     return ""
 
 
+class QkvBiasProbe:
+    """Records every QKV GEMM call that is handed a bias while DeepSpeed's attention holds none for the
+    model (no fused `attn_qkvb`, no split `attn_qb`): the bias can only be memory the model never wrote."""
+
+    def __init__(self, containers) -> None:
+        self.calls, self.values = 0, []
+        self.handles = []
+        for container in containers:
+            attention = container.module.attention
+            self.handles.append(attention.qkv_func.register_forward_pre_hook(self._hook(attention), with_kwargs=True))
+
+    def _hook(self, attention):
+        def hook(module, args, kwargs):
+            bias = kwargs.get("bias")
+            model_has_none = (
+                getattr(attention, "attn_qkvb", None) is None and getattr(attention, "attn_qb", None) is None
+            )
+            if bias is not None and model_has_none:
+                self.calls += 1
+                self.values.append(bias.detach().float().abs().max().item())
+
+        return hook
+
+    def remove(self) -> dict:
+        for h in self.handles:
+            h.remove()
+        return {"calls": self.calls, "max_abs": worst(self.values) if self.values else None}
+
+
+def restored(engine, originals: dict[str, torch.Tensor]) -> dict:
+    """What train() gave back: the parameters not bitwise equal to before the Hybrid Engine ran (gathered
+    under ZeRO-3), and their largest change (a LoRA fuse/unfuse round trip may leave fp32 rounding)."""
+    import deepspeed
+
+    params = dict(engine.module.named_parameters())
+    with deepspeed.zero.GatheredParameters(list(params.values())):
+        changes = {name: (p.detach() - originals[name]).abs().max().item() for name, p in params.items()}
+    changed = {name: d for name, d in changes.items() if d != 0.0}
+    return {"changed": sorted(changed), "max_abs_change": worst(changes.values())}
+
+
 def run(spec: dict) -> dict:
     shim.apply()
     import deepspeed
@@ -68,16 +113,21 @@ def run(spec: dict) -> dict:
     op_state = fallbacks.install()
     init_distributed("gloo")
     world = int(os.environ["WORLD_SIZE"])
-    model = build(spec["arch"], spec.get("seed", 1234))
+    arch, targets = spec["arch"], spec.get("lora", "none")
+    model = build(arch, spec.get("seed", 1234))
+    lora_names = lora.attach(model, targets, arch=arch)
+    native = lora.merged_reference(model)  # the same weights (LoRA merged), kept out of ZeRO's hands
+    without_lora = lora.base_reference(model) if lora_names else None
     ids = torch.tensor([PROMPT])
     n = spec.get("new_tokens", 6)
     with torch.no_grad():
-        native_tokens, _ = greedy(model, ids, n)
-    reference = build(spec["arch"], spec.get("seed", 1234))  # the same weights, kept out of ZeRO's hands
+        native_tokens, _ = greedy(native, ids, n)
+    originals = {name: p.detach().clone() for name, p in model.named_parameters()}
     result = {
-        "arch": spec["arch"],
+        "arch": arch,
         "zero_stage": spec["zero_stage"],
         "world_size": world,
+        "lora_modules": len(lora_names),
         "deepspeed": {"version": deepspeed.__version__, "path": str(Path(deepspeed.__file__).resolve().parent)},
         "versions": {
             "torch": torch.__version__,
@@ -88,24 +138,33 @@ def run(spec: dict) -> dict:
         "native_tokens": native_tokens,
     }
     try:
-        config = ds_config(True, "fp32", world, 0, zero_stage=spec["zero_stage"])
-        params = {"model_parameters": list(model.parameters())} if "optimizer" in config else {}
+        config = ds_config(spec.get("pin", True), "fp32", world, 0, zero_stage=spec["zero_stage"])
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        params = {"model_parameters": trainable} if "optimizer" in config else {}
         engine, *_ = deepspeed.initialize(model=model, config=config, **params)
-        engine.eval()
-        with torch.no_grad():
-            he_tokens, he_logits = greedy(engine, ids, n)
-        engine.train()
+        bias_probe = QkvBiasProbe(engine._inference_containers)
+        for call in ORDERS[spec.get("order", "eval-generate-train")]:
+            if call == "generate":
+                with torch.no_grad():
+                    he_tokens, he_logits = greedy(engine, ids, n)
+            else:
+                getattr(engine, call)()
+        result["qkv_bias_on_bias_free_model"] = bias_probe.remove()
     except Exception as exc:  # the Hybrid Engine's own failure: the cell's finding
         result["crash"] = {"type": type(exc).__name__, "message": str(exc).splitlines()[0][:300], "at": _where(exc)}
         return result
-    native_logits = teacher_forced(reference, ids, he_tokens)
-    steps = [(a.float() - b.float()).abs().max().item() for a, b in zip(he_logits, native_logits, strict=True)]
+    steps = per_step_max_abs(he_logits, teacher_forced(native, ids, he_tokens))
     result.update(
         he_tokens=he_tokens,
         tokens_equal_native=he_tokens == native_tokens,
         per_step_logits_vs_native=steps,
         logits_finite=all(math.isfinite(x) for x in steps),
+        weights_after_train=restored(engine, originals),
     )
+    if without_lora is not None:  # did the HE compute the model without its LoRA?
+        result["per_step_logits_vs_without_lora"] = per_step_max_abs(
+            he_logits, teacher_forced(without_lora, ids, he_tokens)
+        )
     return result
 
 

@@ -1,4 +1,5 @@
-"""LoRA on a Transformers GPTNeoXForCausalLM, laid out the way DeepSpeed's Hybrid Engine discovers it.
+"""LoRA on a Transformers model (GPT-NeoX; GPT-Neo and Llama for the conformance suite), laid out the way
+DeepSpeed's Hybrid Engine discovers it.
 
 How DeepSpeed finds LoRA (0.19.8, read from the source):
 - `DS_GPTNEOXContainer.set_lora_params` calls `policy.maybe_get_lora(m)` on the four Linear MODULES
@@ -7,6 +8,9 @@ How DeepSpeed finds LoRA (0.19.8, read from the source):
   module has `lora_right_weight`, else `[]`.
 - `HybridEngineContainer.fuse_lora` adds `lora_scaling * left.t() @ right.t()` to the matched base
   weight (`get_lora_matched_pair`), `unfuse_lora` subtracts it.
+
+GPT-Neo's container passes its Linear modules too; Llama's passes their `.weight` tensors (read, and
+measured by the conformance suite).
 
 So the LoRA module is DeepSpeed-Chat's `LinearLayer_LoRA`: it keeps the base Linear's `weight` and
 `bias` Parameters (the same objects), adds `lora_right_weight` [in, r], `lora_left_weight` [r, out],
@@ -27,6 +31,22 @@ TARGETS = {
 }
 TARGETS["all"] = TARGETS["qkv"] + TARGETS["others"]
 TARGETS["none"] = ()  # no LoRA: the call-order cells without it
+# Per architecture: where its decoder layers live, and DeepSpeed-Chat's targets (every Linear of a layer,
+# the modules each DeepSpeed container's set_lora_params looks at).
+LAYERS = {"gpt-neox": "gpt_neox.layers", "gpt-neo": "transformer.h", "llama": "model.layers"}
+ARCH_TARGETS = {
+    "gpt-neox": TARGETS,
+    "gpt-neo": {
+        "none": (),
+        "all": ("attn.attention.q_proj", "attn.attention.k_proj", "attn.attention.v_proj", "attn.attention.out_proj",
+                "mlp.c_fc", "mlp.c_proj"),
+    },
+    "llama": {
+        "none": (),
+        "all": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+                "mlp.up_proj", "mlp.down_proj"),
+    },
+}  # fmt: skip
 
 
 class LinearLayer_LoRA(torch.nn.Module):  # DeepSpeed-Chat's class name, kept for recognition
@@ -72,22 +92,25 @@ def attach(
     lora_dim: int = 8,
     lora_alpha: float = 8.0,
     std: float = 0.1,
+    arch: str = "gpt-neox",
 ) -> list[str]:
-    """Replaces the selected Linear modules of every GPT-NeoX layer by LinearLayer_LoRA; returns their names.
+    """Replaces the selected Linear modules of every decoder layer by LinearLayer_LoRA; returns their names.
 
     With the tiny model's init (std 0.02) the defaults give a delta of ~0.03 per element, so greedy
     tokens change (the probe records it as `lora_changes_native_tokens`): a lost delta is visible.
     """
     generator = torch.Generator().manual_seed(seed)
     names = []
-    for i, layer in enumerate(model.gpt_neox.layers):
-        for dotted in TARGETS[targets]:
+    layers_path = LAYERS[arch]
+    parent_of_layers, leaf = _get(model, layers_path)
+    for i, layer in enumerate(getattr(parent_of_layers, leaf)):
+        for dotted in ARCH_TARGETS[arch][targets]:
             parent, leaf = _get(layer, dotted)
             base = getattr(parent, leaf)
             if not isinstance(base, torch.nn.Linear):
                 raise TypeError(f"{dotted} is {type(base).__name__}, not nn.Linear")
             setattr(parent, leaf, LinearLayer_LoRA(base, lora_dim, lora_alpha, generator, std))
-            names.append(f"gpt_neox.layers.{i}.{dotted}")
+            names.append(f"{layers_path}.{i}.{dotted}")
     return names
 
 
