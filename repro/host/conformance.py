@@ -1,18 +1,19 @@
 """`python -m repro conformance`: the Hybrid Engine against native Hugging Face, cell by cell.
 
-Part 1 of the suite (issue 22): GPT-NeoX, the model configurations that change its forward math, under
-ZeRO-2 and ZeRO-3, 1 and 2 ranks, each DeepSpeed build. Each cell is one torchrun of the family's probe
-(`repro.rank.lora_probe`, the shared measurement core: native vs HE per generated step, weight states
-per layer, training weights restored) with the configuration's overrides. The diagnosis comes from the
-measurements only (`diagnose`). Writes OUT/conformance.json, OUT/CONFORMANCE.md and OUT/conformance.png.
+Architectures: GPT-NeoX (with each model configuration that changes its forward math), GPT-Neo and Llama;
+axes: DeepSpeed build, ZeRO-2/3, 1/2 ranks and the caller's scenario (call order, DeepSpeed-Chat LoRA,
+pin_parameters). A GPT-NeoX cell is one torchrun of the family's probe (`repro.rank.lora_probe`: native
+vs HE per generated step, weight states per layer, training weights restored); another architecture's cell
+is one torchrun of `repro.rank.arch_probe`. Diagnoses come from the measurements only
+(`conformance_diagnosis`). Writes OUT/conformance.json, OUT/CONFORMANCE.md, OUT/conformance.png and one
+issue text per confirmed bug (`conformance_report`).
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 from ..options import EXIT_BROKEN, EXIT_OK
@@ -23,37 +24,96 @@ from .conformance_report import write_reports
 
 COMMAND = "python -m repro conformance --out results/reference/conformance"
 # GPT-NeoX's tiny default (repro.model_registry.TINY) and, per field that changes the forward math, one
-# value besides its default. Why these fields, and which were left out: CONFIG_NOTES.
+# value besides its default. Why these fields, and which were left out: conformance_report.CONFIG_NOTES.
 CONFIGS: dict[str, dict] = {
     "default": {},
     "sequential-residual": {"use_parallel_residual": False},
     "full-rotary": {"rotary_pct": 1.0},
     "rotary-base-1e6": {"rotary_emb_base": 1_000_000},
 }
-BUILDS = {"released": (), "whole series": ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009")}
-AXES = ("configuration", "build", "zero_stage", "world_size")
-FULL = {"configuration": tuple(CONFIGS), "build": tuple(BUILDS), "zero_stage": (2, 3), "world_size": (1, 2)}
-QUICK = {"configuration": tuple(CONFIGS), "build": ("whole series",), "zero_stage": (3,), "world_size": (2,)}
-# Other architectures, their tiny default configuration only (part 1: does the HE run them at all, and match?).
+ARCHS = ("gpt-neox", "gpt-neo", "llama")  # GPT-Neo and Llama: their tiny default (repro.rank.arch_probe.ARCHS)
+SERIES = ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009")
+# Released, the whole series, and the series without one patch where that patch's bug hides behind another
+# on released DeepSpeed (the Llama crash, 0008, comes first there): each such patch shown necessary.
+BUILDS = {
+    "released": (),
+    "whole series": SERIES,
+    "series without 0007": tuple(p for p in SERIES if p != "0007"),
+    "series without 0009": tuple(p for p in SERIES if p != "0009"),
+}
+# (build, scenarios, architectures) of the leave-one-out cells; ZeRO-3, 1 and 2 ranks (non-pinned: 2).
+LEAVE_ONE_OUT = (
+    ("series without 0007", ("reference", "unpinned"), ("gpt-neo", "llama")),
+    ("series without 0009", ("lora", "unpinned-lora"), ("llama",)),
+)
+# What a caller does around generate: DeepSpeed-Chat's call order, pinned, no LoRA ("reference"); a loop
+# that calls train() first or eval() twice (repro.rank.lora_probe.ORDERS); DeepSpeed-Chat LoRA on every
+# Linear; ZeRO-3's non-pinned path, without and with LoRA.
+SCENARIOS: dict[str, dict] = {
+    "reference": {"order": "eval-generate-train", "lora": "none", "pin": True},
+    "train-first": {"order": "train-first", "lora": "none", "pin": True},
+    "eval-twice": {"order": "eval-twice", "lora": "none", "pin": True},
+    "lora": {"order": "eval-generate-train", "lora": "all", "pin": True},
+    "unpinned": {"order": "eval-generate-train", "lora": "none", "pin": False},
+    "unpinned-lora": {"order": "eval-generate-train", "lora": "all", "pin": False},
+}
 ARCH_PROBE = "repro.rank.arch_probe"
-ARCH_AXES = ("arch", "build", "zero_stage", "world_size")
-ARCH_FULL = {"arch": ("gpt-neo", "llama"), "build": tuple(BUILDS), "zero_stage": (3,), "world_size": (1, 2)}
-ARCH_QUICK = {"arch": ("gpt-neo", "llama"), "build": ("whole series",), "zero_stage": (3,), "world_size": (2,)}
 
 
-def cells_of(axes: dict[str, Sequence], names: Sequence[str] = AXES) -> list[dict]:
-    return [dict(zip(names, values, strict=True)) for values in itertools.product(*(axes[k] for k in names))]
+def _cell(arch: str, configuration: str, build: str, zero_stage: int, world_size: int, scenario: str) -> dict:
+    return {
+        "arch": arch,
+        "configuration": configuration,
+        "config": CONFIGS[configuration] if arch == "gpt-neox" else {},
+        "build": build,
+        "zero_stage": zero_stage,
+        "world_size": world_size,
+        "scenario": scenario,
+        **SCENARIOS[scenario],
+    }
+
+
+def plan(quick: bool = False) -> list[dict]:
+    """The cells to run. Full: per architecture and build, every configuration in DeepSpeed-Chat's scenario
+    under ZeRO-2/3 x 1/2 ranks; the default configuration in each other scenario at 2 ranks (ZeRO-2 and 3;
+    the non-pinned ones ZeRO-3 only: pin_parameters is a ZeRO-3 setting); the leave-one-out cells. Quick:
+    one cell per axis value."""
+    if quick:
+        series = "whole series"
+        return [
+            *(_cell(a, "default", series, 3, 2, "reference") for a in ARCHS),
+            *(_cell("gpt-neox", c, series, 3, 2, "reference") for c in CONFIGS if c != "default"),
+            *(_cell("gpt-neox", "default", series, 3, 2, s) for s in SCENARIOS if s != "reference"),
+            _cell("gpt-neox", "default", series, 2, 1, "reference"),
+            _cell("gpt-neox", "default", "released", 3, 2, "reference"),
+        ]
+    cells = []
+    for arch in ARCHS:
+        for build in ("released", "whole series"):
+            for configuration in CONFIGS if arch == "gpt-neox" else ("default",):
+                cells += [_cell(arch, configuration, build, z, w, "reference") for z in (2, 3) for w in (1, 2)]
+            for scenario, settings in SCENARIOS.items():
+                if scenario != "reference":
+                    stages = (2, 3) if settings["pin"] else (3,)
+                    cells += [_cell(arch, "default", build, z, 2, scenario) for z in stages]
+    for build, scenarios, archs in LEAVE_ONE_OUT:
+        for arch in archs:
+            for scenario in scenarios:
+                sizes = (1, 2) if SCENARIOS[scenario]["pin"] else (2,)
+                cells += [_cell(arch, "default", build, 3, w, scenario) for w in sizes]
+    return cells
+
+
+def _slug(axes: dict) -> str:
+    return f"{axes['arch']}-{axes['configuration']}-{axes['scenario']}-z{axes['zero_stage']}-ws{axes['world_size']}"
 
 
 def run_arch_cell(work: Path, root: Path | None, axes: dict, timeout_s: float = 300) -> dict:
-    out = (
-        work
-        / "arch"
-        / f"{axes['arch']}-{axes['build'].replace(' ', '-')}-z{axes['zero_stage']}-ws{axes['world_size']}.json"
-    )
+    out = work / "arch" / axes["build"].replace(" ", "-") / f"{_slug(axes)}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     spec = out.with_suffix(".spec.json")
-    spec.write_text(json.dumps({"arch": axes["arch"], "zero_stage": axes["zero_stage"]}))
+    keys = ("arch", "zero_stage", "order", "lora", "pin")
+    spec.write_text(json.dumps({k: axes[k] for k in keys}))
     try:
         return launch.run_probe(ARCH_PROBE, out, root, ranks=axes["world_size"], timeout_s=timeout_s)
     finally:
@@ -62,72 +122,59 @@ def run_arch_cell(work: Path, root: Path | None, axes: dict, timeout_s: float = 
 
 
 def run_cell(work: Path, root: Path | None, axes: dict, timeout_s: float = 600) -> dict:
+    """A GPT-NeoX cell: the family's probe with the configuration's overrides and the scenario's settings."""
     probe_axes = {
         "build": axes["build"],
-        "targets": "none",
+        "targets": axes["lora"],  # repro.rank.lora.TARGETS: "none" or "all"
         "world_size": axes["world_size"],
-        "pin_parameters": True,
-        "order": family.REFERENCE_ORDER,
+        "pin_parameters": axes["pin"],
+        "order": axes["order"],
         "zero_stage": axes["zero_stage"],
     }
-    overrides = CONFIGS[axes["configuration"]]
-    return family.run_cell(work / axes["configuration"], root, probe_axes, timeout_s, extra={"config": overrides})
+    where = work / f"{axes['configuration']}-{axes['scenario']}"
+    return family.run_cell(where, root, probe_axes, timeout_s, extra={"config": CONFIGS[axes["configuration"]]})
 
 
 def main(out: Path, quick: bool = False, timeout_s: float = 600, log: Callable[[str], None] = print) -> int:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    planned = cells_of(QUICK if quick else FULL)
+    planned = plan(quick)
     started = time.time()
-    arch_planned = cells_of(ARCH_QUICK if quick else ARCH_FULL, ARCH_AXES)
     roots: dict[str, tuple[Path | None, str | None]] = {}
-    for build in dict.fromkeys(c["build"] for c in [*planned, *arch_planned]):
+    for build in dict.fromkeys(c["build"] for c in planned):
         try:
             roots[build] = (patched_copy.prepare_patched_copy(patches=BUILDS[build]) if BUILDS[build] else None, None)
         except Exception as exc:  # recorded on every cell of the build
             roots[build] = (None, f"{type(exc).__name__}: {exc}")
 
-    def where(axes: dict, name: str) -> str:
-        return f"[conformance] {axes[name]} {axes['build']} zero{axes['zero_stage']} ws{axes['world_size']}"
-
-    cells = [
-        family.measure_cell(
-            {**axes, "overrides": CONFIGS[axes["configuration"]]},
-            lambda axes=axes: run_cell(out / "cells", roots[axes["build"]][0], axes, timeout_s),
-            diagnose,
-            where(axes, "configuration"),
-            log,
-            error=roots[axes["build"]][1],
-            error_limit=400,
-        )
-        for axes in planned
-    ]
-    arch_cells = [
-        family.measure_cell(
+    def measure(axes: dict) -> dict:
+        root, error = roots[axes["build"]]
+        neox = axes["arch"] == "gpt-neox"
+        runner = run_cell if neox else run_arch_cell
+        return family.measure_cell(
             axes,
-            lambda axes=axes: run_arch_cell(out / "cells", roots[axes["build"]][0], axes),
-            diagnose_arch,
-            where(axes, "arch"),
+            lambda: runner(out / "cells", root, axes, timeout_s if neox else min(timeout_s, 300)),
+            diagnose if neox else diagnose_arch,
+            f"[conformance] {axes['arch']} {axes['configuration']} {axes['scenario']} {axes['build']} "
+            f"zero{axes['zero_stage']} ws{axes['world_size']}",
             log,
-            error=roots[axes["build"]][1],
+            error=error,
             error_limit=400,
         )
-        for axes in arch_planned
-    ]
+
+    cells = [measure(axes) for axes in planned]
     data = {
         "command": COMMAND + (" --quick" if quick else ""),
-        "arch": "gpt-neox",
         "configs": CONFIGS,
-        "arch_cells": arch_cells,
+        "scenarios": SCENARIOS,
+        "builds": {name: list(patches) for name, patches in BUILDS.items()},
         "cells": cells,
         "duration_s": round(time.time() - started, 1),
     }
     write_json(out / "conformance.json", data)
     write_reports(out, data)
-    log(
-        f"[conformance] {len(cells) + len(arch_cells)} cells in {data['duration_s']:.0f} s -> {out / 'CONFORMANCE.md'}"
-    )
-    return EXIT_BROKEN if any("error" in c for c in [*cells, *arch_cells]) else EXIT_OK
+    log(f"[conformance] {len(cells)} cells in {data['duration_s']:.0f} s -> {out / 'CONFORMANCE.md'}")
+    return EXIT_BROKEN if any("error" in c for c in cells) else EXIT_OK
 
 
 def render_only(out: Path, log: Callable[[str], None] = print) -> int:

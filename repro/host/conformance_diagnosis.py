@@ -3,15 +3,30 @@ named bug shown by positive evidence, or the crash."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
+
 from . import family
 
 CORRECT = "correct"
 BUG_3453 = "sequential residual run as parallel (#3453)"
 BUG_ROPE = "rotary_emb_base ignored: rotated with base 10000 (0006)"
+BUG_QKV_BIAS = "ZeRO-3 adds the unwritten QKV bias buffer to a model without QKV bias (#4788; 0007)"
+BUG_LAYER_TUPLE = "injected layer returns a tuple where Transformers >= 4.54 expects a tensor (0008)"
+BUG_LORA_NOT_FOUND = "LoRA never fused: the HE generates the model without its LoRA (0009)"
 # Per-step tolerance of a correct cell (repro.rank.lora_probe.TOL, the probe's own): fp32 HE vs native
 # differ by <= 2e-7 in every correct family cell (results/reference/family); 1e-3 leaves 3 orders of
 # magnitude above that noise and stays 2 orders below the smallest bug measured there (0.3).
 TOL = 1e-3
+# A weight train() hands back may differ from before by the fp32 rounding of a LoRA fuse/unfuse round trip
+# ((W + d) - d: ~1e-8 measured); a lost transform or an unremoved delta is O(0.01) or more.
+WEIGHTS_TOL = 1e-5
+
+
+def worst(values: Iterable[float]) -> float:
+    """The largest value, NaN if any is NaN (max() would let a NaN read as a small number)."""
+    values = list(values)
+    return math.nan if any(math.isnan(v) for v in values) else max(values, default=0.0)
 
 
 def diagnose(cell: dict) -> list[str]:
@@ -30,14 +45,30 @@ def diagnose(cell: dict) -> list[str]:
 
 
 def diagnose_arch(cell: dict) -> list[str]:
-    """An architecture cell: the HE's crash (a finding), or its logits against native within TOL."""
+    """A GPT-Neo or Llama cell: the HE's crash (a finding; a known signature is named), the bugs its
+    measurements show by positive evidence, else its logits against native within TOL."""
     if "error" in cell:
         return [f"crash: {cell['error']}"]
     if "crash" in cell:
         c = cell["crash"]
+        tuple_where_tensor = c["type"] == "AttributeError" and c["message"].startswith("'tuple' object has no")
+        if tuple_where_tensor and c["at"].startswith("deepspeed/model_implementations/transformers/ds_transformer.py"):
+            return [BUG_LAYER_TUPLE]
         return [f"crash in the Hybrid Engine: {c['type']}: {c['message']} ({c['at']})"]
+    steps = cell["per_step_logits_vs_native"]
+    bugs = []
+    if (cell.get("qkv_bias_on_bias_free_model") or {}).get("calls"):  # a bias handed to the QKV GEMM: measured
+        bugs.append(BUG_QKV_BIAS)
+    without_lora = cell.get("per_step_logits_vs_without_lora")
+    if without_lora and worst(without_lora) <= TOL < worst(steps):  # the HE's logits are the model's sans LoRA
+        bugs.append(BUG_LORA_NOT_FOUND)
+    changed = (cell.get("weights_after_train") or {}).get("max_abs_change", 0.0)
+    if not changed <= WEIGHTS_TOL:
+        bugs.append(f"training weights not restored by train() (max abs change {changed:.3g})")
+    if bugs:
+        return bugs
     if not cell["logits_finite"]:
-        return ["non-finite HE logits on CPU fallbacks (cause not established)"]
-    if cell["tokens_equal_native"] and max(cell["per_step_logits_vs_native"]) <= TOL:
+        return ["non-finite HE logits (cause not established)"]
+    if cell["tokens_equal_native"] and worst(steps) <= TOL:
         return [CORRECT]
     return ["differs from native (cause not established)"]

@@ -4,11 +4,23 @@ upstream issue text per confirmed bug."""
 from __future__ import annotations
 
 import json
+import math
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 from . import family
-from .conformance_diagnosis import BUG_3453, BUG_ROPE, CORRECT, TOL
+from .conformance_diagnosis import (
+    BUG_3453,
+    BUG_LAYER_TUPLE,
+    BUG_LORA_NOT_FOUND,
+    BUG_QKV_BIAS,
+    BUG_ROPE,
+    CORRECT,
+    TOL,
+    WEIGHTS_TOL,
+    worst,
+)
 
 # Why these GPT-NeoX fields were varied, and which were left out (the configurations: conformance.CONFIGS).
 CONFIG_NOTES = {
@@ -17,22 +29,61 @@ CONFIG_NOTES = {
     "rotary_emb_base": "rotary frequency base (Pythia 10000); DeepSpeed reads rope_theta/rotary_emb_base",
 }
 LEFT_OUT = {
-    "hidden_act": "DeepSpeed's inference MLP has a fixed GELU; Pythia uses gelu (not varied in part 1)",
-    "layer_norm_eps": "1e-5 vs DeepSpeed's epsilon: read from the config by the container (not varied in part 1)",
-    "attention_bias / tie_word_embeddings": "not varied in part 1",
-    "rope_scaling": "not read by DeepSpeed's GPT-NeoX container (not varied in part 1)",
+    "hidden_act": "DeepSpeed's inference MLP has a fixed GELU; Pythia uses gelu (not varied)",
+    "layer_norm_eps": "read from the config by the container (not varied)",
+    "attention_bias": "a GPT-NeoX without attention bias may not run the sequential path at all (mlp_gemm adds "
+    "None; read, not run)",
+    "tie_word_embeddings": "outside the decoder layers the HE replaces (not varied)",
+    "rope_scaling": "not read by DeepSpeed's GPT-NeoX container (not varied)",
+}
+LEFT_OUT_ARCHS = {
+    "GPT-Neo `window_size` below the sequence length": "DeepSpeed's softmax fallback ignores local attention, "
+    "so on CPU that would measure the fallback, not the HE; the tiny model's window (256) covers every sequence",
+    "GPT-Neo `activation_function`": "gelu_new; the MLP fallback uses exact GELU (the compiled kernel: tanh), "
+    "which is the ~2e-4 GPT-Neo noise in the table",
+    "Llama `num_key_value_heads` < heads (GQA)": "DeepSpeed's split-QKV containers assume equal q/k/v sizes "
+    "(read in `split_qkv.py`, not run)",
+    "Llama `rope_scaling`": "DeepSpeed refuses a scaled rotary for Llama with a clear error (0.19.8)",
+    "`attention_bias=True` (Llama)": "not varied: the bias-free default is what Llama-2 uses and what 0007 needs",
 }
 ISSUE_3453 = "ISSUE-3453.md"
-# Each bug the suite confirms, for its upstream issue text (DeepSpeed's bug template): the configuration
-# that shows it, the twin whose logits the HE reproduces, the cause as read in DeepSpeed 0.19.8, the fix.
+STEPS_KEY = {"gpt-neox": "per_step_logits_vs_lora_teacher_forced"}  # others: per_step_logits_vs_native
+
+
+def steps_vs_native(cell: dict) -> list[float] | None:
+    """Per generated step, max abs of the HE's logits against native (LoRA merged), teacher-forced."""
+    return cell.get(STEPS_KEY.get(cell["arch"], "per_step_logits_vs_native"))
+
+
+def _worst_steps(cell: dict) -> str:
+    steps = steps_vs_native(cell)
+    return family._num(worst(steps)) if steps else "-"
+
+
+def _twin(key: str) -> Callable[[dict], str]:
+    return lambda c: family._num(worst(c.get(key) or [math.nan]))
+
+
+def _bias(cell: dict) -> str:
+    probe = cell.get("qkv_bias_on_bias_free_model") or {}
+    return f"{probe['calls']} calls, max abs {family._num(probe['max_abs'])}" if probe.get("calls") else "none"
+
+
+def _crash(cell: dict) -> str:
+    c = cell.get("crash")
+    return f"{c['type']}: {c['message']} ({c['at']})" if c else "no crash"
+
+
+# Each bug the suite confirms, for its upstream issue text (DeepSpeed's bug template): the cells that show it
+# (`shown`), what each such cell measured (`evidence`), the cause as read in DeepSpeed 0.19.8, and the fix.
 ISSUES = {
     BUG_3453: {
         "file": ISSUE_3453,
-        "configuration": "sequential-residual",
-        "twin": (
-            "per_step_logits_vs_parallel_residual_twin",
-            "the same weights computed as a parallel-residual model",
-        ),
+        "shown": lambda c: c["arch"] == "gpt-neox" and c["configuration"] == "sequential-residual",
+        "evidence": (("vs the same weights computed as a parallel-residual model (max abs, every step)",
+                      _twin("per_step_logits_vs_parallel_residual_twin")),),
+        "measured": "the Hybrid Engine's per-step logits equal, within fp32 noise, those of the same weights "
+        "computed as a parallel-residual model, and differ from the real model's",
         "title": "GPT-NeoX with use_parallel_residual=False runs as a parallel-residual model under kernel "
         "injection / the Hybrid Engine (cause of #3453)",
         "cause": "`BaseTransformerContainer` sets `mlp_after_attn` from the rotary dim alone "
@@ -47,8 +98,11 @@ ISSUES = {
     },
     BUG_ROPE: {
         "file": "ISSUE-rotary-base.md",
-        "configuration": "rotary-base-1e6",
-        "twin": ("per_step_logits_vs_default_rotary_base_twin", "the same weights rotated with base 10000"),
+        "shown": lambda c: c["arch"] == "gpt-neox" and c["configuration"] == "rotary-base-1e6",
+        "evidence": (("vs the same weights rotated with base 10000 (max abs, every step)",
+                      _twin("per_step_logits_vs_default_rotary_base_twin")),),
+        "measured": "the Hybrid Engine's per-step logits equal, within fp32 noise, those of the same weights "
+        "rotated with base 10000, and differ from the real model's",
         "title": "GPT-NeoX's rotary_emb_base is ignored under kernel injection / the Hybrid Engine (rope_theta "
         "stays 10000)",
         "cause": "`DS_GPTNEOXContainer.create_module()` never passes the model's `rotary_emb_base` (mirrored as "
@@ -58,7 +112,60 @@ ISSUES = {
         "context": "The compiled attention kernels build their rotary embedding from `rope_theta` as well, so we "
         "expect GPUs to show it too; not run by us.",
     },
-}
+    BUG_QKV_BIAS: {
+        "file": "ISSUE-zero3-qkv-bias.md",
+        "shown": lambda c: c["arch"] != "gpt-neox" and c["zero_stage"] == 3 and c["lora"] == "none"
+        and c["order"] == "eval-generate-train",
+        "evidence": (("bias handed to the QKV GEMM", _bias),),
+        "measured": "the QKV GEMM was handed a bias although the model has none: DeepSpeed's never-written "
+        "`torch.empty` bias buffer",
+        "title": "ZeRO-3 Hybrid Engine adds an uninitialised QKV bias to models without QKV bias (Llama, GPT-Neo): "
+        "garbage or NaN, different per rank (cause of #4788)",
+        "cause": "Under ZeRO-3 the Hybrid Engine leaves `attn_qkvw` unset and `DeepSpeedSelfAttention._merge_qkv()` "
+        "(`deepspeed/ops/transformer/inference/ds_attention.py`) merges q/k/v into the class-wide `_qkv_buffers` on "
+        "every forward. It writes the bias buffer only when the model has QKV biases but always returns it, so "
+        "`QKVGemmOp` (`add_bias = bias is not None`) adds a `torch.empty` buffer to every query, key and value of a "
+        "model without them. Its content decides the output: correct, ~1.0 off, NaN, and different on each rank. "
+        "PR #4711 (closed, not merged) found the same root cause in 2023.",
+        "fix": "`_merge_qkv()` returns no bias when the model has none (patch `0007`).",
+        "context": "The compiled `qkv_gemm` kernels add the bias the same way (`add_bias`), so GPUs are affected "
+        "too; on a GPU the buffer often holds zeros or old activations, which fits #4788 and DeepSpeedExamples "
+        "#864 (Llama-2, ZeRO-3 + Hybrid Engine: gibberish that differs per rank; ZeRO-2 fine). On released "
+        "DeepSpeed with Transformers >= 4.54 the Llama crash (0008) comes first: the Llama cells here run the "
+        "series without `0007`.",
+    },
+    BUG_LAYER_TUPLE: {
+        "file": "ISSUE-llama-layer-tuple.md",
+        "shown": lambda c: c["arch"] == "llama" and c["scenario"] == "reference",
+        "evidence": (("the Hybrid Engine's first generate", _crash),),
+        "measured": "the Hybrid Engine's first generate fails in the second decoder layer",
+        "title": "Injected Llama layers return a tuple; with Transformers >= 4.54 every Hybrid Engine / kernel "
+        "injection generate fails (`'tuple' object has no attribute 'size'`)",
+        "cause": "Since Transformers 4.54, `LlamaModel` passes what a `LlamaDecoderLayer` returns straight to the "
+        "next layer and to the final norm. `DS_LLAMAContainer` builds `DeepSpeedGPTInference` with the inference "
+        "config's default `return_tuple=True`, so the second layer receives a tuple and fails at "
+        "`input.size()` (`deepspeed/model_implementations/transformers/ds_transformer.py`).",
+        "fix": "The Llama inference layer is built with `return_tuple=False` when the installed Transformers "
+        "expects a tensor (patch `0008`).",
+        "context": "Not kernel-specific: the failure is in Python before any kernel runs.",
+    },
+    BUG_LORA_NOT_FOUND: {
+        "file": "ISSUE-llama-lora.md",
+        "shown": lambda c: c["arch"] == "llama" and c["lora"] != "none",
+        "evidence": (("vs the same model without LoRA (max abs, every step)",
+                      _twin("per_step_logits_vs_without_lora")),),
+        "measured": "the Hybrid Engine's per-step logits equal, within fp32 noise, those of the same model without "
+        "its LoRA, and differ from the model's own",
+        "title": "Hybrid Engine never fuses DeepSpeed-Chat LoRA on Llama: rollouts come from the base weights",
+        "cause": "`DS_LLAMAContainer.set_lora_params()` hands `maybe_get_lora()` the `.weight` tensors of "
+        "q/k/v/o_proj and gate/up/down_proj; `maybe_get_lora()` looks for `lora_right_weight` on what it is "
+        "given, i.e. on the Linear module (DeepSpeed-Chat's `LinearLayer_LoRA`), as the GPT-NeoX, GPT-J and "
+        "GPT-Neo containers pass it. On Llama it finds nothing, fuses nothing, and the Hybrid Engine generates "
+        "with the base weights, silently.",
+        "fix": "The container passes the Linear modules (patch `0009`).",
+        "context": "Not kernel-specific: which weights are fused is decided in Python.",
+    },
+}  # fmt: skip
 
 
 def write_reports(out: Path, data: dict) -> None:
@@ -68,23 +175,28 @@ def write_reports(out: Path, data: dict) -> None:
     heatmap(data, out / "conformance.png")
 
 
+def _where(c: dict) -> str:
+    config = f" {c['configuration']}" if c["configuration"] != "default" else ""
+    return f"{c['arch']}{config}, {c['scenario']}"
+
+
 def issue_text(data: dict, bug: str) -> str:
     """The upstream issue text for `bug` in DeepSpeed's bug template, from the measured cells only."""
     meta = ISSUES[bug]
     measured = [c for c in data["cells"] if "error" not in c]
-    shown = [c for c in measured if c["configuration"] == meta["configuration"]]
     hits = [c for c in measured if bug in c["diagnosis"]]
-    fixed = [c for c in shown if c["build"] == "whole series"]
     if not hits:
         return f"# {bug}\n\nNo measured cell shows it; nothing to report.\n"
+    shown = [c for c in measured if meta["shown"](c)]
+    fixed = [c for c in shown if c["build"] == "whole series"]
     ds, v = hits[0]["deepspeed"]["version"], hits[0]["versions"]
-    twin_key, twin_text = meta["twin"]
+    heads = [h for h, _ in meta["evidence"]]
     rows = [
-        f"| {c['build']} | {c['zero_stage']} | {c['world_size']} | {family._num(c['first_step_logits_max_abs'])} | "
-        f"{family._num(max(c.get(twin_key) or [float('nan')]))} | {'; '.join(c['diagnosis'])} |"
+        f"| {_where(c)} | {c['build']} | {c['zero_stage']} | {c['world_size']} | {_worst_steps(c)} | "
+        + " | ".join(f(c) for _, f in meta["evidence"])
+        + f" | {'; '.join(c['diagnosis'])} |"
         for c in shown
     ]
-    overrides = json.dumps(data["configs"][meta["configuration"]], sort_keys=True)
     return "\n".join(
         [
             f"# [BUG] {meta['title']}",
@@ -92,13 +204,13 @@ def issue_text(data: dict, bug: str) -> str:
             "**Describe the bug**",
             meta["cause"],
             "",
-            f"Measured (CPU, tiny GPT-NeoX with random weights and `{overrides}`, fp32, DeepSpeed {ds}): in "
-            f"{len(hits)} of {len(shown)} cells the Hybrid Engine's per-step logits equal, within fp32 noise, those "
-            f"of {twin_text}, and differ from the real model's:",
+            f"Measured (CPU, tiny models with random weights, fp32, DeepSpeed {ds} as released and with our patch "
+            f"series): in {len(hits)} of {len(shown)} cells {meta['measured']}:",
             "",
-            f"| DeepSpeed | ZeRO | ranks | first-step logits vs native (max abs) | vs {twin_text} (max abs, every "
-            "step) | diagnosis |",
-            "|---|---|---|---|---|---|",
+            "| model, scenario | DeepSpeed | ZeRO | ranks | logits vs native (max abs, every step) | "
+            + " | ".join(heads)
+            + " | diagnosis |",
+            "|---|---|---|---|---|" + "---|" * len(heads) + "---|",
             *rows,
             "",
             "**To Reproduce**",
@@ -106,13 +218,13 @@ def issue_text(data: dict, bug: str) -> str:
             "scripts/bootstrap.sh      # in this repository",
             f".venv/bin/{data['command']}",
             "```",
-            "or with any GPT-NeoX checkpoint with that setting: `deepspeed.init_inference(model, "
+            "or with any checkpoint of that architecture and setting: `deepspeed.init_inference(model, "
             "replace_with_kernel_inject=True)` or the Hybrid Engine, then compare greedy tokens with the Hugging "
             "Face model.",
             "",
             "**Expected behavior**",
-            f"{meta['fix']} With it, {sum(CORRECT in c['diagnosis'] for c in fixed)} of {len(fixed)} such cells are "
-            f"correct (every step within {TOL:g} of native).",
+            f"{meta['fix']} With it (our whole series), {sum(CORRECT in c['diagnosis'] for c in fixed)} of "
+            f"{len(fixed)} such cells are correct (every step within {TOL:g} of native).",
             "",
             "**ds_report output**: not available on this CPU machine (`ds_report` needs an accelerator).",
             "",
@@ -128,94 +240,129 @@ def issue_text(data: dict, bug: str) -> str:
     )
 
 
+def _noise(cells: list[dict]) -> str:
+    """Per architecture, the largest per-step difference among its correct cells: the measured fp32 noise."""
+    out = []
+    for arch in dict.fromkeys(c["arch"] for c in cells):
+        ok = [worst(steps_vs_native(c) or [0.0]) for c in cells if c["arch"] == arch and c["diagnosis"] == [CORRECT]]
+        out.append(f"{arch} <= {family._num(max(ok))}" if ok else f"{arch}: no correct cell")
+    return ", ".join(out)
+
+
 def render(data: dict) -> str:
+    cells = data["cells"]
+    bugs: dict[str, int] = {}
+    for c in cells:
+        for d in c["diagnosis"]:
+            if d != CORRECT:
+                bugs[d] = bugs.get(d, 0) + 1
+    series = [c for c in cells if c["build"] == "whole series"]
+    series_ok = sum(c["diagnosis"] == [CORRECT] for c in series)
     lines = [
-        "# Hybrid Engine conformance: GPT-NeoX vs native Hugging Face (part 1)",
+        "# Hybrid Engine conformance: GPT-NeoX, GPT-Neo and Llama vs native Hugging Face",
         "",
-        f"Regenerate: `{data['command']}` ({data['duration_s']:.0f} s here). CPU evidence: tiny GPT-NeoX "
-        "(random weights), fp32, gloo, DeepSpeed's PyTorch fallbacks; no LoRA, DeepSpeed-Chat's call order, "
-        f"pinned. A cell is correct when every generated step's logits are within {TOL:g} of native "
-        "(fp32 noise measured in the family run: <= 2e-7), tokens are equal and the training weights come "
-        "back bitwise; otherwise it names the bug its measurements show, or its crash.",
+        f"Regenerate: `{data['command']}` ({len(cells)} cells in {data['duration_s']:.0f} s here). CPU evidence, not "
+        "GPU or AMD evidence: tiny models with random weights, fp32, gloo, DeepSpeed's PyTorch fallbacks "
+        "(`repro/rank/fallbacks.py` completes two for GPT-NeoX). A cell is correct when every generated step's "
+        f"logits are within {TOL:g} of native (teacher-forced on the HE's tokens, LoRA merged), the tokens are "
+        f"equal and train() gives the training weights back (within {WEIGHTS_TOL:g}: a LoRA fuse/unfuse round "
+        "trip leaves fp32 rounding). Measured noise of the correct cells, per step: "
+        f"{_noise(cells)} (GPT-Neo: its gelu_new against the fallback's exact GELU). Otherwise a cell names the "
+        "bug its measurements show by positive evidence, or its crash.",
         "",
-        "Configurations (overrides of the tiny default):",
+        f"**With the whole series (`{' '.join(data['builds']['whole series'])}`), {series_ok} of {len(series)} "
+        "cells are correct.**",
         "",
-        *(f"- `{name}`: `{json.dumps(o, sort_keys=True) if o else 'none'}`" for name, o in data["configs"].items()),
+        "Builds: "
+        + "; ".join(f"`{b}`: {' '.join(p) or 'DeepSpeed as installed'}" for b, p in data["builds"].items())
+        + ". A series without one patch shows that patch's bug where another bug hides it on released DeepSpeed.",
         "",
-        "Fields varied, and why: " + "; ".join(f"`{k}`: {v}" for k, v in CONFIG_NOTES.items()) + ".",
-        "",
-        "Left out of part 1: " + "; ".join(f"`{k}`: {v}" for k, v in LEFT_OUT.items()) + ".",
-        "",
-        "Where #8391 is present (released DeepSpeed, ZeRO-3, 2 ranks) it is the cell's diagnosis and hides a "
-        "configuration's own bug; the other conditions show each alone. `conformance.png` colours each cell by its "
-        "first diagnosis. Each confirmed bug has its issue text here (`ISSUE-*.md`), its patch in `repro/patches/` "
-        "and its upstream test in `tests/upstream/`.",
-        "",
-        "| config | build | ZeRO | ranks | first-step logits max abs | tokens = native | diagnosis |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for c in data["cells"]:
-        if "error" in c:
-            lines.append(f"| {c['configuration']} | {c['build']} | {c['zero_stage']} | {c['world_size']} | - | - | "
-                         f"{'; '.join(c['diagnosis']).replace('|', '/')} |")  # fmt: skip
-            continue
-        lines.append(
-            f"| {c['configuration']} | {c['build']} | {c['zero_stage']} | {c['world_size']} | "
-            f"{family._num(c['first_step_logits_max_abs'])} | {'yes' if c['tokens_equal_native'] else 'no'} | "
-            f"{'; '.join(c['diagnosis'])} |"
+        "Scenarios: "
+        + "; ".join(
+            f"`{name}`: order {s['order']}, LoRA {s['lora']}, pin_parameters {str(s['pin']).lower()}"
+            for name, s in data["scenarios"].items()
         )
-    arch_cells = data.get("arch_cells") or []
-    if arch_cells:
+        + ".",
+        "",
+        "GPT-NeoX configurations (overrides of the tiny default): "
+        + "; ".join(
+            f"`{name}` `{json.dumps(o, sort_keys=True) if o else 'none'}`" for name, o in data["configs"].items()
+        )
+        + ". Fields varied, and why: "
+        + "; ".join(f"`{k}`: {v}" for k, v in CONFIG_NOTES.items())
+        + ". Left out: "
+        + "; ".join(f"`{k}`: {v}" for k, v in LEFT_OUT.items())
+        + ".",
+        "",
+        "GPT-Neo and Llama run their tiny default configuration. Left out: "
+        + "; ".join(f"{k}: {v}" for k, v in LEFT_OUT_ARCHS.items())
+        + ".",
+        "",
+        "## Findings",
+        "",
+        "| diagnosis | cells | issue text |",
+        "|---|---|---|",
+        *(
+            f"| {d.replace('|', '/')} | {n} | "
+            + next((f"`{m['file']}`" for b, m in ISSUES.items() if b == d), "-")
+            + " |"
+            for d, n in sorted(bugs.items(), key=lambda kv: -kv[1])
+        ),
+        "",
+        "Where #8391 is present (released DeepSpeed, ZeRO-3, 2 ranks) it is a GPT-NeoX cell's diagnosis and hides a "
+        "configuration's own bug; the other conditions show each alone. `conformance.png` colours each cell by its "
+        "first diagnosis. Each confirmed bug has its issue text here (`ISSUE-*.md`), its patch in "
+        "`repro/patches/` and its upstream test in `tests/upstream/`.",
+    ]
+    for arch in dict.fromkeys(c["arch"] for c in cells):
         lines += [
             "",
-            "## Other architectures (tiny default configuration, pinned, no LoRA)",
+            f"## {arch}",
             "",
-            "Each cell: the Hybrid Engine's greedy tokens and per-step logits against native Hugging Face "
-            "(teacher-forced on the HE's tokens), or the exception the HE raised and where. No CPU fallbacks of "
-            "our own exist for these yet, so a difference or a NaN is recorded, not diagnosed.",
-            "",
-            "| arch | build | ZeRO | ranks | logits vs native, max abs per step | tokens = native | diagnosis |",
-            "|---|---|---|---|---|---|---|",
+            "| config | scenario | build | ZeRO | ranks | logits vs native, max abs over steps | tokens = native | "
+            "diagnosis |",
+            "|---|---|---|---|---|---|---|---|",
         ]
-        for c in arch_cells:
-            steps = " ".join(family._num(x) for x in c.get("per_step_logits_vs_native") or []) or "-"
+        for c in (c for c in cells if c["arch"] == arch):
             equal = {True: "yes", False: "no", None: "-"}[c.get("tokens_equal_native")]
             lines.append(
-                f"| {c['arch']} | {c['build']} | {c['zero_stage']} | {c['world_size']} | {steps} | {equal} | "
-                f"{'; '.join(c['diagnosis']).replace('|', '/')} |"
+                f"| {c['configuration']} | {c['scenario']} | {c['build']} | {c['zero_stage']} | {c['world_size']} | "
+                f"{_worst_steps(c)} | {equal} | {'; '.join(c['diagnosis']).replace('|', '/')} |"
             )
     return "\n".join(lines) + "\n"
 
 
 def heatmap(data: dict, path: Path) -> None:
-    """Configurations x conditions, colour = diagnosis: for people who would rather look than read."""
+    """(Model, configuration, scenario) x (build, ZeRO, ranks), colour = first diagnosis: for people who
+    would rather look than read."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
 
-    cells = [*data["cells"], *({**c, "configuration": c["arch"]} for c in data.get("arch_cells") or [])]
-    configs = list(dict.fromkeys(c["configuration"] for c in cells))
+    cells = data["cells"]
+    rows = list(dict.fromkeys(_where(c) for c in cells))
     conditions = list(dict.fromkeys((c["build"], c["zero_stage"], c["world_size"]) for c in cells))
     labels = sorted({c["diagnosis"][0] for c in cells}, key=lambda d: (d != CORRECT, d))
     kinds = {label: i for i, label in enumerate(labels)}
-    grid = [[float("nan")] * len(conditions) for _ in configs]
+    grid = [[float("nan")] * len(conditions) for _ in rows]
     for c in cells:
-        grid[configs.index(c["configuration"])][conditions.index((c["build"], c["zero_stage"], c["world_size"]))] = (
-            kinds[c["diagnosis"][0]]
-        )
-    colours = ["#4caf50", "#e53935", "#fb8c00", "#8e24aa", "#1e88e5", "#757575", "#6d4c41", "#00897b"]
-    fig, ax = plt.subplots(figsize=(3.0 + 0.6 * len(conditions), 3.0 + 0.45 * len(configs)))
-    ax.imshow(grid, cmap=ListedColormap(colours[: max(1, len(labels))]), vmin=-0.5, vmax=len(labels) - 0.5,
+        grid[rows.index(_where(c))][conditions.index((c["build"], c["zero_stage"], c["world_size"]))] = kinds[
+            c["diagnosis"][0]
+        ]
+    colours = ["#4caf50", "#e53935", "#fb8c00", "#8e24aa", "#1e88e5", "#757575", "#6d4c41", "#00897b", "#fdd835",
+               "#d81b60", "#3949ab", "#00acc1", "#c0ca33", "#5e35b1", "#f4511e", "#546e7a"]  # fmt: skip
+    colours = [colours[i % len(colours)] for i in range(max(1, len(labels)))]
+    fig, ax = plt.subplots(figsize=(4.0 + 0.6 * len(conditions), 3.0 + 0.4 * len(rows)))
+    ax.imshow(grid, cmap=ListedColormap(colours), vmin=-0.5, vmax=len(labels) - 0.5,
               aspect="auto")  # fmt: skip
     ax.set_xticks(range(len(conditions)), [f"{b}, ZeRO-{z}, {w} rank(s)" for b, z, w in conditions], fontsize=7,
                   rotation=40, ha="right")  # fmt: skip
-    ax.set_yticks(range(len(configs)), configs, fontsize=8)
+    ax.set_yticks(range(len(rows)), rows, fontsize=8)
     handles = [plt.Rectangle((0, 0), 1, 1, color=colours[i]) for i in range(len(labels))]
     ax.legend(handles, [textwrap.shorten(t, 90) for t in labels], loc="upper left", bbox_to_anchor=(1.01, 1.0),
               fontsize=7, ncol=1)  # fmt: skip
     ax.set_title("Hybrid Engine vs native Hugging Face (CPU evidence; blank: not run)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100, metadata={"Software": None})
+    fig.savefig(path, dpi=100, bbox_inches="tight", metadata={"Software": None})
     plt.close(fig)

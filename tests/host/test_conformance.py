@@ -1,4 +1,4 @@
-"""The conformance suite's diagnosis, report and heatmap from measurements; one real #3453 cell."""
+"""The conformance suite's plan, its cell runners on real DeepSpeed (few, small) and main's bookkeeping."""
 
 import json
 
@@ -7,127 +7,62 @@ import pytest
 from repro.host import conformance, conformance_diagnosis, conformance_report
 
 
-def _cell(configuration="default", tokens_equal=True, steps="LLLL", parallel=None, error=None) -> dict:
-    c = {
-        "configuration": configuration,
-        "build": "whole series",
-        "zero_stage": 3,
-        "world_size": 2,
-        "overrides": conformance.CONFIGS[configuration],
-        "targets": "none",
-        "qkv_layouts_after_eval": ["inference"],
-        "weights_seen_by_inference_layers": [{"call": 0, "state": "correct_fused"}],
-        "restore_after_first_generate": {"base": {"bitwise_equal": True, "max_abs": 0.0}, "qkv_layouts": ["training"]},
-        "restore_after_cycles": {"base": {"bitwise_equal": True, "max_abs": 0.0}, "qkv_layouts": ["training"]},
-        "tokens_equal_native": tokens_equal,
-        "per_step_matches": [{"L": "lora", "x": "neither"}[s] for s in steps],
-        "first_step_logits_max_abs": 2e-7 if tokens_equal else 1.13,
-        "he_matches_parallel_residual_reference": parallel,
-        "per_step_logits_vs_parallel_residual_twin": None if parallel is None else [6e-7] * len(steps),
-        "deepspeed": {"version": "0.19.8"},
-        "versions": {"torch": "2.13.0+cpu", "transformers": "4.57.6", "python": "3.11.7"},
-    }
-    if error:
-        c = {k: c[k] for k in ("configuration", "build", "zero_stage", "world_size", "overrides")} | {"error": error}
-    c["diagnosis"] = conformance_diagnosis.diagnose(c)
-    return c
-
-
-def test_a_sequential_model_computed_as_parallel_residual_is_3453_from_positive_evidence():
-    assert _cell()["diagnosis"] == ["correct"]
-    bug = _cell("sequential-residual", tokens_equal=False, steps="xxxx", parallel=True)
-    assert bug["diagnosis"] == [conformance_diagnosis.BUG_3453]
-    # Different tokens without the parallel-residual twin's logits are not #3453: unexplained.
-    other = _cell("sequential-residual", tokens_equal=False, steps="xxxx", parallel=False)
-    assert other["diagnosis"] == ["tokens differ (unexplained)"]
-    assert _cell("full-rotary", tokens_equal=False, steps="xxxx", parallel=None)["diagnosis"] == [
-        "tokens differ (unexplained)"
-    ]
-
-
-def test_an_ignored_rotary_base_is_named_from_the_base_10000_twin():
-    cell = _cell("rotary-base-1e6", tokens_equal=False, steps="xxxx")
-    cell["he_matches_default_rotary_base_reference"] = True
-    assert conformance_diagnosis.diagnose(cell) == [conformance_diagnosis.BUG_ROPE]
-    cell["he_matches_default_rotary_base_reference"] = False
-    assert conformance_diagnosis.diagnose(cell) == ["tokens differ (unexplained)"]
-
-
-def test_a_crash_is_a_finding_with_its_exception():
-    assert _cell(error="LaunchError: AttributeError: 'tuple'")["diagnosis"] == [
-        "crash: LaunchError: AttributeError: 'tuple'"
-    ]
-
-
-def test_the_report_and_the_heatmap_come_from_the_json(tmp_path):
-    cells = [_cell(), _cell("sequential-residual", False, "xxxx", True), _cell("full-rotary", error="boom")]
-    data = {"command": conformance.COMMAND, "arch": "gpt-neox", "configs": conformance.CONFIGS, "duration_s": 5.0,
-            "cells": cells}  # fmt: skip
-    conformance_report.write_reports(tmp_path, json.loads(json.dumps(data)))
-    text = (tmp_path / "CONFORMANCE.md").read_text()
-    assert (
-        "| sequential-residual | whole series | 3 | 2 | 1.13 | no | sequential residual run as parallel (#3453) |"
-        in text
-    )
-    assert "use_parallel_residual" in text and "Left out of part 1" in text and "CPU evidence" in text
-    assert (tmp_path / "conformance.png").stat().st_size > 5_000
-    issue = (tmp_path / conformance_report.ISSUE_3453).read_text()
-    assert "**To Reproduce**" in issue and "**Expected behavior**" in issue and "**System info**" in issue
-    assert "in 1 of 1 cells the Hybrid Engine" in issue and "| whole series | 3 | 2 | 1.13 | 6e-07 |" in issue
-    first = (tmp_path / "conformance.png").read_bytes()
-    conformance_report.write_reports(tmp_path, data)
-    assert (tmp_path / "conformance.png").read_bytes() == first  # no timestamp: regenerates byte for byte
-
-
-def test_quick_is_one_cell_per_configuration_and_full_covers_both_stages_and_world_sizes():
-    quick = conformance.cells_of(conformance.QUICK)
-    assert len(quick) == len(conformance.CONFIGS)
-    full = conformance.cells_of(conformance.FULL)
+def test_full_covers_every_axis_the_done_criteria_name():
+    full = conformance.plan()
+    assert {c["arch"] for c in full} == {"gpt-neox", "gpt-neo", "llama"}
     assert {c["zero_stage"] for c in full} == {2, 3} and {c["world_size"] for c in full} == {1, 2}
+    assert {c["order"] for c in full} == {"eval-generate-train", "train-first", "eval-twice"}
+    assert {c["lora"] for c in full} == {"none", "all"} and {c["pin"] for c in full} == {True, False}
+    assert {c["configuration"] for c in full if c["arch"] == "gpt-neox"} == set(conformance.CONFIGS)
+    for arch in ("gpt-neox", "gpt-neo", "llama"):  # every architecture in every scenario, both builds
+        mine = [c for c in full if c["arch"] == arch]
+        assert {c["scenario"] for c in mine} == set(conformance.SCENARIOS)
+        assert {"released", "whole series"} <= {c["build"] for c in mine}
+    assert not [c for c in full if not c["pin"] and c["zero_stage"] != 3]  # pin_parameters: a ZeRO-3 setting
+    keys = [tuple(sorted((k, json.dumps(v)) for k, v in c.items())) for c in full]
+    assert len(keys) == len(set(keys))
+
+
+def test_quick_has_one_cell_per_axis_value_and_stays_small():
+    quick = conformance.plan(quick=True)
+    assert {c["arch"] for c in quick} == set(conformance.ARCHS)
+    assert {c["scenario"] for c in quick} == set(conformance.SCENARIOS)
+    assert {c["zero_stage"] for c in quick} == {2, 3} and {c["world_size"] for c in quick} == {1, 2}
+    assert {c["configuration"] for c in quick} == set(conformance.CONFIGS)
+    assert {c["build"] for c in quick} == {"released", "whole series"}
+    assert len(quick) <= 15
 
 
 @pytest.mark.distributed
 def test_a_real_sequential_residual_cell_shows_3453(tmp_path):
     """Released DeepSpeed, ZeRO-2, one rank: the HE's logits are the parallel-residual twin's."""
-    axes = {"configuration": "sequential-residual", "build": "released", "zero_stage": 2, "world_size": 1}
+    axes = conformance._cell("gpt-neox", "sequential-residual", "released", 2, 1, "reference")
     result = conformance.run_cell(tmp_path, None, axes, timeout_s=240)
-    cell = {**axes, "overrides": conformance.CONFIGS["sequential-residual"], **result}
     assert result["config"]["overrides"] == {"use_parallel_residual": False}
-    assert conformance_diagnosis.diagnose(cell) == [conformance_diagnosis.BUG_3453]
+    assert conformance_diagnosis.diagnose({**axes, **result}) == [conformance_diagnosis.BUG_3453]
     assert max(result["per_step_logits_vs_parallel_residual_twin"]) < 1e-5
-
-
-def test_an_architecture_cell_records_the_he_crash_or_compares_within_the_tolerance(tmp_path):
-    crash = {"arch": "llama", "build": "released", "zero_stage": 3, "world_size": 2,
-             "crash": {"type": "AttributeError", "message": "'tuple' object has no attribute 'size'",
-                       "at": "deepspeed/model_implementations/transformers/ds_transformer.py:139"}}  # fmt: skip
-    assert conformance_diagnosis.diagnose_arch(crash) == [
-        "crash in the Hybrid Engine: AttributeError: 'tuple' object has no attribute 'size' "
-        "(deepspeed/model_implementations/transformers/ds_transformer.py:139)"
-    ]
-    ok = {"arch": "gpt-neo", "build": "whole series", "zero_stage": 3, "world_size": 1, "tokens_equal_native": True,
-          "per_step_logits_vs_native": [3e-7, 4e-7], "logits_finite": True}  # fmt: skip
-    assert conformance_diagnosis.diagnose_arch(ok) == ["correct"]
-    assert conformance_diagnosis.diagnose_arch({**ok, "logits_finite": False})[0].startswith("non-finite")
-    assert conformance_diagnosis.diagnose_arch({**ok, "per_step_logits_vs_native": [0.9]})[0].startswith("differs")
-    for c in (crash, ok):
-        c["diagnosis"] = conformance_diagnosis.diagnose_arch(c)
-    data = {"command": conformance.COMMAND, "arch": "gpt-neox", "configs": conformance.CONFIGS, "duration_s": 1.0,
-            "cells": [_cell()], "arch_cells": [crash, ok]}  # fmt: skip
-    conformance_report.write_reports(tmp_path, data)
-    text = (tmp_path / "CONFORMANCE.md").read_text()
-    assert (
-        "## Other architectures" in text and "| llama | released | 3 | 2 | - | - | crash in the Hybrid Engine" in text
-    )
 
 
 @pytest.mark.distributed
 def test_a_real_llama_cell_records_the_hybrid_engines_crash(tmp_path):
     """Transformers 4.57: the HE's Llama layers hand the next layer a tuple; the crash is the cell's finding."""
-    axes = {"arch": "llama", "build": "released", "zero_stage": 3, "world_size": 1}
+    axes = conformance._cell("llama", "default", "released", 3, 1, "reference")
     result = conformance.run_arch_cell(tmp_path, None, axes, timeout_s=240)
     assert result["crash"]["type"] == "AttributeError" and result["crash"]["at"].startswith("deepspeed/")
-    assert conformance_diagnosis.diagnose_arch({**axes, **result})[0].startswith("crash in the Hybrid Engine")
+    assert conformance_diagnosis.diagnose_arch({**axes, **result}) == [conformance_diagnosis.BUG_LAYER_TUPLE]
+
+
+@pytest.mark.distributed
+def test_a_real_llama_cell_without_0007_is_handed_the_unwritten_qkv_bias(tmp_path):
+    """ZeRO-3 merges q/k/v on every forward and hands the QKV GEMM its never-written bias buffer."""
+    from repro.host import patched_copy
+
+    axes = conformance._cell("llama", "default", "series without 0007", 3, 1, "reference")
+    root = patched_copy.prepare_patched_copy(patches=conformance.BUILDS[axes["build"]])
+    result = conformance.run_arch_cell(tmp_path, root, axes, timeout_s=240)
+    assert result["deepspeed"]["path"].startswith(str(root))
+    assert result["qkv_bias_on_bias_free_model"]["calls"] > 0
+    assert conformance_diagnosis.BUG_QKV_BIAS in conformance_diagnosis.diagnose_arch({**axes, **result})
 
 
 def test_main_records_a_build_that_cannot_be_prepared_on_each_of_its_cells(tmp_path, monkeypatch):
@@ -137,10 +72,19 @@ def test_main_records_a_build_that_cannot_be_prepared_on_each_of_its_cells(tmp_p
         raise PatchError("0005 does not apply")
 
     def fake_cell(work, root, axes, timeout_s=600):
-        return {k: v for k, v in _cell().items() if k not in (*conformance.AXES, "overrides", "diagnosis")}
+        return {
+            "targets": axes["lora"], "qkv_layouts_after_eval": ["inference"],
+            "weights_seen_by_inference_layers": [{"call": 0, "state": "correct_fused"}],
+            "restore_after_first_generate": {"base": {"bitwise_equal": True, "max_abs": 0.0}, "qkv_layouts": []},
+            "restore_after_cycles": {"base": {"bitwise_equal": True, "max_abs": 0.0}, "qkv_layouts": []},
+            "tokens_equal_native": True, "per_step_matches": ["lora"],
+            "per_step_logits_vs_lora_teacher_forced": [2e-7],
+            "deepspeed": {"version": "0.19.8"}, "versions": {"torch": "2", "transformers": "4.57.6"},
+        }  # fmt: skip
 
     def fake_arch(work, root, axes, timeout_s=300):
-        return {"tokens_equal_native": True, "per_step_logits_vs_native": [2e-7], "logits_finite": True}
+        return {"tokens_equal_native": True, "per_step_logits_vs_native": [2e-7], "logits_finite": True,
+                "deepspeed": {"version": "0.19.8"}, "versions": {"torch": "2", "transformers": "4.57.6"}}  # fmt: skip
 
     monkeypatch.setattr(conformance.patched_copy, "prepare_patched_copy", no_copy)
     monkeypatch.setattr(conformance, "run_cell", fake_cell)
@@ -149,11 +93,10 @@ def test_main_records_a_build_that_cannot_be_prepared_on_each_of_its_cells(tmp_p
     lines = []
     assert conformance.main(tmp_path, quick=True, log=lines.append) == 3  # a cell that could not run: broken
     data = json.loads((tmp_path / "conformance.json").read_text())
-    assert all(
-        c["diagnosis"] == ["crash: PatchError: 0005 does not apply"] for c in data["cells"] + data["arch_cells"]
-    )
-    assert lines[-1].startswith("[conformance] 6 cells in")
+    series = [c for c in data["cells"] if c["build"] == "whole series"]
+    assert series and all(c["diagnosis"] == ["crash: PatchError: 0005 does not apply"] for c in series)
+    assert lines[-1].startswith(f"[conformance] {len(conformance.plan(quick=True))} cells in")
     monkeypatch.setattr(conformance, "BUILDS", {**conformance.BUILDS, "whole series": ()})  # no copy needed
     assert conformance.main(tmp_path / "ok", quick=True, log=lines.append) == 0
     ok = json.loads((tmp_path / "ok" / "conformance.json").read_text())
-    assert {d for c in ok["cells"] + ok["arch_cells"] for d in c["diagnosis"]} == {"correct"}
+    assert {d for c in ok["cells"] for d in c["diagnosis"]} == {"correct"}

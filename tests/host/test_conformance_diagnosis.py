@@ -1,0 +1,112 @@
+"""Each diagnosis from positive evidence, and each must-fail case: a missing or broken measurement is never
+'correct' and never a named bug."""
+
+import math
+
+from repro.host import conformance_diagnosis as dx
+
+
+def neox_cell(configuration="default", tokens_equal=True, steps="LLLL", parallel=None, error=None) -> dict:
+    c = {
+        "arch": "gpt-neox",
+        "configuration": configuration,
+        "build": "whole series",
+        "zero_stage": 3,
+        "world_size": 2,
+        "targets": "none",
+        "qkv_layouts_after_eval": ["inference"],
+        "weights_seen_by_inference_layers": [{"call": 0, "state": "correct_fused"}],
+        "restore_after_first_generate": {"base": {"bitwise_equal": True, "max_abs": 0.0}, "qkv_layouts": ["training"]},
+        "restore_after_cycles": {"base": {"bitwise_equal": True, "max_abs": 0.0}, "qkv_layouts": ["training"]},
+        "tokens_equal_native": tokens_equal,
+        "per_step_matches": [{"L": "lora", "x": "neither"}[s] for s in steps],
+        "he_matches_parallel_residual_reference": parallel,
+    }
+    if error:
+        c = {k: c[k] for k in ("arch", "configuration", "build", "zero_stage", "world_size")} | {"error": error}
+    return c
+
+
+def arch_cell(**over) -> dict:
+    c = {
+        "arch": "llama",
+        "tokens_equal_native": True,
+        "per_step_logits_vs_native": [8e-7, 7e-7],
+        "logits_finite": True,
+        "qkv_bias_on_bias_free_model": {"calls": 0, "max_abs": None},
+        "weights_after_train": {"changed": [], "max_abs_change": 0.0},
+    }
+    return c | over
+
+
+def test_a_sequential_model_computed_as_parallel_residual_is_3453_from_positive_evidence():
+    assert dx.diagnose(neox_cell()) == ["correct"]
+    assert dx.diagnose(neox_cell("sequential-residual", False, "xxxx", parallel=True)) == [dx.BUG_3453]
+    # Different tokens without the parallel-residual twin's logits are not #3453: unexplained.
+    assert dx.diagnose(neox_cell("sequential-residual", False, "xxxx", parallel=False)) == [
+        "tokens differ (unexplained)"
+    ]
+    assert dx.diagnose(neox_cell("full-rotary", False, "xxxx")) == ["tokens differ (unexplained)"]
+
+
+def test_an_ignored_rotary_base_is_named_from_the_base_10000_twin():
+    cell = neox_cell("rotary-base-1e6", tokens_equal=False, steps="xxxx")
+    cell["he_matches_default_rotary_base_reference"] = True
+    assert dx.diagnose(cell) == [dx.BUG_ROPE]
+    cell["he_matches_default_rotary_base_reference"] = False
+    assert dx.diagnose(cell) == ["tokens differ (unexplained)"]
+
+
+def test_a_cell_that_could_not_run_is_a_crash_never_correct():
+    assert dx.diagnose(neox_cell(error="LaunchError: boom")) == ["crash: LaunchError: boom"]
+    assert dx.diagnose_arch({"error": "LaunchError: boom"}) == ["crash: LaunchError: boom"]
+
+
+def test_the_tuple_crash_is_named_only_with_its_exact_signature():
+    crash = {"type": "AttributeError", "message": "'tuple' object has no attribute 'size'",
+             "at": "deepspeed/model_implementations/transformers/ds_transformer.py:139"}  # fmt: skip
+    assert dx.diagnose_arch({"crash": crash}) == [dx.BUG_LAYER_TUPLE]
+    elsewhere = {**crash, "at": "transformers/models/llama/modeling_llama.py:300"}
+    assert dx.diagnose_arch({"crash": elsewhere})[0].startswith("crash in the Hybrid Engine: AttributeError")
+    other = {**crash, "type": "IndexError", "message": "list index out of range"}
+    assert dx.diagnose_arch({"crash": other})[0].startswith("crash in the Hybrid Engine: IndexError")
+
+
+def test_a_bias_handed_to_the_qkv_gemm_of_a_bias_free_model_is_0007_even_when_the_logits_happen_to_match():
+    lucky = arch_cell(qkv_bias_on_bias_free_model={"calls": 4, "max_abs": 2.9e-8})
+    assert dx.diagnose_arch(lucky) == [dx.BUG_QKV_BIAS]
+    nan = arch_cell(qkv_bias_on_bias_free_model={"calls": 4, "max_abs": math.nan}, logits_finite=False,
+                    per_step_logits_vs_native=[math.nan] * 2)  # fmt: skip
+    assert dx.diagnose_arch(nan) == [dx.BUG_QKV_BIAS]
+    assert dx.diagnose_arch(arch_cell()) == ["correct"]
+
+
+def test_lora_not_found_needs_the_he_to_equal_the_model_without_lora():
+    lost = arch_cell(tokens_equal_native=False, per_step_logits_vs_native=[1.5, 1.4],
+                     per_step_logits_vs_without_lora=[8e-7, 8e-7])  # fmt: skip
+    assert dx.diagnose_arch(lost) == [dx.BUG_LORA_NOT_FOUND]
+    neither = {**lost, "per_step_logits_vs_without_lora": [0.9, 1.1]}
+    assert dx.diagnose_arch(neither) == ["differs from native (cause not established)"]
+    nan = {**lost, "per_step_logits_vs_without_lora": [math.nan, 8e-7]}
+    assert dx.BUG_LORA_NOT_FOUND not in dx.diagnose_arch(nan)
+    fused = arch_cell(per_step_logits_vs_without_lora=[1.5, 1.4])
+    assert dx.diagnose_arch(fused) == ["correct"]
+
+
+def test_weights_train_does_not_give_back_are_a_finding_beyond_fuse_unfuse_rounding():
+    rounding = arch_cell(weights_after_train={"changed": ["w"], "max_abs_change": 7.5e-9})
+    assert dx.diagnose_arch(rounding) == ["correct"]
+    drift = arch_cell(weights_after_train={"changed": ["w"], "max_abs_change": 0.03})
+    assert dx.diagnose_arch(drift) == ["training weights not restored by train() (max abs change 0.03)"]
+    assert dx.diagnose_arch(arch_cell(weights_after_train={"changed": ["w"], "max_abs_change": math.nan}))[
+        0
+    ].startswith("training weights not restored")
+
+
+def test_nan_or_a_difference_is_never_correct():
+    assert dx.diagnose_arch(arch_cell(logits_finite=False, per_step_logits_vs_native=[math.nan, 1e-7]))[0].startswith(
+        "non-finite"
+    )
+    assert dx.diagnose_arch(arch_cell(per_step_logits_vs_native=[0.9, 1e-7]))[0].startswith("differs")
+    assert dx.diagnose_arch(arch_cell(tokens_equal_native=False))[0].startswith("differs")
+    assert math.isnan(dx.worst([0.1, math.nan])) and dx.worst([0.1, 0.3]) == 0.3

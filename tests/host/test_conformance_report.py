@@ -1,0 +1,69 @@
+"""CONFORMANCE.md, the heatmap and the issue texts come from conformance.json alone, name what was measured,
+and say when nothing shows a bug."""
+
+import json
+
+from repro.host import conformance, conformance_diagnosis, conformance_report
+
+VERSIONS = {"deepspeed": {"version": "0.19.8"}, "versions": {"torch": "2.13.0+cpu", "transformers": "4.57.6"}}
+
+
+def head(arch="gpt-neox", configuration="default", build="whole series", zero=3, ws=2, scenario="reference") -> dict:
+    return conformance._cell(arch, configuration, build, zero, ws, scenario)
+
+
+def neox(configuration="default", build="whole series", steps=(2e-7, 3e-7), parallel=None, diagnosis=None):
+    c = head("gpt-neox", configuration, build) | VERSIONS
+    c |= {"tokens_equal_native": max(steps) < 1e-3, "per_step_logits_vs_lora_teacher_forced": list(steps),
+          "per_step_logits_vs_parallel_residual_twin": parallel}  # fmt: skip
+    c["diagnosis"] = diagnosis or ["correct"]
+    return c
+
+
+def llama(build="released", scenario="reference", **measured):
+    c = head("llama", build=build, scenario=scenario) | VERSIONS | measured
+    c["diagnosis"] = conformance_diagnosis.diagnose_arch(c)
+    return c
+
+
+def data(cells):
+    return json.loads(json.dumps({
+        "command": conformance.COMMAND, "configs": conformance.CONFIGS, "scenarios": conformance.SCENARIOS,
+        "builds": {k: list(v) for k, v in conformance.BUILDS.items()}, "duration_s": 5.0, "cells": cells,
+    }))  # fmt: skip
+
+
+TUPLE = {"type": "AttributeError", "message": "'tuple' object has no attribute 'size'",
+         "at": "deepspeed/model_implementations/transformers/ds_transformer.py:139"}  # fmt: skip
+
+
+def test_the_report_and_the_heatmap_come_from_the_json(tmp_path):
+    bug = neox("sequential-residual", "released", (1.13, 1.0), [6e-7] * 2, [conformance_diagnosis.BUG_3453])
+    ok = llama("whole series", tokens_equal_native=True, per_step_logits_vs_native=[8e-7], logits_finite=True)
+    cells = [neox(), bug, llama(crash=TUPLE), ok]
+    conformance_report.write_reports(tmp_path, data(cells))
+    text = (tmp_path / "CONFORMANCE.md").read_text()
+    assert "| sequential-residual | reference | released | 3 | 2 | 1.13 | no | " in text
+    assert f"| default | reference | released | 3 | 2 | - | - | {conformance_diagnosis.BUG_LAYER_TUPLE} |" in text
+    assert "**With the whole series" in text and "2 of 2 cells are correct" in text
+    assert "CPU evidence, not GPU or AMD evidence" in text and "gpt-neox <= 3e-07" in text
+    assert (tmp_path / "conformance.png").stat().st_size > 5_000
+    first = (tmp_path / "conformance.png").read_bytes()
+    conformance_report.write_reports(tmp_path, data(cells))
+    assert (tmp_path / "conformance.png").read_bytes() == first  # no timestamp: regenerates byte for byte
+
+
+def test_each_issue_text_is_the_bug_template_filled_from_the_cells_that_show_it(tmp_path):
+    bug = neox("sequential-residual", "released", (1.13, 1.0), [6e-7] * 2, [conformance_diagnosis.BUG_3453])
+    fixed = neox("sequential-residual")
+    crash = llama(crash=TUPLE)
+    conformance_report.write_reports(tmp_path, data([bug, fixed, crash]))
+    issue = (tmp_path / conformance_report.ISSUE_3453).read_text()
+    for section in ("**Describe the bug**", "**To Reproduce**", "**Expected behavior**", "**System info**"):
+        assert section in issue
+    assert "in 1 of 2 cells the Hybrid Engine" in issue and "1 of 1 such cells are correct" in issue
+    assert "| gpt-neox sequential-residual, reference | released | 3 | 2 | 1.13 | 6e-07 |" in issue
+    tuple_issue = (tmp_path / "ISSUE-llama-layer-tuple.md").read_text()
+    assert "'tuple' object has no attribute 'size'" in tuple_issue and "in 1 of 1 cells" in tuple_issue
+    # A bug no cell shows gets no issue text, only that sentence.
+    assert (tmp_path / "ISSUE-llama-lora.md").read_text().endswith("No measured cell shows it; nothing to report.\n")
