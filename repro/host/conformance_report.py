@@ -168,6 +168,25 @@ ISSUES = {
 }  # fmt: skip
 
 
+# Each named bug's patch in repro/patches/; where its issue text lives when it is not one of ours above.
+PATCH_OF = {
+    **family.FIXED_BY,
+    BUG_3453: "0005",
+    BUG_ROPE: "0006",
+    BUG_QKV_BIAS: "0007",
+    BUG_LAYER_TUPLE: "0008",
+    BUG_LORA_NOT_FOUND: "0009",
+}
+REFERENCE_OF = {
+    family.BUG_8391: "upstream #8391 (PR #8392); `results/reference/cpu-pythia-410m/`",
+    **{bug: "`results/reference/family/` (docs/bug-family.md)" for bug in family.BUGS if bug != family.BUG_8391},
+}
+
+
+def _issue_of(bug: str) -> str:
+    return f"`{ISSUES[bug]['file']}`" if bug in ISSUES else REFERENCE_OF.get(bug, "-")
+
+
 def write_reports(out: Path, data: dict) -> None:
     (out / "CONFORMANCE.md").write_text(render(data))
     for bug, meta in ISSUES.items():
@@ -300,12 +319,10 @@ def render(data: dict) -> str:
         "",
         "## Findings",
         "",
-        "| diagnosis | cells | issue text |",
-        "|---|---|---|",
+        "| diagnosis | cells | patch | issue text |",
+        "|---|---|---|---|",
         *(
-            f"| {d.replace('|', '/')} | {n} | "
-            + next((f"`{m['file']}`" for b, m in ISSUES.items() if b == d), "-")
-            + " |"
+            f"| {d.replace('|', '/')} | {n} | {PATCH_OF.get(d, '-')} | {_issue_of(d)} |"
             for d, n in sorted(bugs.items(), key=lambda kv: -kv[1])
         ),
         "",

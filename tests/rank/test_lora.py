@@ -71,3 +71,24 @@ def test_references_are_copies(tiny):
     assert not lora.lora_modules(merged)
     ours = {id(p) for p in model.parameters()}
     assert not any(id(p) in ours for p in merged.parameters())
+
+
+@pytest.mark.parametrize("arch", ["gpt-neo", "llama"])
+def test_attach_reaches_every_linear_of_the_other_architectures_and_merges_exactly(arch):
+    """The conformance suite's GPT-Neo and Llama LoRA: every Linear of each layer, the DeepSpeed container's
+    targets; the merged reference computes what the LoRA model computes."""
+    from repro.rank import arch_probe
+
+    model = arch_probe.build(arch, 1234)
+    names = lora.attach(model, "all", arch=arch)
+    layers = len(lora._get(model, lora.LAYERS[arch])[0].get_submodule(lora.LAYERS[arch].split(".")[-1]))
+    assert len(names) == layers * len(lora.ARCH_TARGETS[arch]["all"])
+    assert not [n for n, m in model.named_modules() if type(m) is torch.nn.Linear and ".layers." in f".{n}"
+                and n.split(".")[-1] in {t.split(".")[-1] for t in lora.ARCH_TARGETS[arch]["all"]}]  # fmt: skip
+    ids = torch.tensor([arch_probe.PROMPT])
+    with torch.no_grad():
+        lora_logits = model(ids).logits
+        merged_logits = lora.merged_reference(model)(ids).logits
+        base_logits = lora.base_reference(model)(ids).logits
+    assert (lora_logits - merged_logits).abs().max() < 1e-4
+    assert (lora_logits - base_logits).abs().max() > 0.1  # the delta is visible: a lost LoRA cannot pass
