@@ -15,11 +15,12 @@ tests=(unit/hybrid_engine/test_hybrid_megatron_zero3.py unit/hybrid_engine/test_
        unit/hybrid_engine/test_hybrid_megatron_lora.py unit/hybrid_engine/test_hybrid_engine_lora_non_pinned.py
        unit/hybrid_engine/test_hybrid_megatron_call_order.py unit/hybrid_engine/test_gptneox_sequential_residual.py
        unit/hybrid_engine/test_gptneox_rotary_base.py unit/hybrid_engine/test_ds_attention_merge_qkv.py
-       unit/hybrid_engine/test_llama_layer_return.py unit/hybrid_engine/test_llama_lora.py)
+       unit/hybrid_engine/test_llama_layer_return.py unit/hybrid_engine/test_llama_lora.py
+       unit/hybrid_engine/test_llama_unservable_config.py)
 run() {  # -p repro.rank.lifecycle only skips DeepSpeed's JIT-built CPU comm op (no compile)
   (cd "$work/tests" && DS_ACCELERATOR=cpu PYTHONPATH="$work" "$python" -m pytest -q --color=no -p no:cacheprovider \
     -p repro.rank.lifecycle "${tests[@]}" 2>&1 | tail -n 1)
 }
 echo "DeepSpeed $(git -C "$src" rev-parse --short HEAD), as it is: $(run)"
-for patch in "$repo"/repro/patches/000*.patch; do patch -d "$work" -p1 -s -i "$patch"; done
+for patch in "$repo"/repro/patches/[0-9][0-9][0-9][0-9]-*.patch; do patch -d "$work" -p1 -s -i "$patch"; done
 echo "with $(ls "$repo"/repro/patches | tr '\n' ' '): $(run)"

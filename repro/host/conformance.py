@@ -32,7 +32,26 @@ CONFIGS: dict[str, dict] = {
     "rotary-base-1e6": {"rotary_emb_base": 1_000_000},
 }
 ARCHS = ("gpt-neox", "gpt-neo", "llama")  # GPT-Neo and Llama: their tiny default (repro.rank.arch_probe.ARCHS)
-SERIES = ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009")
+# Per architecture, its configurations: overrides of its tiny default (GPT-NeoX: CONFIGS above). Why these
+# fields, and which were left out: conformance_report.CONFIG_NOTES / LEFT_OUT / LEFT_OUT_ARCHS.
+ARCH_CONFIGS: dict[str, dict[str, dict]] = {
+    "gpt-neox": CONFIGS,
+    "gpt-neo": {
+        "default": {},
+        "exact-gelu": {"activation_function": "gelu"},
+        "layer-norm-eps-1e-3": {"layer_norm_epsilon": 1e-3},
+    },
+    "llama": {
+        "default": {},
+        "rope-theta-1e6": {"rope_theta": 1_000_000.0},
+        "rms-norm-eps-1e-3": {"rms_norm_eps": 1e-3},
+        "gelu-gating": {"hidden_act": "gelu"},
+        "attention-bias": {"attention_bias": True},
+        "mlp-bias": {"mlp_bias": True},
+        "grouped-query": {"num_key_value_heads": 2},
+    },
+}
+SERIES = ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010")
 # Released, the whole series, and the series without one patch where that patch's bug hides behind another
 # on released DeepSpeed (the Llama crash, 0008, comes first there): each such patch shown necessary.
 BUILDS = {
@@ -40,6 +59,7 @@ BUILDS = {
     "whole series": SERIES,
     "series without 0007": tuple(p for p in SERIES if p != "0007"),
     "series without 0009": tuple(p for p in SERIES if p != "0009"),
+    "series without 0010": tuple(p for p in SERIES if p != "0010"),
 }
 # (build, scenarios, architectures) of the leave-one-out cells; ZeRO-3, 1 and 2 ranks (non-pinned: 2).
 LEAVE_ONE_OUT = (
@@ -64,7 +84,7 @@ def _cell(arch: str, configuration: str, build: str, zero_stage: int, world_size
     return {
         "arch": arch,
         "configuration": configuration,
-        "config": CONFIGS[configuration] if arch == "gpt-neox" else {},
+        "config": ARCH_CONFIGS[arch][configuration],
         "build": build,
         "zero_stage": zero_stage,
         "world_size": world_size,
@@ -76,16 +96,19 @@ def _cell(arch: str, configuration: str, build: str, zero_stage: int, world_size
 def plan(quick: bool = False) -> list[dict]:
     """The cells to run. Full: per architecture and build, every configuration in DeepSpeed-Chat's scenario
     under ZeRO-2/3 x 1/2 ranks; the default configuration in each other scenario at 2 ranks (ZeRO-2 and 3;
-    the non-pinned ones ZeRO-3 only: pin_parameters is a ZeRO-3 setting); the leave-one-out cells. Quick:
-    one cell per axis value."""
+    the non-pinned ones ZeRO-3 only: pin_parameters is a ZeRO-3 setting); GPT-Neo's and Llama's other
+    configurations before and after the series; the leave-one-out cells. Quick: one cell per axis value."""
     if quick:
         series = "whole series"
         return [
-            *(_cell(a, "default", series, 3, 2, "reference") for a in ARCHS),
-            *(_cell("gpt-neox", c, series, 3, 2, "reference") for c in CONFIGS if c != "default"),
+            *(
+                _cell(a, c, series, 3, 2, "reference")
+                for a in ARCHS
+                for c in ARCH_CONFIGS[a]
+                if c != "sequential-residual"
+            ),
+            _cell("gpt-neox", "sequential-residual", "released", 2, 1, "reference"),  # #3453, on ZeRO-2 and 1 rank
             *(_cell("gpt-neox", "default", series, 3, 2, s) for s in SCENARIOS if s != "reference"),
-            _cell("gpt-neox", "default", series, 2, 1, "reference"),
-            _cell("gpt-neox", "default", "released", 3, 2, "reference"),
         ]
     cells = []
     for arch in ARCHS:
@@ -96,6 +119,13 @@ def plan(quick: bool = False) -> list[dict]:
                 if scenario != "reference":
                     stages = (2, 3) if settings["pin"] else (3,)
                     cells += [_cell(arch, "default", build, z, 2, scenario) for z in stages]
+    # The other architectures' configurations: DeepSpeed-Chat's scenario, ZeRO-2 on 1 rank and ZeRO-3 on 2;
+    # Llama as released crashes before any configuration matters (0008), so the series without 0010 stands in.
+    for arch in ("gpt-neo", "llama"):
+        before = "released" if arch == "gpt-neo" else "series without 0010"
+        for configuration in (c for c in ARCH_CONFIGS[arch] if c != "default"):
+            cells += [_cell(arch, configuration, before, 2, 1, "reference"),
+                      _cell(arch, configuration, "whole series", 3, 2, "reference")]  # fmt: skip
     for build, scenarios, archs in LEAVE_ONE_OUT:
         for arch in archs:
             for scenario in scenarios:
@@ -112,7 +142,7 @@ def run_arch_cell(work: Path, root: Path | None, axes: dict, timeout_s: float = 
     out = work / "arch" / axes["build"].replace(" ", "-") / f"{_slug(axes)}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     spec = out.with_suffix(".spec.json")
-    keys = ("arch", "zero_stage", "order", "lora", "pin")
+    keys = ("arch", "zero_stage", "order", "lora", "pin", "config")
     spec.write_text(json.dumps({k: axes[k] for k in keys}))
     try:
         return launch.run_probe(ARCH_PROBE, out, root, ranks=axes["world_size"], timeout_s=timeout_s)
@@ -165,7 +195,7 @@ def main(out: Path, quick: bool = False, timeout_s: float = 600, log: Callable[[
     cells = [measure(axes) for axes in planned]
     data = {
         "command": COMMAND + (" --quick" if quick else ""),
-        "configs": CONFIGS,
+        "configs": ARCH_CONFIGS,
         "scenarios": SCENARIOS,
         "builds": {name: list(patches) for name, patches in BUILDS.items()},
         "cells": cells,

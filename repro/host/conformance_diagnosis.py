@@ -14,6 +14,9 @@ BUG_ROPE = "rotary_emb_base ignored: rotated with base 10000 (0006)"
 BUG_QKV_BIAS = "ZeRO-3 adds the unwritten QKV bias buffer to a model without QKV bias (#4788; 0007)"
 BUG_LAYER_TUPLE = "injected layer returns a tuple where Transformers >= 4.54 expects a tensor (0008)"
 BUG_LORA_NOT_FOUND = "LoRA never fused: the HE generates the model without its LoRA (0009)"
+BUG_UNSERVABLE = "Llama configuration the injected layer cannot compute, accepted silently (0010)"
+REFUSED = "refused by name: outside what the injected layer computes (0010)"
+REFUSAL = "DeepSpeed kernel injection cannot serve"  # how DeepSpeed's refusals begin (0010, scaled rotary)
 # Per-step tolerance of a correct cell (repro.rank.lora_probe.TOL, the probe's own): fp32 HE vs native
 # differ by <= 2e-7 in every correct family cell (results/reference/family); 1e-3 leaves 3 orders of
 # magnitude above that noise and stays 2 orders below the smallest bug measured there (0.3).
@@ -54,9 +57,16 @@ def diagnose_arch(cell: dict) -> list[str]:
         tuple_where_tensor = c["type"] == "AttributeError" and c["message"].startswith("'tuple' object has no")
         if tuple_where_tensor and c["at"].startswith("deepspeed/model_implementations/transformers/ds_transformer.py"):
             return [BUG_LAYER_TUPLE]
+        if c["type"] == "ValueError" and c["message"].startswith(REFUSAL) and c["at"].startswith("deepspeed/"):
+            return [REFUSED]
+        if cell.get("grouped_query_attention") and c["at"].startswith("deepspeed/"):  # accepted, then failed on
+            return [f"{BUG_UNSERVABLE}: grouped-query attention crashes ({c['type']} at {c['at']})"]
         return [f"crash in the Hybrid Engine: {c['type']}: {c['message']} ({c['at']})"]
     steps = cell["per_step_logits_vs_native"]
     bugs = []
+    for twin, twin_steps in (cell.get("per_step_logits_vs_twin") or {}).items():
+        if worst(twin_steps) <= TOL < worst(steps):  # the HE computed the twin, not the model
+            bugs.append(f"{BUG_UNSERVABLE}: computed as {twin.replace('_', ' ')}")
     if (cell.get("qkv_bias_on_bias_free_model") or {}).get("calls"):  # a bias handed to the QKV GEMM: measured
         bugs.append(BUG_QKV_BIAS)
     without_lora = cell.get("per_step_logits_vs_without_lora")

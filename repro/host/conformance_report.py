@@ -16,7 +16,9 @@ from .conformance_diagnosis import (
     BUG_LORA_NOT_FOUND,
     BUG_QKV_BIAS,
     BUG_ROPE,
+    BUG_UNSERVABLE,
     CORRECT,
+    REFUSED,
     TOL,
     WEIGHTS_TOL,
     worst,
@@ -36,15 +38,21 @@ LEFT_OUT = {
     "tie_word_embeddings": "outside the decoder layers the HE replaces (not varied)",
     "rope_scaling": "not read by DeepSpeed's GPT-NeoX container (not varied)",
 }
+ARCH_CONFIG_NOTES = {
+    "gpt-neo `activation_function`": "gelu_new (default) vs exact gelu; DeepSpeed's MLP has one GELU",
+    "gpt-neo `layer_norm_epsilon`": "read by the container from the LayerNorm",
+    "llama `rope_theta`": "rotary base; the container passes it (unlike GPT-NeoX's before 0006)",
+    "llama `rms_norm_eps`": "read by the policy from the RMSNorm",
+    "llama `hidden_act`": "the kernel gates with SiLU whatever the config says",
+    "llama `attention_bias` / `mlp_bias`": "the policy hands the kernel no biases",
+    "llama `num_key_value_heads`": "grouped-query attention; the split-QKV merge assumes equal q/k/v sizes",
+}
 LEFT_OUT_ARCHS = {
-    "GPT-Neo `window_size` below the sequence length": "DeepSpeed's softmax fallback ignores local attention, "
+    "gpt-neo `window_size` below the sequence length": "DeepSpeed's softmax fallback ignores local attention, "
     "so on CPU that would measure the fallback, not the HE; the tiny model's window (256) covers every sequence",
-    "GPT-Neo `activation_function`": "gelu_new; the MLP fallback uses exact GELU (the compiled kernel: tanh), "
-    "which is the ~2e-4 GPT-Neo noise in the table",
-    "Llama `num_key_value_heads` < heads (GQA)": "DeepSpeed's split-QKV containers assume equal q/k/v sizes "
-    "(read in `split_qkv.py`, not run)",
-    "Llama `rope_scaling`": "DeepSpeed refuses a scaled rotary for Llama with a clear error (0.19.8)",
-    "`attention_bias=True` (Llama)": "not varied: the bias-free default is what Llama-2 uses and what 0007 needs",
+    "gpt-neo `attention_types`": "all-local equals all-global while the window covers the sequence (above)",
+    "llama `rope_scaling`": "DeepSpeed 0.19.8 refuses a scaled rotary for Llama with a clear error",
+    "llama `head_dim` / `pretraining_tp`": "not varied",
 }
 ISSUE_3453 = "ISSUE-3453.md"
 STEPS_KEY = {"gpt-neox": "per_step_logits_vs_lora_teacher_forced"}  # others: per_step_logits_vs_native
@@ -165,7 +173,33 @@ ISSUES = {
         "fix": "The container passes the Linear modules (patch `0009`).",
         "context": "Not kernel-specific: which weights are fused is decided in Python.",
     },
+    BUG_UNSERVABLE: {
+        "file": "ISSUE-llama-unservable-config.md",
+        "shown": lambda c: c["arch"] == "llama" and c["configuration"] in UNSERVABLE_CONFIGS,
+        "evidence": (("what the Hybrid Engine computed instead", lambda c: _crash(c) if "crash" in c else _twins(c)),),
+        "measured": "the Llama container accepted a configuration its injected layer does not compute: the Hybrid "
+        "Engine's per-step logits equal those of a native twin with the setting the kernel hard-codes (SiLU "
+        "gating; no layer biases), or grouped-query attention crashes",
+        "title": "Llama kernel injection / Hybrid Engine silently computes a different model for hidden_act != "
+        "silu, attention_bias, mlp_bias, and crashes for grouped-query attention",
+        "cause": "`LLAMALayerPolicy` fixes the MLP activation to `GATED_SILU`, returns `None` for the q/k/v, o_proj "
+        "and MLP biases (`attention()`, `mlp()`; the split-QKV path sets `qb = kb = vb = None`), and the split-QKV "
+        "merge assumes q, k and v of equal size. `DS_LLAMAContainer` accepts any `LlamaConfig` nevertheless, so a "
+        "model outside that set generates wrong text without an error, or fails with a shape error inside the "
+        "attention (grouped-query attention).",
+        "fix": "The container refuses such a configuration by name with a ValueError, as `_get_rope_theta` "
+        "already does for scaled rotary (patch `0010`); serving them would need the kernel to take biases, "
+        "another gating and grouped K/V.",
+        "context": "Not kernel-specific: the settings are dropped in Python before any kernel runs (GQA: both the "
+        "ZeRO-3 merge and the attention fail).",
+    },
 }  # fmt: skip
+UNSERVABLE_CONFIGS = ("gelu-gating", "attention-bias", "mlp-bias", "grouped-query")
+
+
+def _twins(cell: dict) -> str:
+    found = cell.get("per_step_logits_vs_twin") or {}
+    return "; ".join(f"{n.replace('_', ' ')}: {family._num(worst(v))}" for n, v in found.items()) or "-"
 
 
 # Each named bug's patch in repro/patches/; where its issue text lives when it is not one of ours above.
@@ -176,11 +210,18 @@ PATCH_OF = {
     BUG_QKV_BIAS: "0007",
     BUG_LAYER_TUPLE: "0008",
     BUG_LORA_NOT_FOUND: "0009",
+    BUG_UNSERVABLE: "0010",
+    REFUSED: "0010",
 }
 REFERENCE_OF = {
     family.BUG_8391: "upstream #8391 (PR #8392); `results/reference/cpu-pythia-410m/`",
     **{bug: "`results/reference/family/` (docs/bug-family.md)" for bug in family.BUGS if bug != family.BUG_8391},
 }
+
+
+def _named(diagnosis: str) -> str:
+    """The named bug a diagnosis starts with (some add what the cell showed after a colon), else itself."""
+    return next((bug for bug in PATCH_OF if diagnosis.startswith(bug)), diagnosis)
 
 
 def _issue_of(bug: str) -> str:
@@ -203,7 +244,7 @@ def issue_text(data: dict, bug: str) -> str:
     """The upstream issue text for `bug` in DeepSpeed's bug template, from the measured cells only."""
     meta = ISSUES[bug]
     measured = [c for c in data["cells"] if "error" not in c]
-    hits = [c for c in measured if bug in c["diagnosis"]]
+    hits = [c for c in measured if any(d.startswith(bug) for d in c["diagnosis"])]
     if not hits:
         return f"# {bug}\n\nNo measured cell shows it; nothing to report.\n"
     shown = [c for c in measured if meta["shown"](c)]
@@ -243,7 +284,12 @@ def issue_text(data: dict, bug: str) -> str:
             "",
             "**Expected behavior**",
             f"{meta['fix']} With it (our whole series), {sum(CORRECT in c['diagnosis'] for c in fixed)} of "
-            f"{len(fixed)} such cells are correct (every step within {TOL:g} of native).",
+            f"{len(fixed)} such cells are correct (every step within {TOL:g} of native)"
+            + (
+                f" and {refused} refuse the configuration by name."
+                if (refused := sum(REFUSED in c["diagnosis"] for c in fixed))
+                else "."
+            ),
             "",
             "**ds_report output**: not available on this CPU machine (`ds_report` needs an accelerator).",
             "",
@@ -277,6 +323,7 @@ def render(data: dict) -> str:
                 bugs[d] = bugs.get(d, 0) + 1
     series = [c for c in cells if c["build"] == "whole series"]
     series_ok = sum(c["diagnosis"] == [CORRECT] for c in series)
+    series_refused = sum(c["diagnosis"] == [REFUSED] for c in series)
     lines = [
         "# Hybrid Engine conformance: GPT-NeoX, GPT-Neo and Llama vs native Hugging Face",
         "",
@@ -290,7 +337,8 @@ def render(data: dict) -> str:
         "bug its measurements show by positive evidence, or its crash.",
         "",
         f"**With the whole series (`{' '.join(data['builds']['whole series'])}`), {series_ok} of {len(series)} "
-        "cells are correct.**",
+        f"cells are correct and {series_refused} refuse, by name, a configuration the injected layer cannot "
+        f"compute; {len(series) - series_ok - series_refused} are neither.**",
         "",
         "Builds: "
         + "; ".join(f"`{b}`: {' '.join(p) or 'DeepSpeed as installed'}" for b, p in data["builds"].items())
@@ -303,17 +351,21 @@ def render(data: dict) -> str:
         )
         + ".",
         "",
-        "GPT-NeoX configurations (overrides of the tiny default): "
+        "Configurations (overrides of each architecture's tiny default): "
         + "; ".join(
-            f"`{name}` `{json.dumps(o, sort_keys=True) if o else 'none'}`" for name, o in data["configs"].items()
+            f"{arch} `{name}` `{json.dumps(o, sort_keys=True) if o else 'none'}`"
+            for arch, configs in data["configs"].items()
+            for name, o in configs.items()
         )
-        + ". Fields varied, and why: "
-        + "; ".join(f"`{k}`: {v}" for k, v in CONFIG_NOTES.items())
-        + ". Left out: "
-        + "; ".join(f"`{k}`: {v}" for k, v in LEFT_OUT.items())
         + ".",
         "",
-        "GPT-Neo and Llama run their tiny default configuration. Left out: "
+        "Fields varied, and why: "
+        + "; ".join(f"gpt-neox `{k}`: {v}" for k, v in CONFIG_NOTES.items())
+        + "; "
+        + "; ".join(f"{k}: {v}" for k, v in ARCH_CONFIG_NOTES.items())
+        + ". Left out: "
+        + "; ".join(f"gpt-neox `{k}`: {v}" for k, v in LEFT_OUT.items())
+        + "; "
         + "; ".join(f"{k}: {v}" for k, v in LEFT_OUT_ARCHS.items())
         + ".",
         "",
@@ -322,7 +374,7 @@ def render(data: dict) -> str:
         "| diagnosis | cells | patch | issue text |",
         "|---|---|---|---|",
         *(
-            f"| {d.replace('|', '/')} | {n} | {PATCH_OF.get(d, '-')} | {_issue_of(d)} |"
+            f"| {d.replace('|', '/')} | {n} | {PATCH_OF.get(_named(d), '-')} | {_issue_of(_named(d))} |"
             for d, n in sorted(bugs.items(), key=lambda kv: -kv[1])
         ),
         "",

@@ -46,12 +46,47 @@ ARCHS = {
 PROMPT = [12, 13, 309, 353, 253, 921, 310, 247]
 
 
-def build(arch: str, seed: int) -> torch.nn.Module:
+def build(arch: str, seed: int, overrides: dict | None = None) -> torch.nn.Module:
+    """The tiny seeded model of `arch`; `overrides` replace fields of its tiny default configuration."""
     import transformers
 
     config_cls, model_cls, fields = ARCHS[arch]
     torch.manual_seed(seed)
-    return getattr(transformers, model_cls)(getattr(transformers, config_cls)(**fields)).eval()
+    config = getattr(transformers, config_cls)(**{**fields, **(overrides or {})})
+    model = getattr(transformers, model_cls)(config).eval()
+    # Transformers initialises biases to 0 and norm weights to 1: a HE that dropped them would still match.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(".bias"):
+                p.normal_(0.0, 0.02)
+            elif "norm" in name or ".ln_" in name:
+                p.normal_(1.0, 0.1)
+    return model
+
+
+def twins(arch: str, model: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    """Native copies of `model` with one setting a Llama injected layer may ignore put back to what the
+    kernel computes: SiLU gating, no biases. The HE matching one of them is positive evidence."""
+    import copy
+
+    from transformers.activations import ACT2FN
+
+    found = {}
+    if arch != "llama":
+        return found
+    if model.config.hidden_act != "silu":
+        silu = copy.deepcopy(model)
+        for layer in silu.model.layers:
+            layer.mlp.act_fn = ACT2FN["silu"]
+        found["silu_gating"] = silu
+    if model.config.attention_bias or model.config.mlp_bias:
+        biasless = copy.deepcopy(model)
+        with torch.no_grad():
+            for name, p in biasless.model.layers.named_parameters():
+                if name.endswith(".bias"):
+                    p.zero_()
+        found["no_layer_biases"] = biasless
+    return found
 
 
 def _where(exc: BaseException) -> str:
@@ -114,9 +149,10 @@ def run(spec: dict) -> dict:
     init_distributed("gloo")
     world = int(os.environ["WORLD_SIZE"])
     arch, targets = spec["arch"], spec.get("lora", "none")
-    model = build(arch, spec.get("seed", 1234))
+    model = build(arch, spec.get("seed", 1234), spec.get("config"))
     lora_names = lora.attach(model, targets, arch=arch)
     native = lora.merged_reference(model)  # the same weights (LoRA merged), kept out of ZeRO's hands
+    twin_models = twins(arch, native)
     without_lora = lora.base_reference(model) if lora_names else None
     ids = torch.tensor([PROMPT])
     n = spec.get("new_tokens", 6)
@@ -125,6 +161,9 @@ def run(spec: dict) -> dict:
     originals = {name: p.detach().clone() for name, p in model.named_parameters()}
     result = {
         "arch": arch,
+        "config_overrides": spec.get("config") or {},
+        "grouped_query_attention": getattr(model.config, "num_key_value_heads", None)
+        not in (None, model.config.num_attention_heads),
         "zero_stage": spec["zero_stage"],
         "world_size": world,
         "lora_modules": len(lora_names),
@@ -161,6 +200,9 @@ def run(spec: dict) -> dict:
         logits_finite=all(math.isfinite(x) for x in steps),
         weights_after_train=restored(engine, originals),
     )
+    result["per_step_logits_vs_twin"] = {
+        name: per_step_max_abs(he_logits, teacher_forced(twin, ids, he_tokens)) for name, twin in twin_models.items()
+    }
     if without_lora is not None:  # did the HE compute the model without its LoRA?
         result["per_step_logits_vs_without_lora"] = per_step_max_abs(
             he_logits, teacher_forced(without_lora, ids, he_tokens)

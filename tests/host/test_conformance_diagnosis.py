@@ -110,3 +110,25 @@ def test_nan_or_a_difference_is_never_correct():
     assert dx.diagnose_arch(arch_cell(per_step_logits_vs_native=[0.9, 1e-7]))[0].startswith("differs")
     assert dx.diagnose_arch(arch_cell(tokens_equal_native=False))[0].startswith("differs")
     assert math.isnan(dx.worst([0.1, math.nan])) and dx.worst([0.1, 0.3]) == 0.3
+
+
+def test_a_refusal_by_name_is_not_a_bug_and_a_grouped_query_crash_is():
+    refusal = {"type": "ValueError", "at": "deepspeed/module_inject/containers/llama.py:197",
+               "message": "DeepSpeed kernel injection cannot serve this Llama configuration: mlp_bias"}  # fmt: skip
+    assert dx.diagnose_arch({"crash": refusal}) == [dx.REFUSED]
+    ours = {**refusal, "at": "repro/rank/arch_probe.py:10"}  # a refusal must come from DeepSpeed
+    assert dx.diagnose_arch({"crash": ours})[0].startswith("crash in the Hybrid Engine")
+    shape = {"type": "RuntimeError", "message": "The expanded size of the tensor (256) must match",
+             "at": "deepspeed/ops/transformer/inference/ds_attention.py:123"}  # fmt: skip
+    assert dx.diagnose_arch({"crash": shape, "grouped_query_attention": True})[0].startswith(dx.BUG_UNSERVABLE)
+    assert dx.diagnose_arch({"crash": shape, "grouped_query_attention": False})[0].startswith("crash in the")
+
+
+def test_a_llama_twin_the_he_reproduces_names_the_setting_it_ignored():
+    gelu = arch_cell(tokens_equal_native=False, per_step_logits_vs_native=[0.07, 0.05],
+                     per_step_logits_vs_twin={"silu_gating": [1e-6, 7e-7]})  # fmt: skip
+    assert dx.diagnose_arch(gelu) == [f"{dx.BUG_UNSERVABLE}: computed as silu gating"]
+    neither = {**gelu, "per_step_logits_vs_twin": {"silu_gating": [0.05, 0.06]}}
+    assert dx.diagnose_arch(neither) == ["differs from native (cause not established)"]
+    matches_both = arch_cell(per_step_logits_vs_twin={"no_layer_biases": [1e-6]})  # the HE is right: no bug
+    assert dx.diagnose_arch(matches_both) == ["correct"]

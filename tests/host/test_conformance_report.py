@@ -28,7 +28,7 @@ def llama(build="released", scenario="reference", **measured):
 
 def data(cells):
     return json.loads(json.dumps({
-        "command": conformance.COMMAND, "configs": conformance.CONFIGS, "scenarios": conformance.SCENARIOS,
+        "command": conformance.COMMAND, "configs": conformance.ARCH_CONFIGS, "scenarios": conformance.SCENARIOS,
         "builds": {k: list(v) for k, v in conformance.BUILDS.items()}, "duration_s": 5.0, "cells": cells,
     }))  # fmt: skip
 
@@ -45,7 +45,7 @@ def test_the_report_and_the_heatmap_come_from_the_json(tmp_path):
     text = (tmp_path / "CONFORMANCE.md").read_text()
     assert "| sequential-residual | reference | released | 3 | 2 | 1.13 | no | " in text
     assert f"| default | reference | released | 3 | 2 | - | - | {conformance_diagnosis.BUG_LAYER_TUPLE} |" in text
-    assert "**With the whole series" in text and "2 of 2 cells are correct" in text
+    assert "**With the whole series" in text and "2 of 2 cells are correct and 0 refuse" in text
     assert "CPU evidence, not GPU or AMD evidence" in text and "gpt-neox <= 3e-07" in text
     assert (tmp_path / "conformance.png").stat().st_size > 5_000
     first = (tmp_path / "conformance.png").read_bytes()
