@@ -16,7 +16,7 @@ tests=(unit/hybrid_engine/test_hybrid_megatron_zero3.py unit/hybrid_engine/test_
        unit/hybrid_engine/test_hybrid_megatron_call_order.py unit/hybrid_engine/test_gptneox_sequential_residual.py
        unit/hybrid_engine/test_gptneox_rotary_base.py unit/hybrid_engine/test_ds_attention_merge_qkv.py
        unit/hybrid_engine/test_llama_layer_return.py unit/hybrid_engine/test_llama_lora.py
-       unit/hybrid_engine/test_llama_unservable_config.py)
+       unit/hybrid_engine/test_llama_unservable_config.py unit/hybrid_engine/test_hybrid_engine_layer_norm_eps.py)
 run() {  # -p repro.rank.lifecycle only skips DeepSpeed's JIT-built CPU comm op (no compile)
   (cd "$work/tests" && DS_ACCELERATOR=cpu PYTHONPATH="$work" "$python" -m pytest -q --color=no -p no:cacheprovider \
     -p repro.rank.lifecycle "${tests[@]}" 2>&1 | tail -n 1)

@@ -15,6 +15,9 @@ BUG_QKV_BIAS = "ZeRO-3 adds the unwritten QKV bias buffer to a model without QKV
 BUG_LAYER_TUPLE = "injected layer returns a tuple where Transformers >= 4.54 expects a tensor (0008)"
 BUG_LORA_NOT_FOUND = "LoRA never fused: the HE generates the model without its LoRA (0009)"
 BUG_UNSERVABLE = "Llama configuration the injected layer cannot compute, accepted silently (0010)"
+BUG_NORM_EPS = "LayerNorm outside the layers computed with eps 1e-5, not the model's (0011)"
+# A native twin the HE reproduces names its bug: Normalize's default epsilon; else a Llama setting (0010).
+TWIN_BUGS = {"outer_layer_norm_at_eps_1e-5": BUG_NORM_EPS}
 REFUSED = "refused by name: outside what the injected layer computes (0010)"
 REFUSAL = "DeepSpeed kernel injection cannot serve"  # how DeepSpeed's refusals begin (0010, scaled rotary)
 # Per-step tolerance of a correct cell (repro.rank.lora_probe.TOL, the probe's own): fp32 HE vs native
@@ -66,7 +69,7 @@ def diagnose_arch(cell: dict) -> list[str]:
     bugs = []
     for twin, twin_steps in (cell.get("per_step_logits_vs_twin") or {}).items():
         if worst(twin_steps) <= TOL < worst(steps):  # the HE computed the twin, not the model
-            bugs.append(f"{BUG_UNSERVABLE}: computed as {twin.replace('_', ' ')}")
+            bugs.append(TWIN_BUGS.get(twin) or f"{BUG_UNSERVABLE}: computed as {twin.replace('_', ' ')}")
     if (cell.get("qkv_bias_on_bias_free_model") or {}).get("calls"):  # a bias handed to the QKV GEMM: measured
         bugs.append(BUG_QKV_BIAS)
     without_lora = cell.get("per_step_logits_vs_without_lora")

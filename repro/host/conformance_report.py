@@ -14,6 +14,7 @@ from .conformance_diagnosis import (
     BUG_3453,
     BUG_LAYER_TUPLE,
     BUG_LORA_NOT_FOUND,
+    BUG_NORM_EPS,
     BUG_QKV_BIAS,
     BUG_ROPE,
     BUG_UNSERVABLE,
@@ -32,7 +33,8 @@ CONFIG_NOTES = {
 }
 LEFT_OUT = {
     "hidden_act": "DeepSpeed's inference MLP has a fixed GELU; Pythia uses gelu (not varied)",
-    "layer_norm_eps": "read from the config by the container (not varied)",
+    "layer_norm_eps": "not varied: the final-norm epsilon bug (0011) is measured on GPT-Neo; GPT-NeoX's "
+    "final_layer_norm is replaced the same way (read, not run)",
     "attention_bias": "a GPT-NeoX without attention bias may not run the sequential path at all (mlp_gemm adds "
     "None; read, not run)",
     "tie_word_embeddings": "outside the decoder layers the HE replaces (not varied)",
@@ -40,7 +42,7 @@ LEFT_OUT = {
 }
 ARCH_CONFIG_NOTES = {
     "gpt-neo `activation_function`": "gelu_new (default) vs exact gelu; DeepSpeed's MLP has one GELU",
-    "gpt-neo `layer_norm_epsilon`": "read by the container from the LayerNorm",
+    "gpt-neo `layer_norm_epsilon`": "read by the container for the layers; the HE replaces the final norm",
     "llama `rope_theta`": "rotary base; the container passes it (unlike GPT-NeoX's before 0006)",
     "llama `rms_norm_eps`": "read by the policy from the RMSNorm",
     "llama `hidden_act`": "the kernel gates with SiLU whatever the config says",
@@ -193,6 +195,23 @@ ISSUES = {
         "context": "Not kernel-specific: the settings are dropped in Python before any kernel runs (GQA: both the "
         "ZeRO-3 merge and the attention fail).",
     },
+    BUG_NORM_EPS: {
+        "file": "ISSUE-layer-norm-eps.md",
+        "shown": lambda c: c["arch"] != "gpt-neox" and "layer-norm-eps" in c["configuration"],
+        "evidence": (("vs the same weights with the final LayerNorm at eps 1e-5 (max abs, every step)",
+                      lambda c: family._num(worst((c.get("per_step_logits_vs_twin") or {}).get(
+                          "outer_layer_norm_at_eps_1e-5") or [math.nan]))),),
+        "measured": "the Hybrid Engine's per-step logits equal, within the fallbacks' noise, those of the same "
+        "weights with the final LayerNorm at eps 1e-5, and differ from the model's own",
+        "title": "Hybrid Engine computes the final LayerNorm with eps 1e-5 whatever the model's layer_norm_epsilon",
+        "cause": "`DeepSpeedHybridEngine.create_inference_containers()` replaces every `nn.LayerNorm` outside the "
+        "transformer layers (GPT-Neo's `ln_f`, GPT-NeoX's `final_layer_norm`, ...) with "
+        "`Normalize(weight=..., bias=...)` (`deepspeed/runtime/hybrid_engine.py`), whose `eps` defaults to 1e-5: "
+        "the model's own epsilon is dropped for every generate.",
+        "fix": "The replacement keeps the LayerNorm's `eps` (patch `0011`).",
+        "context": "Not kernel-specific: `Normalize` is plain PyTorch. Models at eps 1e-5 (Pythia, GPT-Neo's "
+        "default) are unaffected.",
+    },
 }  # fmt: skip
 UNSERVABLE_CONFIGS = ("gelu-gating", "attention-bias", "mlp-bias", "grouped-query")
 
@@ -212,6 +231,7 @@ PATCH_OF = {
     BUG_LORA_NOT_FOUND: "0009",
     BUG_UNSERVABLE: "0010",
     REFUSED: "0010",
+    BUG_NORM_EPS: "0011",
 }
 REFERENCE_OF = {
     family.BUG_8391: "upstream #8391 (PR #8392); `results/reference/cpu-pythia-410m/`",

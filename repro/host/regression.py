@@ -32,6 +32,7 @@ TESTS_BY_PATCH = {
     "0008": ("test_llama_layer_return.py",),
     "0009": ("test_llama_lora.py",),
     "0010": ("test_llama_unservable_config.py",),
+    "0011": ("test_hybrid_engine_layer_norm_eps.py",),
 }
 # Patches a patch's tests need beside it: 0004's ZeRO-3 cases show only once 0001 makes transforms persist.
 PREREQUISITES = {"0004": ("0001",)}

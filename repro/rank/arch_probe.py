@@ -64,14 +64,25 @@ def build(arch: str, seed: int, overrides: dict | None = None) -> torch.nn.Modul
     return model
 
 
+NORMALIZE_EPS = 1e-5  # deepspeed.module_inject.layers.Normalize's default epsilon
+
+
 def twins(arch: str, model: torch.nn.Module) -> dict[str, torch.nn.Module]:
-    """Native copies of `model` with one setting a Llama injected layer may ignore put back to what the
-    kernel computes: SiLU gating, no biases. The HE matching one of them is positive evidence."""
+    """Native copies of `model` with one setting the Hybrid Engine may ignore put back to what DeepSpeed
+    computes: a LayerNorm outside the decoder layers at Normalize's default epsilon; for Llama, SiLU gating
+    and no biases. The HE matching one of them is positive evidence."""
     import copy
 
     from transformers.activations import ACT2FN
 
     found = {}
+    layers = lora.LAYERS[arch] + "."
+    outer = [n for n, m in model.named_modules() if isinstance(m, torch.nn.LayerNorm) and not n.startswith(layers)]
+    if any(model.get_submodule(n).eps != NORMALIZE_EPS for n in outer):
+        default_eps = copy.deepcopy(model)
+        for n in outer:
+            default_eps.get_submodule(n).eps = NORMALIZE_EPS
+        found["outer_layer_norm_at_eps_1e-5"] = default_eps
     if arch != "llama":
         return found
     if model.config.hidden_act != "silu":

@@ -132,3 +132,9 @@ def test_a_llama_twin_the_he_reproduces_names_the_setting_it_ignored():
     assert dx.diagnose_arch(neither) == ["differs from native (cause not established)"]
     matches_both = arch_cell(per_step_logits_vs_twin={"no_layer_biases": [1e-6]})  # the HE is right: no bug
     assert dx.diagnose_arch(matches_both) == ["correct"]
+
+
+def test_a_final_norm_at_normalizes_default_epsilon_is_0011():
+    cell = arch_cell(arch="gpt-neo", tokens_equal_native=True, per_step_logits_vs_native=[0.021, 0.024],
+                     per_step_logits_vs_twin={"outer_layer_norm_at_eps_1e-5": [9e-5, 1.4e-4]})  # fmt: skip
+    assert dx.diagnose_arch(cell) == [dx.BUG_NORM_EPS]
