@@ -192,8 +192,9 @@ ISSUES = {
         "fix": "The container refuses such a configuration by name with a ValueError, as `_get_rope_theta` "
         "already does for scaled rotary (patch `0010`); serving them would need the kernel to take biases, "
         "another gating and grouped K/V.",
-        "context": "Not kernel-specific: the settings are dropped in Python before any kernel runs (GQA: both the "
-        "ZeRO-3 merge and the attention fail).",
+        "context": "The activation and the biases are dropped in Python before any kernel runs. Grouped-query "
+        "attention fails in the ZeRO-3 q/k/v merge (Python) on any device; under ZeRO-2 it failed here in the "
+        "attention's CPU fallback, and the compiled kernel was not run.",
     },
     BUG_NORM_EPS: {
         "file": "ISSUE-layer-norm-eps.md",
