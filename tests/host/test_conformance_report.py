@@ -67,3 +67,15 @@ def test_each_issue_text_is_the_bug_template_filled_from_the_cells_that_show_it(
     assert "'tuple' object has no attribute 'size'" in tuple_issue and "in 1 of 1 cells" in tuple_issue
     # A bug no cell shows gets no issue text, only that sentence.
     assert (tmp_path / "ISSUE-llama-lora.md").read_text().endswith("No measured cell shows it; nothing to report.\n")
+
+
+def test_the_committed_reports_are_what_the_committed_json_renders(tmp_path):
+    """results/reference/conformance: nothing hand-edited, nothing stale."""
+    from repro.paths import REPO_ROOT
+
+    committed = REPO_ROOT / "results" / "reference" / "conformance"
+    conformance_report.write_reports(tmp_path, json.loads((committed / "conformance.json").read_text()))
+    rendered = sorted(p.name for p in tmp_path.iterdir())
+    assert rendered == sorted(p.name for p in committed.iterdir() if p.name != "conformance.json")
+    for name in rendered:
+        assert (tmp_path / name).read_bytes() == (committed / name).read_bytes(), name
