@@ -1,9 +1,10 @@
 """One conformance cell for an architecture other than GPT-NeoX: a tiny seeded model of that architecture
 under the Hybrid Engine, driven in the cell's call order, with or without DeepSpeed-Chat LoRA; its greedy
 tokens and per-step logits against native Hugging Face (teacher-forced on the Hybrid Engine's own tokens,
-LoRA merged), against the same model without LoRA, whether train() gave the training weights back bitwise,
-and whether the QKV GEMM was handed a bias the model does not have, or the exception the Hybrid Engine
-raised and where.
+LoRA merged), against the same model without LoRA and against native twins with one setting DeepSpeed may
+ignore (`twins`), whether train() gave the training weights back, and whether the QKV GEMM was handed a
+bias the model does not have; or the exception the Hybrid Engine raised and where. The cell's configuration
+overrides the architecture's tiny default.
 
 Usage: `python -m repro.rank.arch_probe OUT.json` under torchrun; settings in OUT.spec.json (the host
 writes them). A crash inside the Hybrid Engine is the cell's result, not a failed run: every rank records
