@@ -15,7 +15,7 @@ tests=(unit/hybrid_engine/test_hybrid_megatron_zero3.py unit/hybrid_engine/test_
        unit/hybrid_engine/test_hybrid_megatron_lora.py unit/hybrid_engine/test_hybrid_engine_lora_non_pinned.py
        unit/hybrid_engine/test_hybrid_megatron_call_order.py unit/hybrid_engine/test_gptneox_sequential_residual.py
        unit/hybrid_engine/test_gptneox_rotary_base.py unit/hybrid_engine/test_ds_attention_merge_qkv.py
-       unit/hybrid_engine/test_llama_layer_return.py unit/hybrid_engine/test_llama_lora.py
+       unit/hybrid_engine/test_llama_layer_return.py unit/hybrid_engine/test_llama_internlm_lora.py
        unit/hybrid_engine/test_llama_unservable_config.py unit/hybrid_engine/test_hybrid_engine_layer_norm_eps.py)
 run() {  # -p repro.rank.lifecycle only skips DeepSpeed's JIT-built CPU comm op (no compile)
   (cd "$work/tests" && DS_ACCELERATOR=cpu PYTHONPATH="$work" "$python" -m pytest -q --color=no -p no:cacheprovider \

@@ -172,7 +172,8 @@ ISSUES = {
         "given, i.e. on the Linear module (DeepSpeed-Chat's `LinearLayer_LoRA`), as the GPT-NeoX, GPT-J and "
         "GPT-Neo containers pass it. On Llama it finds nothing, fuses nothing, and the Hybrid Engine generates "
         "with the base weights, silently.",
-        "fix": "The container passes the Linear modules (patch `0009`).",
+        "fix": "The container passes the Linear modules (patch `0009`; it fixes the same lines in the InternLM "
+        "container).",
         "context": "Not kernel-specific: which weights are fused is decided in Python.",
     },
     BUG_UNSERVABLE: {

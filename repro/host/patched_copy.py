@@ -28,6 +28,7 @@ KEY_FILES = (
     "deepspeed/runtime/zero/partition_parameters.py",
     "deepspeed/module_inject/containers/gptneox.py",
     "deepspeed/module_inject/containers/llama.py",
+    "deepspeed/module_inject/containers/internlm.py",
     "deepspeed/ops/transformer/inference/ds_attention.py",
 )
 

@@ -30,7 +30,7 @@ TESTS_BY_PATCH = {
     "0006": ("test_gptneox_rotary_base.py",),
     "0007": ("test_ds_attention_merge_qkv.py",),
     "0008": ("test_llama_layer_return.py",),
-    "0009": ("test_llama_lora.py",),
+    "0009": ("test_llama_internlm_lora.py",),
     "0010": ("test_llama_unservable_config.py",),
     "0011": ("test_hybrid_engine_layer_norm_eps.py",),
 }

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from deepspeed.inference.config import DeepSpeedInferenceConfig
 from deepspeed.module_inject.containers import LLAMALayerPolicy
+from deepspeed.module_inject.containers.internlm import InternLMLayerPolicy
 from deepspeed.module_inject.utils import policy_to_ds_container
 
 transformers = pytest.importorskip("transformers")
@@ -40,7 +41,7 @@ class LinearLayer_LoRA(torch.nn.Module):
         return F.linear(x, self.weight, self.bias) + lora
 
 
-def llama_layer_with_lora():
+def llama_layer_with_lora(attention_bias=False):
     torch.manual_seed(0)
     config = transformers.LlamaConfig(vocab_size=64,
                                       hidden_size=32,
@@ -48,7 +49,8 @@ def llama_layer_with_lora():
                                       num_attention_heads=4,
                                       num_key_value_heads=4,
                                       intermediate_size=64,
-                                      max_position_embeddings=64)
+                                      max_position_embeddings=64,
+                                      attention_bias=attention_bias)
     model = transformers.LlamaForCausalLM(config).eval()
     layer = model.model.layers[0]
     loras = {}
@@ -60,8 +62,11 @@ def llama_layer_with_lora():
     return model, layer, loras
 
 
-def make_container(model, layer):
-    container = policy_to_ds_container(policy=LLAMALayerPolicy(layer, inference=True),
+def make_container(model, layer, policy_cls):
+    if policy_cls is InternLMLayerPolicy:
+        # InternLM (remote code) has Llama's layer layout; its policy reads the head count from the attention.
+        layer.self_attn.num_heads = model.config.num_attention_heads
+    container = policy_to_ds_container(policy=policy_cls(layer, inference=True),
                                        config=DeepSpeedInferenceConfig(set_empty_params=True,
                                                                        dtype=torch.float32,
                                                                        transposed_mode=True),
@@ -72,19 +77,26 @@ def make_container(model, layer):
     return container
 
 
-def test_lora_params_are_found_on_every_target():
-    model, layer, loras = llama_layer_with_lora()
-    container = make_container(model, layer)
+# InternLM's container has the same LoRA lookup as Llama's. Its layer is Llama's layout with q/k/v/o biases,
+# so a Llama layer with attention_bias stands in for it (InternLM's modeling code is remote code).
+POLICIES = [pytest.param(LLAMALayerPolicy, id="llama"), pytest.param(InternLMLayerPolicy, id="internlm")]
+
+
+@pytest.mark.parametrize("policy_cls", POLICIES)
+def test_lora_params_are_found_on_every_target(policy_cls):
+    model, layer, loras = llama_layer_with_lora(attention_bias=policy_cls is InternLMLayerPolicy)
+    container = make_container(model, layer, policy_cls)
 
     found = [params for params in container.get_lora_params() if len(params) == 3]
 
     assert len(found) == len(LORA_TARGETS)
 
 
-def test_fuse_lora_adds_each_delta_and_unfuse_removes_it():
-    model, layer, loras = llama_layer_with_lora()
+@pytest.mark.parametrize("policy_cls", POLICIES)
+def test_fuse_lora_adds_each_delta_and_unfuse_removes_it(policy_cls):
+    model, layer, loras = llama_layer_with_lora(attention_bias=policy_cls is InternLMLayerPolicy)
     originals = {name: m.weight.detach().clone() for name, m in loras.items()}
-    container = make_container(model, layer)
+    container = make_container(model, layer, policy_cls)
 
     container.fuse_lora()
     for name, m in loras.items():
