@@ -30,6 +30,7 @@ CONFIGS: dict[str, dict] = {
     "sequential-residual": {"use_parallel_residual": False},
     "full-rotary": {"rotary_pct": 1.0},
     "rotary-base-1e6": {"rotary_emb_base": 1_000_000},
+    "layer-norm-eps-1e-3": {"layer_norm_eps": 1e-3},
 }
 ARCHS = ("gpt-neox", "gpt-neo", "llama")  # GPT-Neo and Llama: their tiny default (repro.rank.arch_probe.ARCHS)
 # Per architecture, its configurations: overrides of its tiny default (GPT-NeoX: CONFIGS above). Why these

@@ -47,6 +47,8 @@ def diagnose(cell: dict) -> list[str]:
             found = [BUG_3453]
         elif cell.get("he_matches_default_rotary_base_reference"):
             found = [BUG_ROPE]
+        elif cell.get("he_matches_final_norm_eps_reference"):
+            found = [BUG_NORM_EPS]
     return found or [CORRECT]
 
 

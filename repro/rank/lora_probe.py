@@ -92,6 +92,19 @@ def default_rotary_base_twin(model: torch.nn.Module) -> torch.nn.Module:
     return twin
 
 
+NORMALIZE_EPS = 1e-5  # deepspeed.module_inject.layers.Normalize's default: the HE's final norm (patch 0011)
+
+
+def default_final_norm_eps_twin(model: torch.nn.Module) -> torch.nn.Module:
+    """The same weights with the final LayerNorm at eps 1e-5: what the Hybrid Engine computes when it
+    replaces `final_layer_norm` by Normalize without the model's epsilon (patch 0011)."""
+    import copy
+
+    twin = copy.deepcopy(model)
+    twin.gpt_neox.final_layer_norm.eps = NORMALIZE_EPS
+    return twin
+
+
 def first_divergent(a: list, b: list) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), None)
 
@@ -278,11 +291,13 @@ def run(spec: dict) -> dict:
 
     vs_lora = per_step_max_abs(he_logits, teacher_forced(merged, ids, he_tokens))
     vs_base = per_step_max_abs(he_logits, teacher_forced(base, ids, he_tokens))
-    vs_parallel = vs_base_10k = None
+    vs_parallel = vs_base_10k = vs_norm_eps = None
     if model.config.use_parallel_residual is False:  # #3453: did the HE run the parallel-residual math?
         vs_parallel = per_step_max_abs(he_logits, teacher_forced(parallel_residual_twin(merged), ids, he_tokens))
     if model.config.rotary_emb_base != DEFAULT_ROTARY_BASE:  # did the HE rotate with the default base?
         vs_base_10k = per_step_max_abs(he_logits, teacher_forced(default_rotary_base_twin(merged), ids, he_tokens))
+    if merged.gpt_neox.final_layer_norm.eps != NORMALIZE_EPS:  # did the HE's final norm use Normalize's eps?
+        vs_norm_eps = per_step_max_abs(he_logits, teacher_forced(default_final_norm_eps_twin(merged), ids, he_tokens))
     steps_like = [
         "lora" if a <= TOL else ("base" if b <= TOL else "neither") for a, b in zip(vs_lora, vs_base, strict=True)
     ]
@@ -347,6 +362,8 @@ def run(spec: dict) -> dict:
         "he_matches_default_rotary_base_reference": None
         if vs_base_10k is None
         else all(x <= TOL for x in vs_base_10k),
+        "per_step_logits_vs_final_norm_eps_twin": vs_norm_eps,
+        "he_matches_final_norm_eps_reference": None if vs_norm_eps is None else all(x <= TOL for x in vs_norm_eps),
         "first_step_not_lora": next((i for i, s in enumerate(steps_like) if s != "lora"), None),
         "weights_seen_by_inference_layers": probe.records,
         "restore_after_first_generate": after_first,

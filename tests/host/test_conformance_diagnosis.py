@@ -138,3 +138,11 @@ def test_a_final_norm_at_normalizes_default_epsilon_is_0011():
     cell = arch_cell(arch="gpt-neo", tokens_equal_native=True, per_step_logits_vs_native=[0.021, 0.024],
                      per_step_logits_vs_twin={"outer_layer_norm_at_eps_1e-5": [9e-5, 1.4e-4]})  # fmt: skip
     assert dx.diagnose_arch(cell) == [dx.BUG_NORM_EPS]
+
+
+def test_a_gpt_neox_final_norm_at_normalizes_default_epsilon_is_0011_from_its_twin():
+    cell = neox_cell("layer-norm-eps-1e-3", tokens_equal=True, steps="xxxx")
+    cell["he_matches_final_norm_eps_reference"] = True
+    assert dx.diagnose(cell) == [dx.BUG_NORM_EPS]
+    cell["he_matches_final_norm_eps_reference"] = False
+    assert dx.diagnose(cell) == ["tokens differ (unexplained)"]
