@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from .. import shim
+from ..paths import write_json
 from . import fallbacks, lora
 from .engine import ds_config, greedy
 from .lifecycle import finish, init_distributed
@@ -225,7 +226,18 @@ def run(spec: dict) -> dict:
 def main(out: str) -> int:
     out_path = Path(out)
     spec_file = spec_path(out_path)
-    finish(out_path, run(json.loads(spec_file.read_text())))
+    result = run(json.loads(spec_file.read_text()))
+    if "crash" in result:
+        # The HE raised inside its generate: ZeRO-3 may have collectives in flight (prefetch, a gather), so a
+        # barrier or a normal interpreter exit can abort the rank after the finding is made. Rank 0 records it
+        # and every rank leaves at once; a rank that did not crash waits in a collective until the host's
+        # timeout, which the host reports as a broken cell.
+        if int(os.environ.get("RANK", "0")) == 0:
+            write_json(out_path, result)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    finish(out_path, result)
     return 0
 
 
