@@ -23,6 +23,7 @@ the fix and `after` is correct with it. Pure: no torch, so the host judges conta
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from .options import EXIT_BROKEN, EXIT_EXPECTATION, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
@@ -110,6 +111,17 @@ def compiled_op_problem(r: dict) -> str | None:
     if r.get("backend") in ("rocm", "cuda") and r.get("dtype") != "bf16" and kp.get("compiled_op") != "loaded":
         return f"compiled transformer_inference op failed to load on {r['backend']}: {kp.get('compiled_op_error')}"
     return None
+
+
+def worst(values: Iterable[float]) -> float:
+    """The largest value, NaN if any is NaN (Python's max(0.0, nan) is 0.0: a NaN would read as exact).
+    Torch-free, so the ranks' measurements and the host's diagnoses judge a difference the same way."""
+    result = 0.0
+    for v in values:
+        if math.isnan(v):
+            return math.nan
+        result = max(result, v)
+    return result
 
 
 def _finite(*values) -> bool:

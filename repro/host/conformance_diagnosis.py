@@ -3,9 +3,7 @@ named bug shown by positive evidence, or the crash."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable
-
+from ..verdict import worst
 from . import family
 
 CORRECT = "correct"
@@ -27,12 +25,6 @@ TOL = 1e-3
 # A weight train() hands back may differ from before by the fp32 rounding of a LoRA fuse/unfuse round trip
 # ((W + d) - d: ~1e-8 measured); a lost transform or an unremoved delta is O(0.01) or more.
 WEIGHTS_TOL = 1e-5
-
-
-def worst(values: Iterable[float]) -> float:
-    """The largest value, NaN if any is NaN (max() would let a NaN read as a small number)."""
-    values = list(values)
-    return math.nan if any(math.isnan(v) for v in values) else max(values, default=0.0)
 
 
 def diagnose(cell: dict) -> list[str]:

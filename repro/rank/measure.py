@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-import math
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+
+from ..verdict import worst
 
 # Per-dtype absolute tolerance for "material" forward divergence, scaled by the native tensor's
 # magnitude: fp32 after the fix differs by ~1e-6, a layout bug by O(1).
@@ -62,16 +63,6 @@ class SpilledTensors(Mapping):
 def digest(t: torch.Tensor) -> str:
     """Bitwise identity of a tensor without keeping a copy of it (hashed in place: no bytes copy)."""
     return hashlib.sha256(t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy()).hexdigest()
-
-
-def worst(values: Iterable[float]) -> float:
-    """The largest value, NaN if any is NaN (Python's max(0.0, nan) is 0.0: a NaN would read as exact)."""
-    result = 0.0
-    for v in values:
-        if math.isnan(v):
-            return math.nan
-        result = max(result, v)
-    return result
 
 
 def qkv_report(
