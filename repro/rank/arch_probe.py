@@ -27,7 +27,7 @@ from ..paths import write_json
 from . import fallbacks, lora
 from .engine import ds_config, greedy
 from .lifecycle import finish, init_distributed
-from .lora_probe import ORDERS, per_step_max_abs, spec_path, teacher_forced
+from .lora_probe import ORDERS, outer_norm_default_eps_twin, per_step_max_abs, spec_path, teacher_forced
 from .measure import worst
 
 # Tiny configurations: the same sizes as GPT-NeoX's tiny default (hidden 256, 2 layers, 4 heads).
@@ -66,9 +66,6 @@ def build(arch: str, seed: int, overrides: dict | None = None) -> torch.nn.Modul
     return model
 
 
-NORMALIZE_EPS = 1e-5  # deepspeed.module_inject.layers.Normalize's default epsilon
-
-
 def twins(arch: str, model: torch.nn.Module) -> dict[str, torch.nn.Module]:
     """Native copies of `model` with one setting the Hybrid Engine may ignore put back to what DeepSpeed
     computes: a LayerNorm outside the decoder layers at Normalize's default epsilon; for Llama, SiLU gating
@@ -78,12 +75,8 @@ def twins(arch: str, model: torch.nn.Module) -> dict[str, torch.nn.Module]:
     from transformers.activations import ACT2FN
 
     found = {}
-    layers = lora.LAYERS[arch] + "."
-    outer = [n for n, m in model.named_modules() if isinstance(m, torch.nn.LayerNorm) and not n.startswith(layers)]
-    if any(model.get_submodule(n).eps != NORMALIZE_EPS for n in outer):
-        default_eps = copy.deepcopy(model)
-        for n in outer:
-            default_eps.get_submodule(n).eps = NORMALIZE_EPS
+    default_eps = outer_norm_default_eps_twin(model, lora.LAYERS[arch] + ".")
+    if default_eps is not None:
         found["outer_layer_norm_at_eps_1e-5"] = default_eps
     if arch != "llama":
         return found

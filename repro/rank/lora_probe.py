@@ -95,13 +95,18 @@ def default_rotary_base_twin(model: torch.nn.Module) -> torch.nn.Module:
 NORMALIZE_EPS = 1e-5  # deepspeed.module_inject.layers.Normalize's default: the HE's final norm (patch 0011)
 
 
-def default_final_norm_eps_twin(model: torch.nn.Module) -> torch.nn.Module:
-    """The same weights with the final LayerNorm at eps 1e-5: what the Hybrid Engine computes when it
-    replaces `final_layer_norm` by Normalize without the model's epsilon (patch 0011)."""
+def outer_norm_default_eps_twin(model: torch.nn.Module, layers: str) -> torch.nn.Module | None:
+    """The same weights with every LayerNorm outside the decoder layers (the modules under `layers`) at eps
+    1e-5: what the Hybrid Engine computes when it replaces them by Normalize without the model's epsilon
+    (patch 0011). None when they already use it (nothing to tell apart)."""
     import copy
 
+    outer = [n for n, m in model.named_modules() if isinstance(m, torch.nn.LayerNorm) and not n.startswith(layers)]
+    if all(model.get_submodule(n).eps == NORMALIZE_EPS for n in outer):
+        return None
     twin = copy.deepcopy(model)
-    twin.gpt_neox.final_layer_norm.eps = NORMALIZE_EPS
+    for n in outer:
+        twin.get_submodule(n).eps = NORMALIZE_EPS
     return twin
 
 
@@ -296,8 +301,9 @@ def run(spec: dict) -> dict:
         vs_parallel = per_step_max_abs(he_logits, teacher_forced(parallel_residual_twin(merged), ids, he_tokens))
     if model.config.rotary_emb_base != DEFAULT_ROTARY_BASE:  # did the HE rotate with the default base?
         vs_base_10k = per_step_max_abs(he_logits, teacher_forced(default_rotary_base_twin(merged), ids, he_tokens))
-    if merged.gpt_neox.final_layer_norm.eps != NORMALIZE_EPS:  # did the HE's final norm use Normalize's eps?
-        vs_norm_eps = per_step_max_abs(he_logits, teacher_forced(default_final_norm_eps_twin(merged), ids, he_tokens))
+    norm_twin = outer_norm_default_eps_twin(merged, lora.LAYERS["gpt-neox"] + ".")
+    if norm_twin is not None:  # did the HE's final norm use Normalize's eps?
+        vs_norm_eps = per_step_max_abs(he_logits, teacher_forced(norm_twin, ids, he_tokens))
     steps_like = [
         "lora" if a <= TOL else ("base" if b <= TOL else "neither") for a, b in zip(vs_lora, vs_base, strict=True)
     ]

@@ -83,3 +83,13 @@ def test_restored_names_every_changed_weight_and_the_largest_change():
     with torch.no_grad():
         module.bias[0] = math.nan
     assert math.isnan(arch_probe.restored(engine, originals)["max_abs_change"])
+
+
+def test_the_final_norm_twin_changes_only_layer_norms_outside_the_layers():
+    from repro.rank.lora_probe import outer_norm_default_eps_twin
+
+    model = arch_probe.build("gpt-neo", 1, {"layer_norm_epsilon": 1e-3})
+    twin = outer_norm_default_eps_twin(model, "transformer.h.")
+    assert twin.transformer.ln_f.eps == 1e-5 and twin.transformer.h[0].ln_1.eps == 1e-3
+    assert model.transformer.ln_f.eps == 1e-3  # the model itself is untouched
+    assert outer_norm_default_eps_twin(arch_probe.build("gpt-neo", 1), "transformer.h.") is None
