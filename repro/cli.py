@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     family.add_argument("--render", action="store_true", help="only render the reports from OUT/family.json")
     family.add_argument(
         "--builds",
-        help="comma-separated, replacing each sweep's builds: released,0001,0001+0002,0001+0003,0001+0004,"
+        help="comma-separated, replacing each sweep's builds: released,0001,0001+0002,0001+0003,0001+0002+0004,"
         "0001+0002+0003,0001+0002+0003+0004",
     )
 

@@ -1,26 +1,65 @@
 #!/usr/bin/env bash
-# Runs our upstream-style tests inside a DeepSpeed source checkout's own tests/unit/ tree (its conftest,
-# its rootdir), before and after our patches, the way a maintainer would: expected, the tests fail on
-# their assertions on the checkout as it is, and all pass with repro/patches applied.
-#   scripts/prove-in-deepspeed-tree.sh /path/to/DeepSpeed   (a git checkout; it is copied, never modified)
+# The upstream series proven the way a maintainer would take it, in a copy of a DeepSpeed checkout (never
+# modified): `git am` takes the whole series; every test the series adds fails on the tree as it is (the tests
+# copied in alone) and passes with the series, run with the checkout's own tests/conftest.py and
+# tests/unit/common.py (DeepSpeed's DistributedTest); yapf and flake8 with the checkout's own config leave every
+# file the series touches unchanged.
+#
+#   scripts/prove-in-deepspeed-tree.sh /path/to/DeepSpeed [SERIES_DIR]
+#
+# SERIES_DIR defaults to repro/patches (the series for master); repro/patches/<version> holds the same series
+# for a release where a patch's context differs there. Set DS_TESTS="unit/... unit/..." to also run DeepSpeed's
+# own tests of the areas the series touches with the series applied (docs/upstream.md lists the CPU set).
+# CPU: DS_ACCELERATOR=cpu, and LOCAL_SIZE=2 so that the CPU accelerator offers the two ranks the tests ask for.
 set -euo pipefail
-src=${1:?usage: scripts/prove-in-deepspeed-tree.sh /path/to/DeepSpeed-checkout}
+src=${1:?usage: scripts/prove-in-deepspeed-tree.sh /path/to/DeepSpeed-checkout [SERIES_DIR]}
 repo=$(cd "$(dirname "$0")/.." && pwd)
+series=$(cd "${2:-$repo/repro/patches}" && pwd)
 python=${PYTHON:-$repo/.venv/bin/python}
+patches=("$series"/[0-9][0-9][0-9][0-9]-*.patch)
+[ -e "${patches[0]}" ] || { echo "error: no NNNN-*.patch in $series" >&2; exit 2; }
+git -C "$src" rev-parse --git-dir >/dev/null 2>&1 || { echo "error: $src is not a git checkout" >&2; exit 2; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-git -C "$src" archive HEAD deepspeed tests op_builder accelerator version.txt | tar -x -C "$work"
-cp "$repo"/tests/upstream/test_*.py "$work/tests/unit/hybrid_engine/"
-tests=(unit/hybrid_engine/test_hybrid_megatron_zero3.py unit/hybrid_engine/test_hybrid_megatron_zero3_partitions.py
-       unit/hybrid_engine/test_hybrid_megatron_lora.py unit/hybrid_engine/test_hybrid_engine_lora_non_pinned.py
-       unit/hybrid_engine/test_hybrid_megatron_call_order.py unit/hybrid_engine/test_gptneox_sequential_residual.py
-       unit/hybrid_engine/test_gptneox_rotary_base.py unit/hybrid_engine/test_ds_attention_merge_qkv.py
-       unit/hybrid_engine/test_llama_layer_return.py unit/hybrid_engine/test_llama_internlm_lora.py
-       unit/hybrid_engine/test_llama_unservable_config.py unit/hybrid_engine/test_hybrid_engine_layer_norm_eps.py)
-run() {  # -p repro.rank.lifecycle only skips DeepSpeed's JIT-built CPU comm op (no compile)
-  (cd "$work/tests" && DS_ACCELERATOR=cpu PYTHONPATH="$work" "$python" -m pytest -q --color=no -p no:cacheprovider \
-    -p repro.rank.lifecycle "${tests[@]}" 2>&1 | tail -n 1)
+export DS_ACCELERATOR=cpu LOCAL_SIZE=${LOCAL_SIZE:-2} PYTHONDONTWRITEBYTECODE=1
+export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$repo/build/torch-extensions}
+
+tree() {  # a copy of the checkout's tracked files that DeepSpeed and its tests need, as a git repository
+  mkdir -p "$1"
+  git -C "$src" archive HEAD deepspeed tests op_builder accelerator csrc version.txt .style.yapf .flake8 \
+    2> >(grep -v '^error: invalid object' >&2) | tar -x -C "$1"  # a partial mirror lacks unrelated blobs
+  git -C "$1" init -q && git -C "$1" add -A
+  git -C "$1" -c user.name=prove -c user.email=prove@localhost commit -q -m "$(git -C "$src" rev-parse HEAD)"
 }
-echo "DeepSpeed $(git -C "$src" rev-parse --short HEAD), as it is: $(run)"
-for patch in "$repo"/repro/patches/[0-9][0-9][0-9][0-9]-*.patch; do patch -d "$work" -p1 -s -i "$patch"; done
-echo "with $(ls "$repo"/repro/patches | tr '\n' ' '): $(run)"
+tests_of() {  # the test files the series adds
+  grep -h '^+++ b/tests/' "${patches[@]}" | sed 's|^+++ b/||' | sort -u
+}
+run() {  # $1: tree; the summary line, then each test that did not pass
+  local out
+  out=$(cd "$1/tests" && PYTHONPATH="$1:$repo" "$python" -m pytest -q -rfE --color=no -p no:cacheprovider \
+    "${@:2}" 2>&1 | sed 's/\x1b\[[0-9;]*m//g')
+  echo "$out" | tail -n 1
+  echo "$out" | grep -E '^(FAILED|ERROR) ' | sed 's/^/    /' || true
+}
+
+echo "DeepSpeed $(git -C "$src" rev-parse --short HEAD) ($(cat "$src/version.txt")), series $series"
+tree "$work/as-is"
+tree "$work/series"
+git -C "$work/series" -c user.name=prove -c user.email=prove@localhost am -q "${patches[@]}" \
+  || { echo "error: git am does not take the series" >&2; exit 1; }
+echo "git am: $(git -C "$work/series" rev-list --count HEAD~${#patches[@]}..HEAD) commits"
+mapfile -t added < <(tests_of)
+for t in "${added[@]}"; do mkdir -p "$work/as-is/$(dirname "$t")"; cp "$work/series/$t" "$work/as-is/$t"; done
+rel=("${added[@]#tests/}")
+echo "the series' tests, as it is: $(run "$work/as-is" "${rel[@]}")"
+echo "the series' tests, with the series: $(run "$work/series" "${rel[@]}")"
+mapfile -t touched < <(git -C "$work/series" diff --name-only "HEAD~${#patches[@]}" HEAD)
+(cd "$work/series" && "$python" -m yapf --style .style.yapf --diff "${touched[@]}" >/dev/null) \
+  && echo "yapf: clean (${#touched[@]} files)" || echo "yapf: NOT clean"
+(cd "$work/series" && "$python" -m flake8 --config=.flake8 "${touched[@]}") \
+  && echo "flake8: clean" || echo "flake8: NOT clean"
+if [ -n "${DS_TESTS:-}" ]; then
+  read -r -a ds_tests <<< "$DS_TESTS"
+  echo "DeepSpeed's own tests, as it is: $(run "$work/as-is" "${ds_tests[@]}")"
+  echo "DeepSpeed's own tests, with the series: $(run "$work/series" "${ds_tests[@]}")"
+fi

@@ -52,7 +52,7 @@ ARCH_CONFIGS: dict[str, dict[str, dict]] = {
         "grouped-query": {"num_key_value_heads": 2},
     },
 }
-SERIES = ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010", "0011")
+SERIES = ("0000", "0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010", "0011")
 # Released, the whole series, and the series without one patch where that patch's bug hides behind another
 # on released DeepSpeed (the Llama crash, 0008, comes first there): each such patch shown necessary.
 BUILDS = {

@@ -12,6 +12,9 @@ BUG_ROPE = "rotary_emb_base ignored: rotated with base 10000 (0006)"
 BUG_QKV_BIAS = "ZeRO-3 adds the unwritten QKV bias buffer to a model without QKV bias (#4788; 0007)"
 BUG_LAYER_TUPLE = "injected layer returns a tuple where Transformers >= 4.54 expects a tensor (0008)"
 BUG_LORA_NOT_FOUND = "LoRA never fused: the HE generates the model without its LoRA (0009)"
+BUG_LORA_NO_IN_FEATURES = (
+    "Llama's policy reads in_features, which DeepSpeed-Chat's LoRA modules lack: initialize fails (0009)"
+)
 BUG_UNSERVABLE = "Llama configuration the injected layer cannot compute, accepted silently (0010)"
 BUG_NORM_EPS = "LayerNorm outside the layers computed with eps 1e-5, not the model's (0011)"
 # A native twin the HE reproduces names its bug: Normalize's default epsilon; else a Llama setting (0010).
@@ -54,6 +57,9 @@ def diagnose_arch(cell: dict) -> list[str]:
         tuple_where_tensor = c["type"] == "AttributeError" and c["message"].startswith("'tuple' object has no")
         if tuple_where_tensor and c["at"].startswith("deepspeed/model_implementations/transformers/ds_transformer.py"):
             return [BUG_LAYER_TUPLE]
+        no_in_features = c["type"] == "AttributeError" and "object has no attribute 'in_features'" in c["message"]
+        if no_in_features and c["at"].startswith("deepspeed/module_inject/containers/llama.py"):
+            return [BUG_LORA_NO_IN_FEATURES]
         if c["type"] == "ValueError" and c["message"].startswith(REFUSAL) and c["at"].startswith("deepspeed/"):
             return [REFUSED]
         if cell.get("grouped_query_attention") and c["at"].startswith("deepspeed/"):  # accepted, then failed on

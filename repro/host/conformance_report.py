@@ -13,6 +13,7 @@ from . import family
 from .conformance_diagnosis import (
     BUG_3453,
     BUG_LAYER_TUPLE,
+    BUG_LORA_NO_IN_FEATURES,
     BUG_LORA_NOT_FOUND,
     BUG_NORM_EPS,
     BUG_QKV_BIAS,
@@ -237,6 +238,7 @@ PATCH_OF = {
     BUG_QKV_BIAS: "0007",
     BUG_LAYER_TUPLE: "0008",
     BUG_LORA_NOT_FOUND: "0009",
+    BUG_LORA_NO_IN_FEATURES: "0009",
     BUG_UNSERVABLE: "0010",
     REFUSED: "0010",
     BUG_NORM_EPS: "0011",

@@ -29,7 +29,7 @@ BUILDS: dict[str, tuple[str, ...]] = {
     "0001": ("0001",),
     "0001+0002": ("0001", "0002"),
     "0001+0003": ("0001", "0003"),
-    "0001+0004": ("0001", "0004"),
+    "0001+0002+0004": ("0001", "0002", "0004"),
     "0001+0002+0003": ("0001", "0002", "0003"),
     "0001+0002+0003+0004": ("0001", "0002", "0003", "0004"),
 }
@@ -48,7 +48,7 @@ SWEEPS: dict[str, dict[str, tuple]] = {
         "zero_stage": (3,),
     },
     "call-order": {
-        "build": ("released", "0001", "0001+0004", "0001+0002+0003+0004"),
+        "build": ("released", "0001", "0001+0002+0004", "0001+0002+0003+0004"),
         "targets": ("none", "qkv"),
         "world_size": (1, 2),
         "pin_parameters": (True,),
@@ -57,7 +57,7 @@ SWEEPS: dict[str, dict[str, tuple]] = {
     },
     # The same call orders on ZeRO-3's non-pinned path (`_zero3_forward`), where 0004 must hold too.
     "call-order-unpinned": {
-        "build": ("0001", "0001+0004", "0001+0002+0003+0004"),
+        "build": ("0001", "0001+0002+0004", "0001+0002+0003+0004"),
         "targets": ("none", "qkv"),
         "world_size": (1, 2),
         "pin_parameters": (False,),

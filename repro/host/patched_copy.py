@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -15,7 +16,11 @@ from ..paths import cache_root
 PATCH_DIR = Path(__file__).resolve().parent.parent / "patches"
 
 
-# One patch per bug of the family; each stands alone and they apply together in any order.
+# The upstream series: one commit per bug, `git format-patch` output, each commit its fix and its test under
+# tests/unit/. PATCH_DIR holds the series for DeepSpeed master; PATCH_DIR/<version>/ the same series for a
+# release where a patch's context differs there (`git am` takes each on its own tree). A copy of an installed
+# DeepSpeed gets each patch's deepspeed/ part only (site-packages has no tests/). Patches apply in series order;
+# where one needs another, regression.PREREQUISITES says so.
 FIX_8391 = "0001"  # modifier_rank=0 in HybridMegatronContainer's transforms (DeepSpeed #8391)
 LORA_QKV_LAYOUT = "0002"  # QKV LoRA delta fused in the layout the weight has at that moment
 LORA_NON_PINNED = "0003"  # non-pinned ZeRO-3 LoRA fusion persisted for the whole generate
@@ -33,18 +38,38 @@ KEY_FILES = (
 )
 
 
-def patch_file(number: str = FIX_8391) -> Path:
-    found = sorted(PATCH_DIR.glob(f"{number}-*.patch"))
+def series_dir(ds_version: str | None = None) -> Path:
+    """The series for `ds_version` (default: the installed DeepSpeed's): its own folder if it has one, else
+    the series for master."""
+    if ds_version is None:
+        try:
+            _, ds_version = installed_deepspeed()
+        except PatchError:
+            return PATCH_DIR
+    own = PATCH_DIR / ds_version
+    return own if own.is_dir() else PATCH_DIR
+
+
+def patch_file(number: str = FIX_8391, ds_version: str | None = None) -> Path:
+    directory = series_dir(ds_version)
+    found = sorted(directory.glob(f"{number}-*.patch"))
     if len(found) != 1:
-        raise PatchError(f"expected exactly one {number}-*.patch in {PATCH_DIR}, found {len(found)}")
+        raise PatchError(f"expected exactly one {number}-*.patch in {directory}, found {len(found)}")
     return found[0]
+
+
+def deepspeed_part(patch_text: str) -> str:
+    """The file diffs of a `git format-patch` text that change the deepspeed package (not its tests)."""
+    blocks = re.split(r"(?m)^(?=diff --git )", patch_text)
+    return "".join(b for b in blocks[1:] if b.startswith("diff --git a/deepspeed/"))
 
 
 def _patch(args: list[str], cwd: Path, number: str = FIX_8391) -> subprocess.CompletedProcess:
     if shutil.which("patch") is None:
         raise PatchError("the `patch` program is missing (apt-get install patch)")
     return subprocess.run(
-        ["patch", "-p1", "--forward", "--silent", *args, "-i", str(patch_file(number))],
+        ["patch", "-p1", "--forward", "--silent", "--no-backup-if-mismatch", *args],
+        input=deepspeed_part(patch_file(number).read_text()),
         cwd=cwd,
         capture_output=True,
         text=True,

@@ -57,7 +57,7 @@ def render(data: dict) -> str:
     released = _pick(cells, build="released", order=REFERENCE_ORDER, zero_stage=3, world_size=2, targets="none")
     broken = [c for c in _pick(cells, build="0001", zero_stage=3) if c["order"] != REFERENCE_ORDER]
     zero2 = [c for c in _pick(cells, build="released", zero_stage=2) if c["order"] != REFERENCE_ORDER]
-    safe = _pick(cells, build="0001+0004", targets="none")
+    safe = _pick(cells, build="0001+0002+0004", targets="none")
     series = [c for c in data["cells"] if c.get("build") == "0001+0002+0003+0004" and "error" not in c]
     lines = [
         "# Comment for DeepSpeed PR #8392 (fix for #8391)",
@@ -91,20 +91,21 @@ def render(data: dict) -> str:
         "",
         "## What makes it safe",
         "",
-        "A second, separate patch: the container records the layout its QKV is in (`_qkv_inference_layout`) and "
-        "each transform returns early when the weights are already in its target layout (also skipping the "
-        "gather). It is kept apart from `modifier_rank=0` so each can be reviewed and reverted on its own. "
+        "A separate patch (0004 of our series): each transform returns early when the weights are already in its "
+        "target layout (also skipping the gather), reading the layout record `_qkv_inference_layout` that the "
+        "series' LoRA-layout patch (0002) adds, set once a transform has finished. It is kept apart from "
+        "`modifier_rank=0` so each can be reviewed and reverted on its own. "
         f"With it, {_count(safe, CORRECT)} call-order cells without LoRA are correct (every order, ZeRO-2 and "
         f"ZeRO-3, pinned and not, 1 and 2 ranks); with our whole series (this PR, the two LoRA fixes and this patch) "
         f"{_count(series, CORRECT)} cells are correct, LoRA on and off. (With LoRA on QKV but without the "
         "LoRA fix, a cell shows that other bug instead, and a double `eval()` leaves a weight state our probe "
         "does not name: it reports it as unrecognised rather than guess.) Its unit test, "
-        "`tests/unit/hybrid_engine/test_hybrid_megatron_call_order.py` (one process; plain tensors for the "
-        "ZeRO-2 case, real `zero.Init` partitions for the ZeRO-3 case), fails on its assertions without the "
-        "patch and passes with it.",
+        "`tests/unit/hybrid_engine/test_hybrid_megatron_call_order.py` (plain tensors for the ZeRO-2 case; a "
+        "`DistributedTest` on two ranks with real `zero.Init` partitions for the ZeRO-3 case), fails on its "
+        "assertions without the patch and passes with it.",
         "",
-        "Patch and test: `repro/patches/0004-Make-the-HybridMegatron-QKV-layout-transforms-idempotent.patch`, "
-        "`tests/upstream/test_hybrid_megatron_call_order.py`.",
+        "Patch with its test: `repro/patches/0004-Make-the-HybridMegatron-QKV-layout-transforms-idempo.patch` "
+        "(`git am` on master, after 0000-0003 of the series).",
         "",
     ]
     return "\n".join(lines)

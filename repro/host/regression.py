@@ -1,8 +1,10 @@
 """Runs the upstream regression tests (tests/upstream/) against a DeepSpeed and says how they ended.
 
-Used by our suite and by `invoke test --in-image`: the expected pair is fail (installed DeepSpeed)
-then pass (patched copy), and a failure only counts when it is an assertion about the layout or
-the modifier rank, not an import or collection error.
+tests/upstream/ mirrors a DeepSpeed checkout's tests/: each test file sits at the path its patch adds it under
+(unit/...), and unit/common.py is our stand-in for DeepSpeed's DistributedTest harness (not in the PyPI
+package). Used by our suite and by `invoke test --in-image`: the expected pair is fail (the DeepSpeed without
+the patch) then pass (with it), and a failure only counts when it is an assertion of the test itself, or the
+bug's own exception where that is the bug (BUG_ERRORS), never an import, collection or harness error.
 """
 
 from __future__ import annotations
@@ -22,27 +24,40 @@ UPSTREAM_DIR = REPO_ROOT / "tests" / "upstream"
 # The upstream-style tests of each patch (repro/patches/<number>-*.patch): each fails on released
 # DeepSpeed on its assertions and passes with its patch.
 TESTS_BY_PATCH = {
-    "0001": ("test_hybrid_megatron_zero3.py", "test_hybrid_megatron_zero3_partitions.py"),
-    "0002": ("test_hybrid_megatron_lora.py",),
-    "0003": ("test_hybrid_engine_lora_non_pinned.py",),
-    "0004": ("test_hybrid_megatron_call_order.py",),
-    "0005": ("test_gptneox_sequential_residual.py",),
-    "0006": ("test_gptneox_rotary_base.py",),
-    "0007": ("test_ds_attention_merge_qkv.py",),
-    "0008": ("test_llama_layer_return.py",),
-    "0009": ("test_llama_internlm_lora.py",),
-    "0010": ("test_llama_unservable_config.py",),
-    "0011": ("test_hybrid_engine_layer_norm_eps.py",),
+    "0000": ("unit/module_inject/test_gptneox_hidden_heads.py",),
+    "0001": ("unit/hybrid_engine/test_hybrid_megatron_zero3.py",),
+    "0002": ("unit/hybrid_engine/test_hybrid_megatron_lora.py",),
+    "0003": ("unit/hybrid_engine/test_hybrid_engine_lora_non_pinned.py",),
+    "0004": ("unit/hybrid_engine/test_hybrid_megatron_call_order.py",),
+    "0005": ("unit/module_inject/test_gptneox_sequential_residual.py",),
+    "0006": ("unit/module_inject/test_gptneox_rotary_base.py",),
+    "0007": ("unit/hybrid_engine/test_ds_attention_merge_qkv.py",),
+    "0008": ("unit/module_inject/test_llama_layer_return.py",),
+    "0009": ("unit/hybrid_engine/test_llama_internlm_lora.py",),
+    "0010": ("unit/module_inject/test_llama_unservable_config.py",),
+    "0011": ("unit/hybrid_engine/test_hybrid_engine_layer_norm_eps.py",),
 }
-# Patches a patch's tests need beside it: 0004's ZeRO-3 cases show only once 0001 makes transforms persist.
-PREREQUISITES = {"0004": ("0001",)}
+# Earlier patches of the series a patch's tests need beside it: 0004 reads the QKV layout record 0002 adds,
+# and its ZeRO-3 cases show only once 0001 makes transforms persist; 0005/0006 build a GPT-NeoX container,
+# which needs 0000 on current Transformers; 0010's hunk sits next to 0008's lines.
+PREREQUISITES = {"0004": ("0001", "0002"), "0005": ("0000",), "0006": ("0000",), "0010": ("0008",)}
+# Where the bug is an exception rather than a wrong value, that exception is the test's failure:
+# GPTNeoXAttention has no hidden_size (0000), LlamaModel hands the next layer a tuple (0008), Llama's policy
+# reads in_features, which DeepSpeed-Chat's LoRA modules lack (0009).
+# A test's `pytest.raises` that saw nothing raised: the test's own check failed.
+DID_NOT_RAISE = "DID NOT RAISE"
+BUG_ERRORS = {"0000": ("AttributeError",), "0008": ("AttributeError",), "0009": ("AttributeError",)}
 
 
 def run_upstream_test(
-    deepspeed_root: Path | None = None, timeout_s: float = 300, tests: tuple[str, ...] = TESTS_BY_PATCH["0001"]
+    deepspeed_root: Path | None = None,
+    timeout_s: float = 300,
+    tests: tuple[str, ...] = TESTS_BY_PATCH["0001"],
+    bug_errors: tuple[str, ...] = (),
 ) -> dict:
     """Runs `tests` (default: the #8391 ones) in a fresh interpreter; `deepspeed_root` (a dir holding
-    `deepspeed/`) goes first on PYTHONPATH."""
+    `deepspeed/`) goes first on PYTHONPATH. A failure counts as the bug when it is one of the tests' own
+    assertions or one of `bug_errors`."""
     env = dict(os.environ, DS_ACCELERATOR="cpu")
     if deepspeed_root is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(deepspeed_root), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
@@ -82,7 +97,8 @@ def run_upstream_test(
         "outcome": "pass" if passed else "fail",
         "exit_code": proc.returncode,
         "tests": cases,
-        "failed_for_the_right_reason": bool(failed) and all(kind == "AssertionError" for kind in failed.values()),
+        "failed_for_the_right_reason": bool(failed)
+        and all(kind in {"AssertionError", DID_NOT_RAISE, *bug_errors} for kind in failed.values()),
         "output_tail": proc.stdout[-2000:],
     }
 
@@ -109,11 +125,30 @@ def _cases(xml: Path) -> dict[str, str]:
 
 
 def _exception_type(problem: ET.Element) -> str:
-    """The exception pytest reported ("E   SomeError: ..." lines), or the junit tag if none."""
-    found = re.findall(r"^E\s+(\w+(?:Error|Exception))\b", problem.text or "", re.MULTILINE)
-    if found:
-        return found[-1]
-    return "AssertionError" if (problem.get("message") or "").startswith("assert") else problem.tag
+    """The exception pytest reported ("E   SomeError: ..." lines), or the junit tag if none. An AssertionError
+    raised outside a test file (DeepSpeed's own config checks assert too) is not the test's: it reads
+    "AssertionError in <file>"."""
+    text = problem.text or ""
+    found = re.findall(r"^E\s+(\w+(?:Error|Exception))\b", text, re.MULTILINE)
+    if not found:
+        if re.search(r"^E\s+Failed: DID NOT RAISE", text, re.MULTILINE):
+            return DID_NOT_RAISE
+        return "AssertionError" if (problem.get("message") or "").startswith("assert") else problem.tag
+    if found[-1] == "AssertionError":
+        raised_in = _raising_file(text)
+        if raised_in is not None and not Path(raised_in).name.startswith("test_"):
+            return f"AssertionError in {Path(raised_in).name}"
+    return found[-1]
+
+
+def _raising_file(text: str) -> str | None:
+    """The file the failure was raised in: for a DistributedTest, the last frame of the rank's traceback
+    (unit/common.py re-raises it in the parent), else pytest's last "path:line: Error" location."""
+    if "raised in rank" in text:
+        frames = re.findall(r'File "([^"]+)", line \d+', text)
+        return frames[-1] if frames else None
+    locations = re.findall(r"^(\S+\.py):\d+: \w+", text, re.MULTILINE)
+    return locations[-1] if locations else None
 
 
 def outcome_code(result: dict) -> int:

@@ -59,7 +59,8 @@ class LinearLayer_LoRA(torch.nn.Module):  # DeepSpeed-Chat's class name, kept fo
         # The same Parameter objects as the base Linear: ZeRO-3 and the Hybrid Engine see one weight.
         self.weight = base.weight
         self.bias = base.bias
-        self.in_features, self.out_features = base.in_features, base.out_features
+        # No in_features / out_features: DeepSpeed-Chat's LinearLayer_LoRA has neither, and code that reads them
+        # (DeepSpeed's Llama policy) must meet what users run.
         rows, columns = base.weight.shape  # [out, in]
         dtype = base.weight.dtype
         self.lora_right_weight = torch.nn.Parameter(
@@ -124,7 +125,8 @@ def _replace_lora(model: torch.nn.Module, merge: bool) -> torch.nn.Module:
     out = copy.deepcopy(model)
     with torch.no_grad():
         for name, m in lora_modules(out).items():
-            linear = torch.nn.Linear(m.in_features, m.out_features, bias=m.bias is not None, dtype=m.weight.dtype)
+            out_features, in_features = m.weight.shape
+            linear = torch.nn.Linear(in_features, out_features, bias=m.bias is not None, dtype=m.weight.dtype)
             linear.weight.copy_(m.weight + m.delta() if merge else m.weight)
             if m.bias is not None:
                 linear.bias.copy_(m.bias)

@@ -217,7 +217,7 @@ def test_a_real_released_qkv_cell_shows_the_qkv_delta_bug(tmp_path):
 
 @pytest.mark.distributed
 @pytest.mark.parametrize("build, expected", [("released", "QKV layout transforms not idempotent (0004)"),
-                                             ("0001+0004", "correct")])  # fmt: skip
+                                             ("0001+0002+0004", "correct")])  # fmt: skip
 def test_a_real_zero2_cell_that_trains_first(tmp_path, build, expected):
     """ZeRO-2, one rank, train() before the first eval(): released DeepSpeed permutes the training weights;
     with 0004 the transforms are idempotent and the cell is correct."""
@@ -240,7 +240,7 @@ def test_the_pr_comment_is_rendered_from_measured_cells_only(tmp_path):
     for order, (after_eval, after_train) in orders.items():
         cells.append(cell(build="0001", order=order, after_eval=after_eval, after_train=after_train, drift=0.133,
                           tokens_equal=False, steps="xxxxxxxx"))  # fmt: skip
-        cells.append(cell(build="0001+0004", order=order, targets="none"))
+        cells.append(cell(build="0001+0002+0004", order=order, targets="none"))
     data = {"command": family.COMMAND, "builds": {}, "cells": cells, "duration_s": 1.0}
     text = pr_comment.render(data)
     assert "CPU evidence" in text and family.COMMAND in text

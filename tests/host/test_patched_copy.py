@@ -1,3 +1,5 @@
+import email
+import re
 import shutil
 from pathlib import Path
 
@@ -17,11 +19,58 @@ def ds_tree(tmp_path):
     return tmp_path
 
 
-def test_single_git_format_patch_touching_only_hybrid_megatron():
+SERIES = sorted(patched_copy.PATCH_DIR.glob("[0-9][0-9][0-9][0-9]-*.patch"))
+RELEASE_SERIES = sorted(patched_copy.PATCH_DIR.glob("*/[0-9][0-9][0-9][0-9]-*.patch"))
+
+
+def _new_files(text: str) -> dict[str, str]:
+    """path -> content of each file a git format-patch text creates."""
+    files = {}
+    for block in re.split(r"(?m)^(?=diff --git )", text)[1:]:
+        if "\nnew file mode" in block:
+            path = block.split()[3][2:]
+            body = block.split("\n@@", 1)[1].split("\n", 1)[1]
+            files[path] = "".join(line[1:] + "\n" for line in body.splitlines() if line.startswith("+"))
+    return files
+
+
+def test_0001_is_the_8391_fix_and_its_test():
     text = patched_copy.patch_file().read_text()
-    assert text.startswith("From ") and "\nSubject: [PATCH]" in text and "\nSigned-off-by: " in text
     touched = [line.split()[-1] for line in text.splitlines() if line.startswith("diff --git")]
-    assert touched == [f"b/{fixstatus.TARGET}"]
+    assert touched == [f"b/{fixstatus.TARGET}", "b/tests/unit/hybrid_engine/test_hybrid_megatron_zero3.py"]
+    only_code = patched_copy.deepspeed_part(text)
+    assert [line for line in only_code.splitlines() if line.startswith("diff --git")] == [
+        f"diff --git a/{fixstatus.TARGET} b/{fixstatus.TARGET}"
+    ]
+
+
+@pytest.mark.parametrize("patch", SERIES + RELEASE_SERIES, ids=lambda p: str(p.relative_to(patched_copy.PATCH_DIR)))
+def test_each_patch_is_a_commit_anyone_can_sign_off(patch):
+    """git format-patch output, authored by the project, with no Signed-off-by: DeepSpeed's DCO check wants the
+    person who submits it (git commit -s / git am -s)."""
+    text = patch.read_text()
+    headers = email.message_from_string(text)
+    assert text.startswith("From 0000000000000000000000000000000000000000 ")
+    assert (
+        " ".join(headers["From"].split())
+        == "deepspeed-he-zero3-repro <deepspeed-he-zero3-repro@users.noreply.github.com>"
+    )
+    assert headers["Subject"].startswith("[PATCH] ")
+    assert "Signed-off-by" not in text
+
+
+@pytest.mark.parametrize("patch", SERIES + RELEASE_SERIES, ids=lambda p: str(p.relative_to(patched_copy.PATCH_DIR)))
+def test_the_tests_a_patch_adds_are_the_ones_we_run(patch):
+    added = _new_files(patch.read_text())
+    tests = {path: content for path, content in added.items() if path.startswith("tests/unit/")}
+    assert tests, "every patch adds its test"
+    upstream = Path(__file__).resolve().parents[1] / "upstream"
+    for path, content in tests.items():
+        assert (upstream / path.removeprefix("tests/")).read_text() == content, path
+
+
+def test_the_release_series_is_the_same_series():
+    assert [p.name for p in RELEASE_SERIES] == [p.name for p in SERIES]
 
 
 def test_patch_applies_and_the_result_is_recognised_as_fixed(ds_tree):

@@ -9,70 +9,92 @@ import pytest
 
 from repro.host import patched_copy, regression
 
+A = "AssertionError"
+CALL_ORDERS = ("train_before_first_eval", "eval_twice", "train_twice_after_eval")
+# Per patch: each test that fails without it (with its prerequisites), and how: the test's own assertion, or
+# the bug's own exception where the bug is one.
 EXPECTED_FAILURES = {
-    "0001": {
-        "test_transform_for_inference_persists_layout",
-        "test_transform_for_inference_persists_layout_on_partitions",
+    "0000": {"test_get_hidden_heads_reads_the_layer_config": "AttributeError"},
+    "0001": {"test_transform_for_inference_persists_layout": A},
+    "0002": {"test_fuse_lora_after_transform_for_inference": A},
+    "0003": {
+        "test_every_forward_sees_fused_lora": A,
+        "test_generate_restores_weights_and_fuses_again_next_time": A,
+        "test_generate_that_raises_leaves_no_lora_fused": A,
     },
-    "0002": {"test_fuse_lora_after_transform_for_inference"},
-    "0003": {"test_every_forward_sees_fused_lora", "test_unfuse_after_generate_restores_weights"},
-    "0004": {
-        f"test_call_order{where}[{order}]"
-        for where in ("", "_on_partitions")
-        for order in ("train_before_first_eval", "eval_twice", "train_twice_after_eval")
+    "0004": {f"test_call_order[{order}]": A for order in CALL_ORDERS},
+    "0005": {"test_mlp_after_attn_follows_use_parallel_residual[False]": A},
+    "0006": {
+        "test_inference_config_uses_the_models_rotary_base[1000000]": A,
+        "test_scaled_rotary_is_refused_by_name[linear]": regression.DID_NOT_RAISE,
     },
-    "0005": {"test_mlp_after_attn_follows_use_parallel_residual[False]"},
-    "0006": {"test_inference_config_uses_the_models_rotary_base[1000000]"},
-    "0007": {"test_merge_qkv_without_biases_adds_no_bias"},
-    "0008": {"test_injected_layer_returns_what_llama_model_expects"},
+    "0007": {"test_merge_qkv_without_biases_adds_no_bias": A},
+    "0008": {"test_llama_model_runs_on_the_injected_layers_output": "AttributeError"},
     "0009": {
-        f"{test}[{policy}]"
-        for test in (
-            "test_lora_params_are_found_on_every_target",
-            "test_fuse_lora_adds_each_delta_and_unfuse_removes_it",
-        )
-        for policy in ("llama", "internlm")
+        **{
+            f"{test}[{policy}]": A
+            for test in (
+                "test_lora_params_are_found_on_every_target",
+                "test_fuse_lora_adds_each_delta_and_unfuse_removes_it",
+            )
+            for policy in ("llama", "internlm")
+        },
+        "test_inference_module_sees_fused_lora[llama]": "AttributeError",
+        "test_inference_module_sees_fused_lora[internlm]": A,
+        "test_lora_params_are_found_on_every_llama2_target": A,
     },
     "0010": {
-        f"test_unservable_configuration_is_refused_by_name[{case}]"
-        for case in ("gelu", "attention_bias", "mlp_bias", "grouped_query_attention")
+        f"test_unservable_configuration_is_refused_by_name[{case}]": A
+        for case in ("gelu", "attention_bias", "mlp_bias", "head_dim", "grouped_query_attention")
     },
-    "0011": {"test_replaced_layer_norm_keeps_the_models_epsilon[0.001]"},
+    "0011": {"test_replaced_layer_norm_keeps_the_models_epsilon[0.001]": A},
 }
 
 
+def _run(number: str, patches: tuple[str, ...]) -> dict:
+    root = patched_copy.prepare_patched_copy(patches=patches) if patches else None
+    return regression.run_upstream_test(
+        root, tests=regression.TESTS_BY_PATCH[number], bug_errors=regression.BUG_ERRORS.get(number, ())
+    )
+
+
+def test_every_patch_of_the_series_has_its_tests():
+    assert sorted(regression.TESTS_BY_PATCH) == sorted(EXPECTED_FAILURES)
+    series = sorted(p.name[:4] for p in patched_copy.series_dir().glob("[0-9][0-9][0-9][0-9]-*.patch"))
+    assert series == sorted(regression.TESTS_BY_PATCH)
+
+
 @pytest.mark.parametrize("number", sorted(regression.TESTS_BY_PATCH))
-def test_fails_on_installed_deepspeed_for_the_right_reason(number):
-    result = regression.run_upstream_test(tests=regression.TESTS_BY_PATCH[number])
+def test_fails_without_its_patch_for_the_right_reason(number):
+    """On the installed DeepSpeed with only the patch's prerequisites (earlier patches of the series)."""
+    result = _run(number, regression.PREREQUISITES.get(number, ()))
     assert result["outcome"] == "fail", result["output_tail"]
     assert result["failed_for_the_right_reason"], result["tests"]
-    failed = {name for name, kind in result["tests"].items() if kind != "passed"}
+    failed = {name: kind for name, kind in result["tests"].items() if kind != "passed"}
     assert failed == EXPECTED_FAILURES[number], result["tests"]
 
 
-@pytest.mark.parametrize("number", sorted(regression.PREREQUISITES))
-def test_fails_with_its_prerequisites_alone_for_the_right_reason(number):
-    """0004's tests fail with 0001 applied too: 0001 is what makes the non-idempotent transforms persist."""
-    root = patched_copy.prepare_patched_copy(patches=regression.PREREQUISITES[number])
-    result = regression.run_upstream_test(root, tests=regression.TESTS_BY_PATCH[number])
-    assert result["outcome"] == "fail" and result["failed_for_the_right_reason"], result["tests"]
-    assert {name for name, kind in result["tests"].items() if kind != "passed"} == EXPECTED_FAILURES[number]
-
-
 @pytest.mark.parametrize("number", sorted(regression.TESTS_BY_PATCH))
-def test_passes_with_its_own_patch_alone(number):
-    root = patched_copy.prepare_patched_copy(patches=(*regression.PREREQUISITES.get(number, ()), number))
-    result = regression.run_upstream_test(root, tests=regression.TESTS_BY_PATCH[number])
+def test_passes_with_its_patch(number):
+    result = _run(number, (*regression.PREREQUISITES.get(number, ()), number))
     assert result["outcome"] == "pass", result["output_tail"]
     assert set(result["tests"].values()) == {"passed"}
 
 
-def test_every_test_passes_with_all_patches_together():
+def test_every_test_passes_with_the_whole_series():
     root = patched_copy.prepare_patched_copy(patches=tuple(sorted(regression.TESTS_BY_PATCH)))
     every = tuple(t for tests in regression.TESTS_BY_PATCH.values() for t in tests)
     result = regression.run_upstream_test(root, tests=every)
     assert result["outcome"] == "pass", result["output_tail"]
-    assert len(result["tests"]) >= 18 and set(result["tests"].values()) == {"passed"}
+    assert len(result["tests"]) >= 39 and set(result["tests"].values()) == {"passed"}
+
+
+def test_an_assertion_inside_deepspeed_is_not_the_tests_own(tmp_path):
+    """DeepSpeed's config checks assert too: such a failure proves nothing about the bug."""
+    (tmp_path / "deepspeed").mkdir()
+    (tmp_path / "deepspeed" / "__init__.py").write_text("assert False, 'Micro batch size per gpu: 0'\n")
+    result = regression.run_upstream_test(tmp_path)
+    assert not result["failed_for_the_right_reason"], result["tests"]
 
 
 def test_an_import_error_is_not_counted_as_reproducing_the_bug(tmp_path):

@@ -8,6 +8,7 @@ import torch
 
 from deepspeed.inference.config import DeepSpeedInferenceConfig
 from deepspeed.module_inject.containers import LLAMALayerPolicy
+from deepspeed.module_inject.containers import llama
 from deepspeed.module_inject.utils import policy_to_ds_container
 
 transformers = pytest.importorskip("transformers")
@@ -21,8 +22,16 @@ TINY = dict(vocab_size=64,
             max_position_embeddings=64)
 
 
-def llama_container(**overrides):
-    """A Llama layer's inference container, read the way the Hybrid Engine and kernel injection read it."""
+class InferenceLayerStub(torch.nn.Module):
+    """Stands in for DeepSpeedGPTInference: keeps the config it is built with, loads no kernel."""
+
+    def __init__(self, config, mp_group=None):
+        super().__init__()
+        self.config = config
+
+
+def build_inference_layer(**overrides):
+    """A Llama layer's inference layer, built the way the Hybrid Engine and kernel injection build it."""
     model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**TINY, **overrides})).eval()
     layer = model.model.layers[0]
     container = policy_to_ds_container(policy=LLAMALayerPolicy(layer, inference=True),
@@ -34,13 +43,18 @@ def llama_container(**overrides):
                                        child=layer)
     container.initialize_tensors(enable_training=True)
     container.create_ds_model_config()
-    return container
+    return container.create_module()
+
+
+@pytest.fixture(autouse=True)
+def no_kernels(monkeypatch):
+    monkeypatch.setattr(llama, "DeepSpeedGPTInference", InferenceLayerStub)
 
 
 def refusal(**overrides):
     """The container's refusal for a configuration, or None when it accepts it."""
     try:
-        llama_container(**overrides)
+        build_inference_layer(**overrides)
     except ValueError as exc:
         return str(exc)
     return None
@@ -50,12 +64,13 @@ def test_servable_configuration_is_accepted():
     assert refusal() is None
 
 
-# The injected layer gates with SiLU, takes no biases and merges q/k/v of equal size: anything else must be
-# refused by name, not computed wrongly.
+# The injected layer gates with SiLU, takes no biases, uses heads of hidden_size // num_attention_heads and merges
+# q/k/v of equal size: anything else must be refused by name, not computed wrongly.
 UNSERVABLE = [
     pytest.param({"hidden_act": "gelu"}, "hidden_act", id="gelu"),
     pytest.param({"attention_bias": True}, "attention_bias", id="attention_bias"),
     pytest.param({"mlp_bias": True}, "mlp_bias", id="mlp_bias"),
+    pytest.param({"head_dim": 16}, "head_dim", id="head_dim"),
     pytest.param({"num_key_value_heads": 2}, "num_key_value_heads", id="grouped_query_attention"),
 ]
 

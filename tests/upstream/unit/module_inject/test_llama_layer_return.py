@@ -5,9 +5,9 @@
 
 import pytest
 import torch
-from packaging import version as pkg_version
 
 from deepspeed.inference.config import DeepSpeedInferenceConfig
+from deepspeed.model_implementations.transformers.ds_transformer import DeepSpeedTransformerInference
 from deepspeed.module_inject.containers import LLAMALayerPolicy
 from deepspeed.module_inject.containers import llama
 from deepspeed.module_inject.utils import policy_to_ds_container
@@ -18,7 +18,7 @@ transformers = pytest.importorskip("transformers")
 def tiny_llama():
     config = transformers.LlamaConfig(vocab_size=64,
                                       hidden_size=32,
-                                      num_hidden_layers=1,
+                                      num_hidden_layers=2,
                                       num_attention_heads=4,
                                       num_key_value_heads=4,
                                       intermediate_size=64,
@@ -34,15 +34,15 @@ class InferenceLayerStub(torch.nn.Module):
         self.config = config
 
 
-def inference_config_of(model, monkeypatch):
+def inference_config_of(model, layer_id, monkeypatch):
     """The config DS_LLAMAContainer.create_module() hands the inference layer."""
-    layer = model.model.layers[0]
+    layer = model.model.layers[layer_id]
     container = policy_to_ds_container(policy=LLAMALayerPolicy(layer, inference=True),
                                        config=DeepSpeedInferenceConfig(set_empty_params=True,
                                                                        dtype=torch.float32,
                                                                        transposed_mode=True),
                                        model_config=model.config,
-                                       layer_id=0,
+                                       layer_id=layer_id,
                                        child=layer)
     container.initialize_tensors(enable_training=True)
     container.create_ds_model_config()
@@ -50,9 +50,42 @@ def inference_config_of(model, monkeypatch):
     return container.create_module().config
 
 
-# Since transformers 4.54 LlamaModel hands each decoder layer's return value to the next layer and to the
-# final norm as it is; before, it took the hidden states out of a tuple.
-def test_injected_layer_returns_what_llama_model_expects(monkeypatch):
-    expects_tuple = pkg_version.parse(transformers.__version__) < pkg_version.parse("4.54.0")
+class IdentityAttention(torch.nn.Module):
+    attn_ob = None
 
-    assert inference_config_of(tiny_llama(), monkeypatch).return_tuple == expects_tuple
+    def forward(self, input, *args, **kwargs):
+        return input, None, None, None, input
+
+
+class IdentityMLP(torch.nn.Module):
+
+    def forward(self, attention_output, input, inp_norm, attn_ob):
+        return attention_output
+
+
+def injected_layer(config):
+    """DeepSpeedTransformerInference with identities for its attention and MLP kernels: what is left is how
+    the injected layer hands its output back, which is what LlamaModel reads."""
+    layer = DeepSpeedTransformerInference.__new__(DeepSpeedTransformerInference)
+    torch.nn.Module.__init__(layer)
+    layer.config = config
+    layer.attention = IdentityAttention()
+    layer.mlp = IdentityMLP()
+    layer.norm_w = layer.norm_b = None
+    layer.layer_past = None
+    layer._should_allocate_workspace = False
+    return layer
+
+
+def test_llama_model_runs_on_the_injected_layers_output(monkeypatch):
+    model = tiny_llama()
+    configs = [inference_config_of(model, layer_id, monkeypatch) for layer_id in range(2)]
+    for layer_id, config in enumerate(configs):
+        model.model.layers[layer_id] = injected_layer(config)
+    input_ids = torch.tensor([[1, 2, 3]])
+
+    with torch.no_grad():
+        hidden_states = model.model(input_ids).last_hidden_state
+        expected = model.model.norm(model.model.embed_tokens(input_ids))
+
+    assert torch.equal(hidden_states, expected)

@@ -28,10 +28,6 @@ def tiny_gpt_neox(use_parallel_residual):
 def inference_container(model, layer_id):
     """Builds a layer's container as DeepSpeedHybridEngine.new_inference_container() does."""
     layer = model.gpt_neox.layers[layer_id]
-    # GPTNEOXLayerPolicy.get_hidden_heads() reads attributes that newer Transformers no longer set.
-    for name in ("hidden_size", "num_attention_heads"):
-        if not hasattr(layer.attention, name):
-            setattr(layer.attention, name, getattr(model.config, name))
     container = policy_to_ds_container(policy=GPTNEOXLayerPolicy(layer, inference=True),
                                        config=DeepSpeedInferenceConfig(set_empty_params=True,
                                                                        dtype=torch.float32,

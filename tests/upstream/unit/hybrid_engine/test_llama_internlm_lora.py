@@ -9,7 +9,10 @@ import torch.nn.functional as F
 
 from deepspeed.inference.config import DeepSpeedInferenceConfig
 from deepspeed.module_inject.containers import LLAMALayerPolicy
+from deepspeed.module_inject.containers import internlm
+from deepspeed.module_inject.containers import llama
 from deepspeed.module_inject.containers.internlm import InternLMLayerPolicy
+from deepspeed.module_inject.containers.llama2 import LLAMA2LayerPolicy
 from deepspeed.module_inject.utils import policy_to_ds_container
 
 transformers = pytest.importorskip("transformers")
@@ -105,3 +108,71 @@ def test_fuse_lora_adds_each_delta_and_unfuse_removes_it(policy_cls):
     container.unfuse_lora()
     for name, m in loras.items():
         assert torch.allclose(m.weight, originals[name], atol=RESTORE_ATOL), name
+
+
+class InferenceModuleStub(torch.nn.Module):
+    """Stands in for DeepSpeedGPTInference: holds what set_params_wo_copy() hands the inference layer, loads
+    no kernel."""
+
+    def __init__(self, config, mp_group=None):
+        super().__init__()
+        self.config = config
+        self.attention = torch.nn.Module()
+        self.mlp = torch.nn.Module()
+
+
+@pytest.mark.parametrize("policy_cls", POLICIES)
+def test_inference_module_sees_fused_lora(policy_cls, monkeypatch):
+    """What the injected layer computes with, as the Hybrid Engine builds it without ZeRO-3."""
+    monkeypatch.setattr(llama, "DeepSpeedGPTInference", InferenceModuleStub)
+    monkeypatch.setattr(internlm, "DeepSpeedGPTInference", InferenceModuleStub)
+    model, layer, loras = llama_layer_with_lora(attention_bias=policy_cls is InternLMLayerPolicy)
+    fused = {name: m.weight.detach().clone() + m.delta() for name, m in loras.items()}
+    container = make_container(model, layer, policy_cls)
+    container.create_ds_model_config()
+    container.create_module()
+    container.set_params_wo_copy(Z3_enabled=False)
+
+    container.fuse_lora()
+
+    attention, mlp = container.module.attention, container.module.mlp
+    qkv = torch.cat([fused["self_attn.q_proj"], fused["self_attn.k_proj"], fused["self_attn.v_proj"]])
+    assert torch.allclose(attention.attn_qkvw, qkv, atol=RESTORE_ATOL)
+    assert torch.allclose(attention.attn_ow, fused["self_attn.o_proj"], atol=RESTORE_ATOL)
+    assert torch.allclose(mlp.inter_w, torch.cat([fused["mlp.up_proj"], fused["mlp.gate_proj"]]), atol=RESTORE_ATOL)
+    assert torch.allclose(mlp.output_w, fused["mlp.down_proj"], atol=RESTORE_ATOL)
+
+
+class MetaLlamaBlock(torch.nn.Module):
+    """The layout of Meta's Llama 2 TransformerBlock (the llama package), which LLAMA2LayerPolicy reads."""
+
+    def __init__(self, hidden=32, heads=4, intermediate=64):
+        super().__init__()
+        self.n_heads = heads
+        self.attention = torch.nn.Module()
+        self.attention.n_kv_heads = heads
+        for name in ("wq", "wk", "wv", "wo"):
+            setattr(self.attention, name, LinearLayer_LoRA(torch.nn.Linear(hidden, hidden, bias=False)))
+        self.feed_forward = torch.nn.Module()
+        self.feed_forward.w1 = LinearLayer_LoRA(torch.nn.Linear(hidden, intermediate, bias=False))
+        self.feed_forward.w2 = LinearLayer_LoRA(torch.nn.Linear(intermediate, hidden, bias=False))
+        self.feed_forward.w3 = LinearLayer_LoRA(torch.nn.Linear(hidden, intermediate, bias=False))
+        self.attention_norm = transformers.models.llama.modeling_llama.LlamaRMSNorm(hidden)
+        self.ffn_norm = transformers.models.llama.modeling_llama.LlamaRMSNorm(hidden)
+        self.ffn_norm.eps = self.ffn_norm.variance_epsilon
+
+
+def test_lora_params_are_found_on_every_llama2_target():
+    block = MetaLlamaBlock()
+    container = policy_to_ds_container(policy=LLAMA2LayerPolicy(block, inference=True),
+                                       config=DeepSpeedInferenceConfig(set_empty_params=True,
+                                                                       dtype=torch.float32,
+                                                                       transposed_mode=True),
+                                       model_config=None,
+                                       layer_id=0,
+                                       child=block)
+    container.initialize_tensors(enable_training=True)
+
+    found = [params for params in container.get_lora_params() if len(params) == 3]
+
+    assert len(found) == 7

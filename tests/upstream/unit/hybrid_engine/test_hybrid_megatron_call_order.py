@@ -3,16 +3,14 @@
 
 # DeepSpeed Team
 
-import os
-
 import pytest
 import torch
 
 import deepspeed
-import deepspeed.comm as dist
 from deepspeed.module_inject.containers.features.hybrid_megatron import HybridMegatronContainer
 from deepspeed.runtime.zero import GatheredParameters
 from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+from unit.common import DistributedTest
 
 NUM_HEADS = 4
 HEAD_SIZE = 8
@@ -70,33 +68,17 @@ def test_call_order(calls, layout):
     assert torch.equal(container.qkvb, layout(bias))
 
 
-def transform(container, name):
-    """Runs a transform while the QKV bias is already gathered (as a persistent parameter is), so the
-    transform gathers the QKV weight alone. At world size 1 a gather of several parameters hands back
-    views of the partitions, where an in-place change survives by accident; a single-parameter gather
-    hands back a copy, which is discarded on exit unless modifier_rank is set, as at world size >= 2.
-    """
-    with GatheredParameters([container.qkvb], modifier_rank=0):
-        getattr(container, name)()
-
-
-def gathered(param):
-    with GatheredParameters([param]):
-        return param.detach().clone()
-
-
-@pytest.fixture
 def partitioned_qkv():
-    for key, value in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29662"), ("RANK", "0"), ("LOCAL_RANK", "0"),
-                       ("WORLD_SIZE", "1")):
-        os.environ.setdefault(key, value)
-    if not dist.is_initialized():
-        deepspeed.init_distributed(dist_backend="gloo")
-    assert dist.get_world_size() == 1
-
+    """A GPT-NeoX QKV projection partitioned by ZeRO-3 across the ranks, and its full weight and bias."""
     torch.manual_seed(0)
     reference = torch.nn.Linear(HIDDEN, 3 * HIDDEN)
-    config = {"train_batch_size": 1, "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}}
+    config = {
+        "train_micro_batch_size_per_gpu": 1,
+        "zero_optimization": {
+            "stage": 3,
+            "stage3_param_persistence_threshold": 0
+        }
+    }
     with deepspeed.zero.Init(config_dict_or_path=config):
         linear = torch.nn.Linear(HIDDEN, 3 * HIDDEN)
     with GatheredParameters([linear.weight, linear.bias], modifier_rank=0):
@@ -106,12 +88,20 @@ def partitioned_qkv():
     return GPTNeoXLikeContainer(linear.weight, linear.bias), reference.weight.detach(), reference.bias.detach()
 
 
-@pytest.mark.parametrize("calls, layout", CALL_ORDERS)
-def test_call_order_on_partitions(partitioned_qkv, calls, layout):
-    container, weight, bias = partitioned_qkv
+def gathered(param):
+    with GatheredParameters([param]):
+        return param.detach().clone()
 
-    for call in calls:
-        transform(container, TRANSFORMS[call])
 
-    assert torch.equal(gathered(container.qkvw), layout(weight))
-    assert torch.equal(gathered(container.qkvb), layout(bias))
+class TestCallOrderOnZeRO3Partitions(DistributedTest):
+    world_size = 2
+
+    @pytest.mark.parametrize("calls, layout", CALL_ORDERS)
+    def test_call_order(self, calls, layout):
+        container, weight, bias = partitioned_qkv()
+
+        for call in calls:
+            getattr(container, TRANSFORMS[call])()
+
+        assert torch.equal(gathered(container.qkvw), layout(weight))
+        assert torch.equal(gathered(container.qkvb), layout(bias))

@@ -14,7 +14,7 @@ from deepspeed.module_inject.utils import policy_to_ds_container
 transformers = pytest.importorskip("transformers")
 
 
-def tiny_gpt_neox(rotary_emb_base):
+def tiny_gpt_neox(rotary_emb_base=10000, rope_scaling=None):
     config = transformers.GPTNeoXConfig(vocab_size=64,
                                         hidden_size=32,
                                         num_hidden_layers=1,
@@ -22,7 +22,8 @@ def tiny_gpt_neox(rotary_emb_base):
                                         intermediate_size=128,
                                         max_position_embeddings=64,
                                         rotary_pct=0.25,
-                                        rotary_emb_base=rotary_emb_base)
+                                        rotary_emb_base=rotary_emb_base,
+                                        rope_scaling=rope_scaling)
     return transformers.GPTNeoXForCausalLM(config).eval()
 
 
@@ -38,10 +39,6 @@ def inference_config_of(model, monkeypatch):
     """The config DS_GPTNEOXContainer.create_module() hands the inference layer (the layer itself, and its
     compiled kernels, are not needed to read it)."""
     layer = model.gpt_neox.layers[0]
-    # GPTNEOXLayerPolicy.get_hidden_heads() reads attributes that newer Transformers no longer set.
-    for name in ("hidden_size", "num_attention_heads"):
-        if not hasattr(layer.attention, name):
-            setattr(layer.attention, name, getattr(model.config, name))
     container = policy_to_ds_container(policy=GPTNEOXLayerPolicy(layer, inference=True),
                                        config=DeepSpeedInferenceConfig(set_empty_params=True,
                                                                        dtype=torch.float32,
@@ -55,10 +52,20 @@ def inference_config_of(model, monkeypatch):
     return container.create_module().config
 
 
-# GPT-NeoX rotates with the base in its config (rotary_emb_base, Pythia's 10000); the inference layer
-# must use the same one.
+# GPT-NeoX rotates with the base in its config (Pythia's 10000; transformers reads it from rope_parameters
+# since 5.0, from rope_theta/rotary_emb_base before); the inference layer must use the same one.
 @pytest.mark.parametrize("rotary_emb_base", [10000, 1000000])
 def test_inference_config_uses_the_models_rotary_base(rotary_emb_base, monkeypatch):
     model = tiny_gpt_neox(rotary_emb_base)
 
     assert inference_config_of(model, monkeypatch).rope_theta == rotary_emb_base
+
+
+# The injected attention builds its rotary embedding from the base alone: a scaled variant would run with
+# unscaled positions, so it is refused by name.
+@pytest.mark.parametrize("rope_type", ["linear"])
+def test_scaled_rotary_is_refused_by_name(rope_type, monkeypatch):
+    model = tiny_gpt_neox(rope_scaling={"type": rope_type, "factor": 2.0})
+
+    with pytest.raises(ValueError, match=f"rope_type='{rope_type}'"):
+        inference_config_of(model, monkeypatch)

@@ -1,0 +1,149 @@
+# Copyright (c) Microsoft Corporation.
+# SPDX-License-Identifier: Apache-2.0
+
+# DeepSpeed Team
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import deepspeed
+from deepspeed.module_inject.containers.features.hybrid_engine import HybridEngineContainer
+from deepspeed.runtime.hybrid_engine import DeepSpeedHybridEngine
+from deepspeed.runtime.zero import GatheredParameters
+from unit.common import DistributedTest
+
+IN_FEATURES = 16
+OUT_FEATURES = 24
+LORA_DIM = 2
+LORA_SCALING = 0.5
+NUM_LAYERS = 2
+# (W + delta) - delta equals W up to one fp32 rounding per element; |W + delta| < 16 here.
+RESTORE_ATOL = 1e-5
+
+
+class LoRALinear(torch.nn.Module):
+    """A weight with DeepSpeed-Chat's LoRA factors (right [in, r], left [r, out])."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.empty(OUT_FEATURES, IN_FEATURES))
+        self.lora_right_weight = torch.nn.Parameter(torch.empty(IN_FEATURES, LORA_DIM))
+        self.lora_left_weight = torch.nn.Parameter(torch.empty(LORA_DIM, OUT_FEATURES))
+
+
+class LoRALayerContainer(HybridEngineContainer):
+    """One LoRA-adapted weight; its inference module records the weight each forward sees."""
+
+    def __init__(self, layer):
+        self.weight = layer.weight
+        self.lora = [layer.lora_right_weight, layer.lora_left_weight, LORA_SCALING]
+        self.seen = []
+        self.module = SimpleNamespace(forward=self.forward)
+
+    def forward(self, *inputs, **kwargs):
+        self.seen.append(self.weight.detach().clone())
+
+    def set_lora_params(self):
+        self.lora_params = [self.lora]
+
+    def get_lora_matched_pair(self):
+        return [(self.lora, self.weight)]
+
+
+def non_pinned_zero3_engine():
+    """A Hybrid Engine on the ZeRO-3 non-pinned path (pin_parameters=False), over layers zero.Init partitioned,
+    with only the attributes generate() reads on that path; and each layer's weight without and with LoRA."""
+    torch.manual_seed(0)
+    config = {
+        "train_micro_batch_size_per_gpu": 1,
+        "zero_optimization": {
+            "stage": 3,
+            "stage3_param_persistence_threshold": 0
+        }
+    }
+    with deepspeed.zero.Init(config_dict_or_path=config):
+        layers = [LoRALinear() for _ in range(NUM_LAYERS)]
+    expected = []
+    for layer in layers:
+        params = [layer.weight, layer.lora_right_weight, layer.lora_left_weight]
+        with GatheredParameters(params, modifier_rank=0):
+            for param in params:
+                param.data.copy_(torch.randn_like(param))
+            weight, right, left = (param.detach().clone() for param in params)
+        expected.append((weight, weight + LORA_SCALING * torch.matmul(left.t(), right.t())))
+
+    engine = DeepSpeedHybridEngine.__new__(DeepSpeedHybridEngine)
+    containers = [LoRALayerContainer(layer) for layer in layers]
+    engine.__dict__.update(
+        _inference_containers=containers,
+        layer_params=[[layer.weight] for layer in layers],
+        layer_lora_params=[[layer.lora_right_weight, layer.lora_left_weight] for layer in layers],
+        all_lora_params=[p for layer in layers for p in (layer.lora_right_weight, layer.lora_left_weight)],
+        _lora_fused_layers=set(),
+        is_lora_fused=False,
+        Z3_enabled=True,
+        gather_all_layers=False,
+        _total_batch_size=1,
+        _decode_graphs=None,
+        _gather_latency=0,
+        _config=SimpleNamespace(hybrid_engine=SimpleNamespace(release_inference_cache=False)))
+    return engine, expected
+
+
+def generate(engine, steps, fail_in_layer=None):
+    """engine.generate() with a model that runs a prompt forward, then decode forwards, through every layer,
+    and raises in layer `fail_in_layer` of its first forward."""
+    forwards = [engine._zero3_forward(layer_id) for layer_id in range(NUM_LAYERS)]
+
+    def run_model(*inputs, **kwargs):
+        for _ in range(steps):
+            for layer_id, forward in enumerate(forwards):
+                if layer_id == fail_in_layer:
+                    raise RuntimeError("generation failed")
+                forward()
+
+    engine._generate = run_model
+    engine.generate(torch.zeros(1, 1, dtype=torch.long))
+
+
+def weights(engine):
+    with GatheredParameters([container.weight for container in engine._inference_containers]):
+        return [container.weight.detach().clone() for container in engine._inference_containers]
+
+
+class TestHybridEngineLoRANonPinned(DistributedTest):
+    world_size = 2
+
+    def test_every_forward_sees_fused_lora(self):
+        engine, expected = non_pinned_zero3_engine()
+        generate(engine, steps=3)
+
+        for container, (_, fused) in zip(engine._inference_containers, expected):
+            assert len(container.seen) == 3
+            for seen in container.seen:
+                assert torch.equal(seen, fused)
+
+    def test_generate_restores_weights_and_fuses_again_next_time(self):
+        engine, expected = non_pinned_zero3_engine()
+        generate(engine, steps=3)
+
+        for weight, (original, _) in zip(weights(engine), expected):
+            assert torch.allclose(weight, original, rtol=0, atol=RESTORE_ATOL)
+
+        generate(engine, steps=2)
+        for container, (_, fused) in zip(engine._inference_containers, expected):
+            assert torch.allclose(container.seen[-1], fused, rtol=0, atol=RESTORE_ATOL)
+
+    def test_generate_that_raises_leaves_no_lora_fused(self):
+        engine, expected = non_pinned_zero3_engine()
+        with pytest.raises(RuntimeError, match="generation failed"):
+            generate(engine, steps=1, fail_in_layer=1)
+
+        for weight, (original, _) in zip(weights(engine), expected):
+            assert torch.allclose(weight, original, rtol=0, atol=RESTORE_ATOL)
+
+        generate(engine, steps=2)
+        for container, (_, fused) in zip(engine._inference_containers, expected):
+            assert torch.allclose(container.seen[-1], fused, rtol=0, atol=RESTORE_ATOL)
