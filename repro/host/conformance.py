@@ -21,6 +21,7 @@ from ..paths import write_json
 from . import family, launch, patched_copy
 from .conformance_diagnosis import diagnose, diagnose_arch
 from .conformance_report import write_reports
+from .ds_report import ds_report_text
 
 COMMAND = "python -m repro conformance --out results/reference/conformance"
 # GPT-NeoX's tiny default (repro.model_registry.TINY) and, per field that changes the forward math, one
@@ -201,6 +202,7 @@ def main(out: Path, quick: bool = False, timeout_s: float = 600, log: Callable[[
         "builds": {name: list(patches) for name, patches in BUILDS.items()},
         "cells": cells,
         "duration_s": round(time.time() - started, 1),
+        "ds_report": ds_report_text("cpu"),  # for the issue texts: DeepSpeed's template asks for it
     }
     write_json(out / "conformance.json", data)
     # Rendered from the file, as `--render` does: the JSON's sorted keys order the builds and scenarios.

@@ -90,6 +90,8 @@ def _crash(cell: dict) -> str:
 ISSUES = {
     BUG_3453: {
         "file": ISSUE_3453,
+        "scope": "injection",
+        "gpt_neox": True,
         "shown": lambda c: c["arch"] == "gpt-neox" and c["configuration"] == "sequential-residual",
         "evidence": (("vs the same weights computed as a parallel-residual model (max abs, every step)",
                       _twin("per_step_logits_vs_parallel_residual_twin")),),
@@ -109,44 +111,51 @@ ISSUES = {
     },
     BUG_ROPE: {
         "file": "ISSUE-rotary-base.md",
+        "scope": "injection",
+        "gpt_neox": True,
         "shown": lambda c: c["arch"] == "gpt-neox" and c["configuration"] == "rotary-base-1e6",
         "evidence": (("vs the same weights rotated with base 10000 (max abs, every step)",
                       _twin("per_step_logits_vs_default_rotary_base_twin")),),
         "measured": "the Hybrid Engine's per-step logits equal, within fp32 noise, those of the same weights "
         "rotated with base 10000, and differ from the real model's",
-        "title": "GPT-NeoX's rotary_emb_base is ignored under kernel injection / the Hybrid Engine (rope_theta "
-        "stays 10000)",
-        "cause": "`DS_GPTNEOXContainer.create_module()` never passes the model's `rotary_emb_base` (mirrored as "
-        "`rope_theta`) to the `DeepSpeedInferenceConfig`, whose `rope_theta` keeps its default, 10000 (the LLaMA "
-        "container does pass it). A GPT-NeoX with another rotary base is rotated with the wrong frequencies.",
-        "fix": "The inference config's `rope_theta` is the model's `rotary_emb_base` (patch `0006`).",
+        "title": "GPT-NeoX's rotary base is ignored under kernel injection / the Hybrid Engine (rope_theta stays "
+        "10000)",
+        "cause": "`DS_GPTNEOXContainer.create_module()` never passes the model's rotary base (Transformers keeps it "
+        "in `rope_parameters['rope_theta']` since 5.0, in `rope_theta` / `rotary_emb_base` before) to the "
+        "`DeepSpeedInferenceConfig`, whose `rope_theta` keeps its default, 10000 (the LLaMA container does pass "
+        "it). A GPT-NeoX with another rotary base is rotated with the wrong frequencies.",
+        "fix": "The inference config's `rope_theta` is read where Transformers reads it, and a scaled rotary "
+        "(`rope_scaling`) is refused by name, since the kernel takes a base only (patch `0006`).",
         "context": "The compiled attention kernels build their rotary embedding from `rope_theta` as well, so we "
         "expect GPUs to show it too; not run by us.",
     },
     BUG_QKV_BIAS: {
         "file": "ISSUE-zero3-qkv-bias.md",
+        "scope": "hybrid-engine",
         "shown": lambda c: c["arch"] != "gpt-neox" and c["zero_stage"] == 3 and c["lora"] == "none"
         and c["order"] == "eval-generate-train",
         "evidence": (("bias handed to the QKV GEMM", _bias),),
         "measured": "the QKV GEMM was handed a bias although the model has none: DeepSpeed's never-written "
         "`torch.empty` bias buffer",
         "title": "ZeRO-3 Hybrid Engine adds an uninitialised QKV bias to models without QKV bias (Llama, GPT-Neo): "
-        "garbage or NaN, different per rank (cause of #4788)",
+        "garbage or NaN, different per rank (consistent with #4788)",
         "cause": "Under ZeRO-3 the Hybrid Engine leaves `attn_qkvw` unset and `DeepSpeedSelfAttention._merge_qkv()` "
         "(`deepspeed/ops/transformer/inference/ds_attention.py`) merges q/k/v into the class-wide `_qkv_buffers` on "
         "every forward. It writes the bias buffer only when the model has QKV biases but always returns it, so "
         "`QKVGemmOp` (`add_bias = bias is not None`) adds a `torch.empty` buffer to every query, key and value of a "
         "model without them. Its content decides the output: correct, ~1.0 off, NaN, and different on each rank. "
-        "PR #4711 (closed, not merged) found the same root cause in 2023.",
+        "PR #4711 (closed, not merged) pointed at the same buffer in 2023.",
         "fix": "`_merge_qkv()` returns no bias when the model has none (patch `0007`).",
-        "context": "The compiled `qkv_gemm` kernels add the bias the same way (`add_bias`), so GPUs are affected "
-        "too; on a GPU the buffer often holds zeros or old activations, which fits #4788 and DeepSpeedExamples "
-        "#864 (Llama-2, ZeRO-3 + Hybrid Engine: gibberish that differs per rank; ZeRO-2 fine). On released "
+        "context": "The compiled `qkv_gemm` kernels add the bias the same way (`add_bias`), so we expect GPUs to be "
+        "affected too (not run by us); what the buffer holds decides what a user sees, which is consistent with "
+        "#4788 and DeepSpeedExamples #864 (Llama-2, ZeRO-3 + Hybrid Engine: gibberish that differs per rank; "
+        "ZeRO-2 fine). On released "
         "DeepSpeed with Transformers >= 4.54 the Llama crash (0008) comes first: the Llama cells here run the "
         "series without `0007`.",
     },
     BUG_LAYER_TUPLE: {
         "file": "ISSUE-llama-layer-tuple.md",
+        "scope": "injection",
         "shown": lambda c: c["arch"] == "llama" and c["scenario"] == "reference",
         "evidence": (("the Hybrid Engine's first generate", _crash),),
         "measured": "the Hybrid Engine's first generate fails in the second decoder layer",
@@ -160,25 +169,32 @@ ISSUES = {
         "expects a tensor (patch `0008`).",
         "context": "Not kernel-specific: the failure is in Python before any kernel runs.",
     },
-    BUG_LORA_NOT_FOUND: {
+    BUG_LORA_NO_IN_FEATURES: {
         "file": "ISSUE-llama-lora.md",
+        "scope": "hybrid-engine",
         "shown": lambda c: c["arch"] == "llama" and c["lora"] != "none",
-        "evidence": (("vs the same model without LoRA (max abs, every step)",
-                      _twin("per_step_logits_vs_without_lora")),),
-        "measured": "the Hybrid Engine's per-step logits equal, within fp32 noise, those of the same model without "
-        "its LoRA, and differ from the model's own",
-        "title": "Hybrid Engine never fuses DeepSpeed-Chat LoRA on Llama: rollouts come from the base weights",
-        "cause": "`DS_LLAMAContainer.set_lora_params()` hands `maybe_get_lora()` the `.weight` tensors of "
-        "q/k/v/o_proj and gate/up/down_proj; `maybe_get_lora()` looks for `lora_right_weight` on what it is "
-        "given, i.e. on the Linear module (DeepSpeed-Chat's `LinearLayer_LoRA`), as the GPT-NeoX, GPT-J and "
-        "GPT-Neo containers pass it. On Llama it finds nothing, fuses nothing, and the Hybrid Engine generates "
-        "with the base weights, silently.",
-        "fix": "The container passes the Linear modules (patch `0009`; it fixes the same lines in the InternLM "
-        "container).",
-        "context": "Not kernel-specific: which weights are fused is decided in Python.",
+        "evidence": (("what the Hybrid Engine did", lambda c: _crash(c) if "crash" in c else _twins(c)),),
+        "measured": "`deepspeed.initialize` with the Hybrid Engine fails on the model with DeepSpeed-Chat's LoRA",
+        "title": "Hybrid Engine cannot take DeepSpeed-Chat's LoRA on Llama: initialize fails on `in_features`, and "
+        "the LoRA lookup never finds LoRA",
+        "cause": "DeepSpeed-Chat adds LoRA by replacing each `nn.Linear` with a `LinearLayer_LoRA` module, which has "
+        "the base `weight` and `bias` and the factors `lora_right_weight` / `lora_left_weight`, but no `in_features` "
+        "or `out_features`. `LLAMALayerPolicy.get_hidden_heads()` reads `q_proj.in_features` and "
+        "`gate_proj.out_features`, so `deepspeed.initialize` fails with an `AttributeError` when LoRA covers them "
+        "(DeepSpeed-Chat's Llama-2 step 3 puts it on every Linear of the layers). Behind it, "
+        "`DS_LLAMAContainer.set_lora_params()` hands `maybe_get_lora()` the `.weight` tensors, where it looks for "
+        "`lora_right_weight` on the module (as the GPT-NeoX, GPT-J and GPT-Neo containers pass it): it finds no "
+        "LoRA, and the Hybrid Engine would generate with the base weights, silently. `DS_InternLMContainer` and "
+        "`DS_LLAMA2Container` have the same lookup.",
+        "fix": "The policy reads the sizes from the layer's config, and the containers pass the modules (patch "
+        "`0009`).",
+        "context": "Not kernel-specific: both happen in Python. The lookup half is shown by the patch's test "
+        "(`tests/unit/hybrid_engine/test_llama_internlm_lora.py`: on 0.19.8 no LoRA target of 7 is found, and the "
+        "inference module never sees the fused weights).",
     },
     BUG_UNSERVABLE: {
         "file": "ISSUE-llama-unservable-config.md",
+        "scope": "injection",
         "shown": lambda c: c["arch"] == "llama" and c["configuration"] in UNSERVABLE_CONFIGS,
         "evidence": (("what the Hybrid Engine computed instead", lambda c: _crash(c) if "crash" in c else _twins(c)),),
         "measured": "the Llama container accepted a configuration its injected layer does not compute: the Hybrid "
@@ -200,6 +216,7 @@ ISSUES = {
     },
     BUG_NORM_EPS: {
         "file": "ISSUE-layer-norm-eps.md",
+        "scope": "hybrid-engine",
         "shown": lambda c: "layer-norm-eps" in c["configuration"] and c["scenario"] == "reference",
         "evidence": (("vs the same weights with the final LayerNorm at eps 1e-5 (max abs, every step)",
                       lambda c: _final_norm_twin(c)),),
@@ -216,6 +233,19 @@ ISSUES = {
     },
 }  # fmt: skip
 UNSERVABLE_CONFIGS = ("gelu-gating", "attention-bias", "mlp-bias", "grouped-query")
+NEOX_PREREQUISITE = (
+    "Prerequisite: with current Transformers (4.57 here), GPT-NeoX injection fails before this bug is reached, in "
+    "`GPTNEOXLayerPolicy.get_hidden_heads()`: `'GPTNeoXAttention' object has no attribute 'hidden_size'` (patch "
+    "`0000` reads both sizes from the config). The released cells below run with a compatibility shim that adds "
+    "the two attributes; the whole series carries `0000` instead."
+)
+# Which DeepSpeed paths a bug is on: the containers' layer (built by kernel injection and the Hybrid Engine
+# alike), or the Hybrid Engine alone (its ZeRO-3 merge, its LoRA fusion, its replacement of outer LayerNorms).
+SCOPES = {
+    "injection": "kernel injection (`deepspeed.init_inference(..., replace_with_kernel_inject=True)`) and the Hybrid "
+    "Engine, which builds its layers through the same containers",
+    "hybrid-engine": "the Hybrid Engine only; `deepspeed.init_inference` does not take this path",
+}
 
 
 def _final_norm_twin(cell: dict) -> str:
@@ -274,10 +304,10 @@ def issue_text(data: dict, bug: str) -> str:
     """The upstream issue text for `bug` in DeepSpeed's bug template, from the measured cells only."""
     meta = ISSUES[bug]
     measured = [c for c in data["cells"] if "error" not in c]
-    hits = [c for c in measured if any(d.startswith(bug) for d in c["diagnosis"])]
+    shown = [c for c in measured if meta["shown"](c)]
+    hits = [c for c in shown if any(d.startswith(bug) for d in c["diagnosis"])]
     if not hits:
         return f"# {bug}\n\nNo measured cell shows it; nothing to report.\n"
-    shown = [c for c in measured if meta["shown"](c)]
     fixed = [c for c in shown if c["build"] == "whole series"]
     ds, v = hits[0]["deepspeed"]["version"], hits[0]["versions"]
     heads = [h for h, _ in meta["evidence"]]
@@ -294,8 +324,11 @@ def issue_text(data: dict, bug: str) -> str:
             "**Describe the bug**",
             meta["cause"],
             "",
+            *([NEOX_PREREQUISITE, ""] if meta.get("gpt_neox") else []),
+            f"Scope: {SCOPES[meta['scope']]}.",
+            "",
             f"Measured (CPU, tiny models with random weights, fp32, DeepSpeed {ds} as released and with our patch "
-            f"series): in {len(hits)} of {len(shown)} cells {meta['measured']}:",
+            f"series): in {len(hits)} of the {len(shown)} cells below {meta['measured']}:",
             "",
             "| model, scenario | DeepSpeed | ZeRO | ranks | logits vs native (max abs, every step) | "
             + " | ".join(heads)
@@ -308,9 +341,13 @@ def issue_text(data: dict, bug: str) -> str:
             "scripts/bootstrap.sh      # in this repository",
             f".venv/bin/{data['command']}",
             "```",
-            "or with any checkpoint of that architecture and setting: `deepspeed.init_inference(model, "
-            "replace_with_kernel_inject=True)` or the Hybrid Engine, then compare greedy tokens with the Hugging "
-            "Face model.",
+            "or with any checkpoint of that architecture and setting: "
+            + (
+                "`deepspeed.init_inference(model, replace_with_kernel_inject=True)` or "
+                if meta["scope"] == "injection"
+                else ""
+            )
+            + "the Hybrid Engine (`hybrid_engine.enabled`), then compare greedy tokens with the Hugging Face model.",
             "",
             "**Expected behavior**",
             f"{meta['fix']} With it (our whole series), {sum(CORRECT in c['diagnosis'] for c in fixed)} of "
@@ -321,7 +358,10 @@ def issue_text(data: dict, bug: str) -> str:
                 else "."
             ),
             "",
-            "**ds_report output**: not available on this CPU machine (`ds_report` needs an accelerator).",
+            "**ds_report output** (`DS_ACCELERATOR=cpu ds_report`, taken by the run):",
+            "```",
+            data.get("ds_report", "not recorded by this run"),
+            "```",
             "",
             "**System info**",
             f"- Linux (Debian 12), CPU only, 2 cores, no GPU; Python {v.get('python', 'not recorded')}, torch "

@@ -61,10 +61,15 @@ def test_each_issue_text_is_the_bug_template_filled_from_the_cells_that_show_it(
     issue = (tmp_path / conformance_report.ISSUE_3453).read_text()
     for section in ("**Describe the bug**", "**To Reproduce**", "**Expected behavior**", "**System info**"):
         assert section in issue
-    assert "in 1 of 2 cells the Hybrid Engine" in issue and "1 of 1 such cells are correct" in issue
+    assert "in 1 of the 2 cells below the Hybrid Engine" in issue and "1 of 1 such cells are correct" in issue
+    assert conformance_report.NEOX_PREREQUISITE in issue and "Scope: kernel injection" in issue
     assert "| gpt-neox sequential-residual, reference | released | 3 | 2 | 1.13 | 6e-07 |" in issue
     tuple_issue = (tmp_path / "ISSUE-llama-layer-tuple.md").read_text()
-    assert "'tuple' object has no attribute 'size'" in tuple_issue and "in 1 of 1 cells" in tuple_issue
+    assert "'tuple' object has no attribute 'size'" in tuple_issue and "in 1 of the 1 cells below" in tuple_issue
+    assert conformance_report.NEOX_PREREQUISITE not in tuple_issue
+    # The table's cells are the ones counted: a cell outside the table never adds to "in N of M".
+    rows = [line for line in issue.splitlines() if line.startswith("| gpt-neox")]
+    assert len(rows) == 2
     # A bug no cell shows gets no issue text, only that sentence.
     assert (tmp_path / "ISSUE-llama-lora.md").read_text().endswith("No measured cell shows it; nothing to report.\n")
 
