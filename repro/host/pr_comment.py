@@ -74,20 +74,20 @@ def render(data: dict) -> str:
         "cells in that order (ZeRO-2 and ZeRO-3, 1 and 2 ranks) are correct: tokens equal native, training "
         "weights restored bitwise.",
         "",
-        "## What it breaks",
+        "## What it exposes under ZeRO-3: a bug ZeRO-2 already has",
         "",
         "`DeepSpeedHybridEngine.eval()` calls `transform_for_inference()` on every call and `train()` calls "
         "`transform_for_training()` on every call, and nothing records which layout the QKV weights are in. "
-        "As released, ZeRO-3 discards every transform, which hides this; with `modifier_rank=0` every transform "
-        "persists, including the ones applied to weights already in the target layout. A loop that calls "
-        "`model.train()` at its top (as `tests/unit/hybrid_engine/test_he_lora.py` does right after "
-        "`deepspeed.initialize`), or calls `eval()` twice, then trains on permuted QKV weights and generates "
-        f"from them. With this PR alone, under ZeRO-3, {_count(broken, BUG_ORDER)} such cells:",
+        "A loop that calls `model.train()` at its top (as `tests/unit/hybrid_engine/test_he_lora.py` does right "
+        "after `deepspeed.initialize`), or calls `eval()` twice, then trains on permuted QKV weights and "
+        f"generates from them. ZeRO-2 as released already does this ({_count(zero2, BUG_ORDER)} cells in these "
+        "orders). As released, ZeRO-3 discards every transform, which hides it there; with `modifier_rank=0` "
+        "every transform persists, so ZeRO-3 behaves like ZeRO-2, this bug included. This PR does not cause it, "
+        f"but merging it alone takes it to ZeRO-3: under ZeRO-3, {_count(broken, BUG_ORDER)} such cells:",
         "",
         *_table(broken),
         "",
-        f"ZeRO-2 as released already does the same ({_count(zero2, BUG_ORDER)} cells in these orders): the fix "
-        "makes ZeRO-3 behave like ZeRO-2, bugs included.",
+        "DeepSpeed-Chat alternates strictly (eval, generate, train) and never meets it.",
         "",
         "## What makes it safe",
         "",
