@@ -120,8 +120,16 @@ def _cases(xml: Path) -> dict[str, str]:
     cases = {}
     for case in ET.parse(xml).getroot().iter("testcase"):
         problem = case.find("failure") if case.find("failure") is not None else case.find("error")
-        cases[case.get("name", "?")] = "passed" if problem is None else _exception_type(problem)
+        cases[_case_name(case)] = "passed" if problem is None else _exception_type(problem)
     return cases
+
+
+def _case_name(case: ET.Element) -> str:
+    """The test's name, with its class where it has one (`TestX::test_y[p]`): a DistributedTest method may share
+    its name with a module-level test of the same file."""
+    owner = case.get("classname", "").rsplit(".", 1)[-1]
+    name = case.get("name", "?")
+    return f"{owner}::{name}" if owner.startswith("Test") else name
 
 
 def _exception_type(problem: ET.Element) -> str:
