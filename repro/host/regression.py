@@ -41,11 +41,11 @@ TESTS_BY_PATCH = {
 # and its ZeRO-3 cases show only once 0001 makes transforms persist; 0005/0006 build a GPT-NeoX container,
 # which needs 0000 on current Transformers; 0010's hunk sits next to 0008's lines.
 PREREQUISITES = {"0004": ("0001", "0002"), "0005": ("0000",), "0006": ("0000",), "0010": ("0008",)}
+# A test's `pytest.raises` that saw nothing raised: the test's own check failed.
+DID_NOT_RAISE = "DID NOT RAISE"
 # Where the bug is an exception rather than a wrong value, that exception is the test's failure:
 # GPTNeoXAttention has no hidden_size (0000), LlamaModel hands the next layer a tuple (0008), Llama's policy
 # reads in_features, which DeepSpeed-Chat's LoRA modules lack (0009).
-# A test's `pytest.raises` that saw nothing raised: the test's own check failed.
-DID_NOT_RAISE = "DID NOT RAISE"
 BUG_ERRORS = {"0000": ("AttributeError",), "0008": ("AttributeError",), "0009": ("AttributeError",)}
 
 
