@@ -117,6 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
     conformance.add_argument("--render", action="store_true", help="only render the reports from OUT/conformance.json")
 
     sub.add_parser(
+        "issue-scripts",
+        help="the issue texts' standalone scripts on this CPU, without and with their patch: exit 0 when each "
+        "shows its bug without and is correct with the series",
+    )
+
+    sub.add_parser(
         "fix-status", help="does the installed DeepSpeed carry the fix? exit 0 yes, 1 no, 2 no DeepSpeed installed"
     )
 
@@ -167,6 +173,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.render:
                 return conformance.render_only(args.out)
             return conformance.main(args.out, quick=args.quick)
+        if args.command == "issue-scripts":
+            from .host import issue_scripts
+
+            return issue_scripts.main()
         if args.command == "fix-status":
             from . import fixstatus
 

@@ -9,7 +9,7 @@ import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
-from . import family
+from . import family, issue_scripts
 from .conformance_diagnosis import (
     BUG_3453,
     BUG_LAYER_TUPLE,
@@ -337,17 +337,11 @@ def issue_text(data: dict, bug: str) -> str:
             *rows,
             "",
             "**To Reproduce**",
-            "```",
-            "scripts/bootstrap.sh      # in this repository",
-            f".venv/bin/{data['command']}",
-            "```",
-            "or with any checkpoint of that architecture and setting: "
-            + (
-                "`deepspeed.init_inference(model, replace_with_kernel_inject=True)` or "
-                if meta["scope"] == "injection"
-                else ""
-            )
-            + "the Hybrid Engine (`hybrid_engine.enabled`), then compare greedy tokens with the Hugging Face model.",
+            *issue_scripts.section(
+                meta["file"], f"DeepSpeed {ds}, torch {v['torch']}, Transformers {v['transformers']}"
+            ),
+            "",
+            f"The table above is `{data['command']}` in our repository (after `scripts/bootstrap.sh`).",
             "",
             "**Expected behavior**",
             f"{meta['fix']} With it (our whole series), {sum(CORRECT in c['diagnosis'] for c in fixed)} of "

@@ -223,7 +223,9 @@ def main(
         "duration_s": round(time.time() - started, 1) + previous.get("duration_s", 0.0) * bool(kept),
     }
     write_json(out / "family.json", data)
-    write_reports(out, data)
+    # Rendered from the file, as `--render` does (the JSON's sorted keys order the builds), so a run's reports
+    # and a re-render are the same bytes.
+    write_reports(out, json.loads((out / "family.json").read_text()))
     failed = [c for c in cells if "error" in c]
     log(f"[family] {len(cells) - len(failed)}/{len(cells)} cells measured -> {out / 'FAMILY.md'}")
     return EXIT_BROKEN if failed else EXIT_OK

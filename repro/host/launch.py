@@ -241,11 +241,12 @@ def run_variant(spec: LaunchSpec, out_dir: Path, patched_root: Path | None, prog
     return result
 
 
-def run_probe(
-    module: str, out_json: Path, deepspeed_root: Path | None, ranks: int = 2, timeout_s: float = 300
-) -> dict:
-    """Runs a small rank script (`python -m MODULE OUT.json`) under torchrun on CPU; returns its JSON."""
-    cmd = torchrun(module, ranks, free_port(), str(out_json))
+def run_module(
+    module: str, args: list[str], deepspeed_root: Path | None, ranks: int, timeout_s: float
+) -> tuple[int, str]:
+    """`python -m MODULE ARGS` on `ranks` CPU ranks under torchrun; returns the exit status and the output.
+    A timeout stops every rank and raises LaunchError."""
+    cmd = torchrun(module, ranks, free_port(), *args)
     proc = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
@@ -260,12 +261,18 @@ def run_probe(
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         raise LaunchError(f"{module}: ranks did not finish within {timeout_s:.0f} s") from None
-    if proc.returncode != 0 or not out_json.exists():
+    return proc.returncode, output
+
+
+def run_probe(
+    module: str, out_json: Path, deepspeed_root: Path | None, ranks: int = 2, timeout_s: float = 300
+) -> dict:
+    """Runs a small rank script (`python -m MODULE OUT.json`) under torchrun on CPU; returns its JSON."""
+    returncode, output = run_module(module, [str(out_json)], deepspeed_root, ranks, timeout_s)
+    if returncode != 0 or not out_json.exists():
         log = out_json.with_suffix(".log")
         log.write_text(output)
-        raise LaunchError(
-            f"{module}: ranks exited with status {proc.returncode}: {_first_error(output)} (full log: {log})"
-        )
+        raise LaunchError(f"{module}: ranks exited with status {returncode}: {_first_error(output)} (full log: {log})")
     return json.loads(out_json.read_text())
 
 

@@ -4,6 +4,7 @@ test that make it safe. Every number is a measured cell; `python -m repro family
 
 from __future__ import annotations
 
+from . import issue_scripts
 from .family import BUG_8391, BUG_ORDER, CORRECT, REFERENCE_ORDER
 
 FILE_NAME = "PR-8392-COMMENT.md"
@@ -103,6 +104,10 @@ def render(data: dict) -> str:
         "`tests/unit/hybrid_engine/test_hybrid_megatron_call_order.py` (plain tensors for the ZeRO-2 case; a "
         "`DistributedTest` on two ranks with real `zero.Init` partitions for the ZeRO-3 case), fails on its "
         "assertions without the patch and passes with it.",
+        "",
+        "## Reproduce",
+        "",
+        *issue_scripts.section(FILE_NAME, f"DeepSpeed {ds}, torch {v['torch']}, Transformers {v['transformers']}"),
         "",
         "Patch with its test: `repro/patches/0004-Make-the-HybridMegatron-QKV-layout-transforms-idempo.patch` "
         "(`git am` on master, after 0000-0003 of the series).",

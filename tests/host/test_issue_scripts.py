@@ -1,0 +1,78 @@
+"""The issue texts' standalone scripts: what they import, where they are printed, how their output is judged,
+and (on ranks) that each shows its bug without its patch and is correct with the whole series."""
+
+import ast
+import sys
+
+import pytest
+
+from repro.host import conformance, conformance_report, issue_scripts, pr_comment
+from repro.host.issue_scripts import SCRIPTS, judge, series_without
+from repro.paths import REPO_ROOT
+
+ALLOWED = {"torch", "deepspeed", "transformers"}
+
+
+@pytest.mark.parametrize("name", sorted({s.script for s in SCRIPTS}))
+def test_a_script_imports_only_torch_deepspeed_transformers_and_the_standard_library(name):
+    tree = ast.parse((issue_scripts.SCRIPTS_DIR / name).read_text())
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert imported - ALLOWED <= set(sys.stdlib_module_names), imported
+    assert ALLOWED <= imported
+
+
+def test_every_issue_text_and_the_pr_comment_carry_a_script():
+    texts = {meta["file"] for meta in conformance_report.ISSUES.values()} | {pr_comment.FILE_NAME}
+    assert texts == {s.text for s in SCRIPTS}
+    assert all(s.fixed_by in conformance.SERIES for s in SCRIPTS)
+
+
+def test_series_without_a_patch_drops_what_needs_it():
+    assert "0004" not in series_without("0001") and "0002" in series_without("0001")
+    assert "0010" not in series_without("0008")
+    assert {"0005", "0006"}.isdisjoint(series_without("0000"))
+    assert series_without("0011") == tuple(p for p in conformance.SERIES if p != "0011")
+
+
+@pytest.mark.parametrize(
+    ("returncode", "output", "verdict"),
+    [
+        (1, "Hybrid Engine vs Hugging Face: ...\nBUG: the Hybrid Engine does not compute the model\n", "bug"),
+        (0, "OK: the Hybrid Engine computes the model\n", "ok"),
+        (1, "Traceback (most recent call last):\nValueError: This op had not been implemented\n", "broken"),
+        (1, "OK: the Hybrid Engine computes the model\n", "broken"),  # a peer rank failed
+        (0, "BUG: the Hybrid Engine does not compute the model\n", "broken"),  # the status contradicts the line
+        (1, "BUG: x\nOK: y\n", "broken"),
+        (0, "", "broken"),  # exit 0 without a verdict line proves nothing
+        (1, "the log mentions BUG: in passing\n", "broken"),  # only a line that starts with it counts
+    ],
+)
+def test_a_verdict_needs_the_scripts_own_line_and_a_matching_exit_status(returncode, output, verdict):
+    assert judge(returncode, output).verdict == verdict
+
+
+def test_the_issue_text_embeds_each_script_in_full_with_its_command_and_upstream_test():
+    lines = issue_scripts.section("PR-8392-COMMENT.md", "DeepSpeed 0.19.8")
+    text = "\n".join(lines)
+    assert (issue_scripts.SCRIPTS_DIR / "zero3_qkv_layout.py").read_text().rstrip("\n") in text
+    assert text.count("```python") == 1  # one file, two runs
+    assert "deepspeed --num_gpus 2 zero3_qkv_layout.py --order train-first" in text
+    assert "tests/unit/hybrid_engine/test_hybrid_megatron_zero3.py" in text
+    assert issue_scripts.section("NOT-AN-ISSUE.md", "x") == []
+
+
+def test_the_committed_texts_carry_the_current_scripts():
+    for script in SCRIPTS:
+        folder = "family" if script.text == pr_comment.FILE_NAME else "conformance"
+        committed = (REPO_ROOT / "results" / "reference" / folder / script.text).read_text()
+        assert script.path.read_text().rstrip("\n") in committed, script.text
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda s: f"{s.name}-{s.fixed_by}")
+def test_each_script_shows_its_bug_without_its_patch_and_is_correct_with_the_series(script):
+    without = issue_scripts.run(script, series_without(script.fixed_by))
+    assert without.verdict == "bug", without
+    fixed = issue_scripts.run(script, issue_scripts.SERIES)
+    assert fixed.verdict == "ok", fixed
