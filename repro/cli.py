@@ -19,6 +19,17 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"error: {message} (see python -m repro {self.prog.split()[-1]} --help)\n")
 
 
+def _shard(text: str) -> tuple[int, int]:
+    """`K/N` with 1 <= K <= N."""
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shard takes K/N (e.g. 2/4), not {text!r}") from None
+    if not 1 <= k <= n:
+        raise argparse.ArgumentTypeError(f"--shard {text}: K must be between 1 and N")
+    return k, n
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="repro", description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -94,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     matrix.add_argument("--out", type=Path, required=True, help="directory for matrix.json and MATRIX.md")
     matrix.add_argument("--repeats", type=int, default=3, help="tiny pairs per release and harness condition")
+    matrix.add_argument("--regenerate", action="store_true", help="measure releases that already have a row again")
 
     family = sub.add_parser(
         "family",
@@ -102,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     family.add_argument("--out", type=Path, required=True, help="directory for family.json and FAMILY.md")
     family.add_argument("--sweeps", help="comma-separated: lora,call-order (default: both)")
     family.add_argument("--render", action="store_true", help="only render the reports from OUT/family.json")
+    family.add_argument("--regenerate", action="store_true", help="run every cell again, replacing OUT's results")
     family.add_argument(
         "--builds",
         help="comma-separated, replacing each sweep's builds: released,0001,0001+0002,0001+0003,0001+0002+0004,"
@@ -112,9 +125,19 @@ def build_parser() -> argparse.ArgumentParser:
         "conformance",
         help="the Hybrid Engine vs native Hugging Face: architecture, configuration, scenario, ZeRO, ranks, build",
     )
-    conformance.add_argument("--out", type=Path, required=True, help="directory for conformance.json, CONFORMANCE.md")
-    conformance.add_argument("--quick", action="store_true", help="one cell per axis value (20 cells, ~2.5 min)")
+    where = conformance.add_mutually_exclusive_group(required=True)
+    where.add_argument(
+        "--out", type=Path, help="directory for conformance.json, CONFORMANCE.md (refused if it holds results)"
+    )
+    where.add_argument("--resume", type=Path, metavar="OUT", help="run only the cells OUT's journal lacks, as started")
+    conformance.add_argument("--quick", action="store_true", help="one cell per axis value (20 cells)")
     conformance.add_argument("--render", action="store_true", help="only render the reports from OUT/conformance.json")
+    conformance.add_argument("--regenerate", action="store_true", help="run every cell again, replacing OUT's results")
+    conformance.add_argument(
+        "--isolated", action="store_true", help="one torchrun per cell (no warm pool): the yardstick"
+    )
+    conformance.add_argument("--shard", type=_shard, metavar="K/N", help="run the K-th of N deterministic shards")
+    conformance.add_argument("--merge", type=Path, nargs="+", metavar="DIR", help="join shard outputs into --out")
 
     sub.add_parser(
         "issue-scripts",
@@ -156,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
             from .host import matrix
 
             versions = args.versions.split(",") if args.versions else (matrix.FULL if args.full else matrix.DEFAULT)
-            return matrix.main(versions, args.out, args.repeats)
+            return matrix.main(versions, args.out, args.repeats, regenerate=args.regenerate)
         if args.command == "family":
             from .host import family
 
@@ -166,13 +189,25 @@ def main(argv: list[str] | None = None) -> int:
                 args.out,
                 sweeps=tuple(args.sweeps.split(",")) if args.sweeps else tuple(family.SWEEPS),
                 builds=tuple(args.builds.split(",")) if args.builds else None,
+                regenerate=args.regenerate,
             )
         if args.command == "conformance":
             from .host import conformance
 
             if args.render:
-                return conformance.render_only(args.out)
-            return conformance.main(args.out, quick=args.quick)
+                return conformance.render_only(args.out or args.resume)
+            if args.merge:
+                if args.out is None:
+                    raise UsageError("--merge writes to --out DIR")
+                return conformance.merge(args.out, args.merge, regenerate=args.regenerate)
+            return conformance.main(
+                args.out or args.resume,
+                quick=args.quick,
+                isolated=args.isolated,
+                resume=args.resume is not None,
+                regenerate=args.regenerate,
+                shard=args.shard,
+            )
         if args.command == "issue-scripts":
             from .host import issue_scripts
 

@@ -174,3 +174,18 @@ def test_a_variant_that_would_not_pair_with_the_one_already_there_is_refused(tmp
     err = capsys.readouterr().err
     assert "would not be a pair" in err and "--dtype ('fp32' there, 'bf16' now)" in err
     assert not (tmp_path / "after.json").exists()
+
+
+def test_tables_refuse_an_out_they_cannot_write_or_that_holds_results_in_one_line(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for command in ("conformance", "family"):
+        code, err = _run(capsys, command, "--out", str(blocker / "out"))
+        assert code == 2 and "cannot write to" in err and len(err.strip().splitlines()) == 1, (command, err)
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "conformance.json").write_text("{}")
+    code, err = _run(capsys, "conformance", "--quick", "--out", str(used))
+    assert code == 2 and f"--resume {used}" in err and "--regenerate" in err
+    code, err = _run(capsys, "conformance", "--shard", "0/2", "--out", str(tmp_path / "s"))
+    assert code == 2 and "K must be between 1 and N" in err

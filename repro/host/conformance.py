@@ -11,14 +11,16 @@ issue text per confirmed bug (`conformance_report`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..options import EXIT_BROKEN, EXIT_OK
+from ..options import EXIT_BROKEN, EXIT_INTERRUPTED, EXIT_OK, UsageError
 from ..paths import write_json
-from . import family, launch, patched_copy
+from . import family, launch, patched_copy, pool, table_dir
+from .cell_progress import Progress
 from .conformance_diagnosis import diagnose, diagnose_arch
 from .conformance_report import write_reports
 from .ds_report import ds_report_text
@@ -140,20 +142,24 @@ def _slug(axes: dict) -> str:
     return f"{axes['arch']}-{axes['configuration']}-{axes['scenario']}-z{axes['zero_stage']}-ws{axes['world_size']}"
 
 
-def run_arch_cell(work: Path, root: Path | None, axes: dict, timeout_s: float = 300) -> dict:
+def run_arch_cell(
+    work: Path, root: Path | None, axes: dict, timeout_s: float = 300, probe: Callable[..., dict] = launch.run_probe
+) -> dict:
     out = work / "arch" / axes["build"].replace(" ", "-") / f"{_slug(axes)}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     spec = out.with_suffix(".spec.json")
     keys = ("arch", "zero_stage", "order", "lora", "pin", "config")
     spec.write_text(json.dumps({k: axes[k] for k in keys}))
     try:
-        return launch.run_probe(ARCH_PROBE, out, root, ranks=axes["world_size"], timeout_s=timeout_s)
+        return probe(ARCH_PROBE, out, root, ranks=axes["world_size"], timeout_s=timeout_s)
     finally:
         spec.unlink(missing_ok=True)
         out.unlink(missing_ok=True)
 
 
-def run_cell(work: Path, root: Path | None, axes: dict, timeout_s: float = 600) -> dict:
+def run_cell(
+    work: Path, root: Path | None, axes: dict, timeout_s: float = 600, probe: Callable[..., dict] = launch.run_probe
+) -> dict:
     """A GPT-NeoX cell: the family's probe with the configuration's overrides and the scenario's settings."""
     probe_axes = {
         "build": axes["build"],
@@ -164,50 +170,137 @@ def run_cell(work: Path, root: Path | None, axes: dict, timeout_s: float = 600) 
         "zero_stage": axes["zero_stage"],
     }
     where = work / f"{axes['configuration']}-{axes['scenario']}"
-    return family.run_cell(where, root, probe_axes, timeout_s, extra={"config": CONFIGS[axes["configuration"]]})
+    extra = {"config": CONFIGS[axes["configuration"]]}
+    return family.run_cell(where, root, probe_axes, timeout_s, extra=extra, probe=probe)
 
 
-def main(out: Path, quick: bool = False, timeout_s: float = 600, log: Callable[[str], None] = print) -> int:
+def key(cell: dict) -> tuple:
+    """A cell's identity in the plan: what a resume or a merge matches on."""
+    return tuple(cell[k] for k in ("arch", "configuration", "build", "zero_stage", "world_size", "scenario"))
+
+
+def shard_of(planned: list[dict], shard: tuple[int, int] | None) -> list[dict]:
+    """The K-th of N deterministic shards: every N-th cell of the plan, from the K-th (1-based)."""
+    if shard is None:
+        return planned
+    k, n = shard
+    return planned[k - 1 :: n]
+
+
+def main(
+    out: Path,
+    quick: bool = False,
+    timeout_s: float = 600,
+    log: Callable[[str], None] = print,
+    isolated: bool = False,
+    resume: bool = False,
+    regenerate: bool = False,
+    shard: tuple[int, int] | None = None,
+) -> int:
+    """Runs the plan (or a shard of it), each finished cell journaled at once; `resume` runs only the cells
+    OUT's journal lacks, with the options it was started with. Exit 0, 3 if a cell could not be measured,
+    130 on Ctrl-C / SIGTERM (every rank stopped; the finished cells kept)."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    planned = plan(quick)
+    resumed = table_dir.claim(out, "conformance.json", "conformance", resume=resume, regenerate=regenerate)
+    if resumed is not None:
+        quick, isolated = resumed.get("quick", quick), resumed.get("isolated", isolated)
+        shard = tuple(resumed["shard"]) if resumed.get("shard") else None
+    else:
+        table_dir.start(out, {"quick": quick, "isolated": isolated, "shard": list(shard) if shard else None})
+    launch.interrupt_on_sigterm()
+    planned = shard_of(plan(quick), shard)
+    done = {key(c): c for c in table_dir.finished(out) if key(c) in {key(p) for p in planned}}
+    todo = [axes for axes in planned if key(axes) not in done]
     started = time.time()
+    progress = Progress(len(planned), len(done), log)
     roots: dict[str, tuple[Path | None, str | None]] = {}
-    for build in dict.fromkeys(c["build"] for c in planned):
+    for build in dict.fromkeys(c["build"] for c in todo):
         try:
             roots[build] = (patched_copy.prepare_patched_copy(patches=BUILDS[build]) if BUILDS[build] else None, None)
         except Exception as exc:  # recorded on every cell of the build
             roots[build] = (None, f"{type(exc).__name__}: {exc}")
+    pools = contextlib.nullcontext(None) if isolated else pool.Pools(out / "cells" / "pools")
+    try:
+        with pools as warm:
+            probe = launch.run_probe if warm is None else warm.run_probe
+            for axes in todo:
+                cell = _measure(out, roots, axes, timeout_s, probe, progress)
+                table_dir.record(out, cell)
+                done[key(cell)] = cell
+    except (KeyboardInterrupt, launch.Interrupted) as exc:
+        name = "SIGINT" if isinstance(exc, KeyboardInterrupt) else str(exc)
+        log(f"[conformance] interrupted ({name}): {len(done)} of {len(planned)} cells finished, kept in "
+            f"{out / table_dir.JOURNAL}; `python -m repro conformance --resume {out}` runs the rest")  # fmt: skip
+        return EXIT_INTERRUPTED
+    earlier = sum(c["duration_s"] for k, c in done.items() if k not in {key(a) for a in todo})
+    cells = [done[key(axes)] for axes in planned]
+    write(out, cells, quick, shard, round(time.time() - started + earlier, 1))
+    log(f"[conformance] {len(cells)} cells in {time.time() - started:.0f} s -> {out / 'CONFORMANCE.md'}; "
+        + progress.summary(cells))  # fmt: skip
+    return EXIT_BROKEN if any("error" in c for c in cells) else EXIT_OK
 
-    def measure(axes: dict) -> dict:
-        root, error = roots[axes["build"]]
-        neox = axes["arch"] == "gpt-neox"
-        runner = run_cell if neox else run_arch_cell
-        return family.measure_cell(
-            axes,
-            lambda: runner(out / "cells", root, axes, timeout_s if neox else min(timeout_s, 300)),
-            diagnose if neox else diagnose_arch,
-            f"[conformance] {axes['arch']} {axes['configuration']} {axes['scenario']} {axes['build']} "
-            f"zero{axes['zero_stage']} ws{axes['world_size']}",
-            log,
-            error=error,
-            error_limit=400,
-        )
 
-    cells = [measure(axes) for axes in planned]
+def _measure(out: Path, roots: dict, axes: dict, timeout_s: float, probe: Callable[..., dict], progress) -> dict:
+    root, error = roots[axes["build"]]
+    neox = axes["arch"] == "gpt-neox"
+    runner = run_cell if neox else run_arch_cell
+    label = (f"{axes['arch']} {axes['configuration']} {axes['scenario']} {axes['build']} zero{axes['zero_stage']} "
+             f"ws{axes['world_size']}")  # fmt: skip
+    progress.begin(label)
+    return family.measure_cell(
+        axes,
+        lambda: runner(out / "cells", root, axes, timeout_s if neox else min(timeout_s, 300), probe=probe),
+        diagnose if neox else diagnose_arch,
+        label,
+        progress.end,
+        error=error,
+        error_limit=400,
+    )
+
+
+def write(out: Path, cells: list[dict], quick: bool, shard: tuple[int, int] | None, duration_s: float) -> None:
+    """conformance.json and the reports, rendered from the file as `--render` does (its sorted keys order the
+    builds and scenarios), so a run, a resumed run, a merge and a re-render give the same reports."""
     data = {
         "command": COMMAND + (" --quick" if quick else ""),
         "configs": ARCH_CONFIGS,
         "scenarios": SCENARIOS,
         "builds": {name: list(patches) for name, patches in BUILDS.items()},
         "cells": cells,
-        "duration_s": round(time.time() - started, 1),
+        "duration_s": duration_s,
         "ds_report": ds_report_text("cpu"),  # for the issue texts: DeepSpeed's template asks for it
     }
+    if shard is not None:
+        data["shard"] = f"{shard[0]}/{shard[1]}"
     write_json(out / "conformance.json", data)
-    # Rendered from the file, as `--render` does: the JSON's sorted keys order the builds and scenarios.
     write_reports(out, json.loads((out / "conformance.json").read_text()))
-    log(f"[conformance] {len(cells)} cells in {data['duration_s']:.0f} s -> {out / 'CONFORMANCE.md'}")
+
+
+def merge(out: Path, shards: list[Path], log: Callable[[str], None] = print, regenerate: bool = False) -> int:
+    """`--merge DIR...`: the shards' cells as one run's JSON and reports. Refused (exit 2) unless the shards
+    come from one plan, each cell of it present exactly once."""
+    out = Path(out)
+    table_dir.claim(out, "conformance.json", "conformance", regenerate=regenerate)
+    options = [json.loads((d / table_dir.RUN).read_text()) if (d / table_dir.RUN).exists() else None for d in shards]
+    if any(o is None for o in options) or len({o["quick"] for o in options}) != 1:
+        raise UsageError("--merge takes shard directories of one plan (each with its run.json, all --quick or none)")
+    quick = options[0]["quick"]
+    planned = plan(quick)
+    found: dict[tuple, dict] = {}
+    for directory in shards:
+        for cell in table_dir.finished(directory):
+            if key(cell) in found:
+                raise UsageError(f"cell {key(cell)} is in more than one shard ({directory})")
+            found[key(cell)] = cell
+    missing = [key(a) for a in planned if key(a) not in found]
+    if missing:
+        raise UsageError(f"{len(missing)} of {len(planned)} cells are in no shard (first: {missing[0]}); "
+                         "run or resume the missing shards first")  # fmt: skip
+    cells = [found[key(a)] for a in planned]
+    for cell in cells:
+        table_dir.record(out, cell)
+    write(out, cells, quick, None, round(sum(c["duration_s"] for c in cells), 1))
+    log(f"[conformance] merged {len(shards)} shards: {len(cells)} cells -> {out / 'CONFORMANCE.md'}")
     return EXIT_BROKEN if any("error" in c for c in cells) else EXIT_OK
 
 

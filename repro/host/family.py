@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from ..fixstatus import installed_deepspeed
-from ..options import EXIT_BROKEN, EXIT_OK, EXIT_USAGE
+from ..options import EXIT_BROKEN, EXIT_OK, EXIT_USAGE, UsageError
 from ..paths import write_json
-from . import launch, patched_copy
+from . import launch, patched_copy, table_dir
 
 PROBE = "repro.rank.lora_probe"
 PATCHES = ("0001", "0002", "0003", "0004")
@@ -142,9 +142,16 @@ def applied_patches(root: Path | None) -> dict[str, bool]:
     return {number: patched_copy.is_applied(tree, number) for number in PATCHES}
 
 
-def run_cell(work: Path, root: Path | None, axes: dict, timeout_s: float = 600, extra: dict | None = None) -> dict:
-    """One cell under torchrun; returns its measurements (raises on a failed or hung cell). `extra`: more
-    probe settings (the conformance suite's model configuration)."""
+def run_cell(
+    work: Path,
+    root: Path | None,
+    axes: dict,
+    timeout_s: float = 600,
+    extra: dict | None = None,
+    probe: Callable[..., dict] = launch.run_probe,
+) -> dict:
+    """One cell under torchrun (or `probe`: a warm pool's); returns its measurements (raises on a failed or
+    hung cell). `extra`: more probe settings (the conformance suite's model configuration)."""
     slug = "-".join(f"{axes[k]}" for k in AXES[1:]).replace(" ", "").lower()
     out = work / axes["build"] / f"{slug}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -152,7 +159,7 @@ def run_cell(work: Path, root: Path | None, axes: dict, timeout_s: float = 600, 
     keys = {"targets": "targets", "pin_parameters": "pin", "order": "order", "zero_stage": "zero_stage"}
     spec.write_text(json.dumps({**{probe_key: axes[k] for k, probe_key in keys.items()}, **(extra or {})}))
     try:
-        result = launch.run_probe(PROBE, out, root, ranks=axes["world_size"], timeout_s=timeout_s)
+        result = probe(PROBE, out, root, ranks=axes["world_size"], timeout_s=timeout_s)
     finally:
         spec.unlink(missing_ok=True)
     out.unlink(missing_ok=True)  # kept in family.json
@@ -178,16 +185,25 @@ def main(
     builds: Sequence[str] | None = None,
     timeout_s: float = 600,
     log: Callable[[str], None] = print,
+    regenerate: bool = False,
 ) -> int:
     """Runs every cell, writes OUT/family.json and OUT/FAMILY.md. 0: every cell measured; 3: some cell
-    broke (recorded with its error, the others measured); 2: an unknown sweep or build, before anything runs."""
+    broke (recorded with its error, the others measured); 2: an unknown sweep or build, before anything runs.
+    UsageError (exit 2): OUT holds cells of these sweeps (without `regenerate`), or cannot be written."""
     unknown = [w for w in sweeps if w not in SWEEPS] + [b for b in builds or () if b not in BUILDS]
     if unknown:
         log(f"[family] unknown sweep or build {unknown}: sweeps are {list(SWEEPS)}, builds {list(BUILDS)}")
         return 2
     out = Path(out)
     work = out / "cells"
-    out.mkdir(parents=True, exist_ok=True)
+    # Sweeps fill OUT in several sittings (a sweep's cells replace only that sweep's): refuse to replace any
+    # without `regenerate`.
+    held = json.loads((out / "family.json").read_text())["cells"] if (out / "family.json").exists() else []
+    again = sorted({c["sweep"] for c in held if c.get("sweep") in sweeps})
+    if again and not regenerate:
+        raise UsageError(f"{out / 'family.json'} already holds the {', '.join(again)} sweep's cells: pass "
+                         "`--regenerate` to measure them again and replace them, or choose another --out")  # fmt: skip
+    table_dir.check_writable(out)
     started = time.time()
     planned = cells_of(sweeps, builds)
     build_info, roots = {}, {}

@@ -161,7 +161,7 @@ def _rank_error(lines: list[str]) -> str | None:
     return (causes or list(final.values()) or [None])[0]
 
 
-def _first_error(log: str) -> str:
+def first_error(log: str) -> str:
     """The most telling line of a failed run's log: a rank's exception, else the launcher's summary."""
     lines = log.splitlines()
     error = _rank_error(lines)
@@ -232,7 +232,7 @@ def run_variant(spec: LaunchSpec, out_dir: Path, patched_root: Path | None, prog
     spec_file.unlink(missing_ok=True)
     if code != 0 or not out_json.exists():
         raise LaunchError(
-            f"{spec.variant}: ranks exited with status {code}: {_first_error(log_file.read_text())} "
+            f"{spec.variant}: ranks exited with status {code}: {first_error(log_file.read_text())} "
             f"(full log: {log_file})"
         )
     result = json.loads(out_json.read_text())
@@ -272,7 +272,7 @@ def run_probe(
     if returncode != 0 or not out_json.exists():
         log = out_json.with_suffix(".log")
         log.write_text(output)
-        raise LaunchError(f"{module}: ranks exited with status {returncode}: {_first_error(output)} (full log: {log})")
+        raise LaunchError(f"{module}: ranks exited with status {returncode}: {first_error(output)} (full log: {log})")
     return json.loads(out_json.read_text())
 
 

@@ -24,7 +24,9 @@ import venv
 from importlib.metadata import version
 from pathlib import Path
 
+from ..options import UsageError
 from ..paths import REPO_ROOT, cache_root, write_json
+from . import table_dir
 from .launch import Interrupted, interrupt_on_sigterm
 
 # First release with HybridMegatronContainer (the Hybrid Engine refactor, PR #3425): 0.9.3; then the last
@@ -261,12 +263,18 @@ def render(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(versions: list[str], out: Path, repeats: int = 3, log=print) -> int:
+def main(versions: list[str], out: Path, repeats: int = 3, log=print, regenerate: bool = False) -> int:
     """Runs `versions` into `out`; rows of other releases already in `out/matrix.json` are kept, so the
-    range can be filled in several sittings. Each row records the command and time that made it."""
-    out.mkdir(parents=True, exist_ok=True)
-    interrupt_on_sigterm()
+    range can be filled in several sittings. A release that already has a row is refused (exit 2) unless
+    `regenerate`: nothing measured is replaced silently. Each row records the command and time that made it."""
+    out = Path(out)
     previous = json.loads((out / "matrix.json").read_text()).get("rows", []) if (out / "matrix.json").exists() else []
+    again = [r["deepspeed"] for r in previous if r["deepspeed"] in versions]
+    if again and not regenerate:
+        raise UsageError(f"{out / 'matrix.json'} already has rows for {', '.join(again)}: pass `--regenerate` to "
+                         "measure them again and replace them, or choose other --versions")  # fmt: skip
+    table_dir.check_writable(out)
+    interrupt_on_sigterm()
     rows = [r for r in previous if r["deepspeed"] not in versions]
     command = f"python -m repro matrix --versions {','.join(versions)} --repeats {repeats} --out {out}"
     for ds_version in versions:

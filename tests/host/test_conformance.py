@@ -73,7 +73,7 @@ def test_main_records_a_build_that_cannot_be_prepared_on_each_of_its_cells(tmp_p
     def no_copy(patches):
         raise PatchError("0005 does not apply")
 
-    def fake_cell(work, root, axes, timeout_s=600):
+    def fake_cell(work, root, axes, timeout_s=600, probe=None):
         return {
             "targets": axes["lora"], "qkv_layouts_after_eval": ["inference"],
             "weights_seen_by_inference_layers": [{"call": 0, "state": "correct_fused"}],
@@ -84,7 +84,7 @@ def test_main_records_a_build_that_cannot_be_prepared_on_each_of_its_cells(tmp_p
             "deepspeed": {"version": "0.19.8"}, "versions": {"torch": "2", "transformers": "4.57.6"},
         }  # fmt: skip
 
-    def fake_arch(work, root, axes, timeout_s=300):
+    def fake_arch(work, root, axes, timeout_s=300, probe=None):
         return {"tokens_equal_native": True, "per_step_logits_vs_native": [2e-7], "logits_finite": True,
                 "deepspeed": {"version": "0.19.8"}, "versions": {"torch": "2", "transformers": "4.57.6"}}  # fmt: skip
 
@@ -102,3 +102,77 @@ def test_main_records_a_build_that_cannot_be_prepared_on_each_of_its_cells(tmp_p
     assert conformance.main(tmp_path / "ok", quick=True, log=lines.append) == 0
     ok = json.loads((tmp_path / "ok" / "conformance.json").read_text())
     assert {d for c in ok["cells"] for d in c["diagnosis"]} == {"correct"}
+
+
+def _fake_suite(monkeypatch, interrupt_at: int | None = None) -> list[tuple]:
+    """Cells measured by a fake that answers at once (and raises KeyboardInterrupt at the cell numbered
+    `interrupt_at`); returns the keys it measured, in order."""
+    measured = []
+
+    def fake_measure(out, roots, axes, timeout_s, probe, progress):
+        if interrupt_at is not None and len(measured) + 1 == interrupt_at:
+            raise KeyboardInterrupt
+        measured.append(conformance.key(axes))
+        progress.begin("x")
+        progress.end("x: correct (0 s)")
+        return {**axes, "diagnosis": ["correct"], "duration_s": 0.0, "seed_of": str(conformance.key(axes))}
+
+    monkeypatch.setattr(conformance, "_measure", fake_measure)
+    monkeypatch.setattr(conformance, "ds_report_text", lambda accelerator: "ds_report")
+    monkeypatch.setattr(conformance, "write_reports", lambda out, data: (out / "CONFORMANCE.md").write_text("r"))
+    monkeypatch.setattr(conformance.patched_copy, "prepare_patched_copy", lambda patches: None)
+    return measured
+
+
+def _cells(out):
+    return json.loads((out / "conformance.json").read_text())["cells"]
+
+
+def test_an_interrupted_run_keeps_its_finished_cells_and_resume_runs_only_the_rest(tmp_path, monkeypatch):
+    planned = [conformance.key(c) for c in conformance.plan(quick=True)]
+    lines = []
+    measured = _fake_suite(monkeypatch, interrupt_at=4)
+    assert conformance.main(tmp_path / "cut", quick=True, log=lines.append) == 130
+    assert measured == planned[:3] and "--resume" in lines[-1] and "3 of 20 cells finished" in lines[-1]
+    assert not (tmp_path / "cut" / "conformance.json").exists()
+    measured = _fake_suite(monkeypatch)
+    assert conformance.main(tmp_path / "cut", resume=True, log=lines.append) == 0  # the plan comes from run.json
+    assert measured == planned[3:]
+    assert conformance.main(tmp_path / "whole", quick=True, log=lines.append) == 0
+    assert _cells(tmp_path / "cut") == _cells(tmp_path / "whole")
+
+
+def test_an_out_with_results_is_refused_unless_resumed_or_regenerated(tmp_path, monkeypatch):
+    from repro.options import UsageError
+
+    _fake_suite(monkeypatch)
+    assert conformance.main(tmp_path, quick=True, log=print) == 0
+    with pytest.raises(UsageError, match="--resume .*--regenerate"):
+        conformance.main(tmp_path, quick=True)
+    measured = _fake_suite(monkeypatch)
+    assert conformance.main(tmp_path, quick=True, regenerate=True, log=print) == 0
+    assert len(measured) == 20  # every cell again
+    measured = _fake_suite(monkeypatch)
+    assert conformance.main(tmp_path, resume=True, log=print) == 0 and measured == []  # nothing missing
+
+
+def test_two_shards_merged_give_the_cells_of_one_run(tmp_path, monkeypatch):
+    _fake_suite(monkeypatch)
+    assert conformance.main(tmp_path / "one", quick=True, log=print) == 0
+    for k in (1, 2):
+        assert conformance.main(tmp_path / f"shard{k}", quick=True, shard=(k, 2), log=print) == 0
+    assert len(_cells(tmp_path / "shard1")) == 10
+    assert conformance.merge(tmp_path / "merged", [tmp_path / "shard1", tmp_path / "shard2"], log=print) == 0
+    assert _cells(tmp_path / "merged") == _cells(tmp_path / "one")
+
+
+def test_a_merge_missing_a_shard_or_holding_one_twice_is_refused(tmp_path, monkeypatch):
+    from repro.options import UsageError
+
+    _fake_suite(monkeypatch)
+    for k in (1, 2):
+        conformance.main(tmp_path / f"shard{k}", quick=True, shard=(k, 2), log=print)
+    with pytest.raises(UsageError, match="in no shard"):
+        conformance.merge(tmp_path / "m1", [tmp_path / "shard1"])
+    with pytest.raises(UsageError, match="more than one shard"):
+        conformance.merge(tmp_path / "m2", [tmp_path / "shard1", tmp_path / "shard1", tmp_path / "shard2"])

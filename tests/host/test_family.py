@@ -5,6 +5,7 @@ import json
 import pytest
 
 from repro.host import family
+from repro.options import UsageError
 
 REFERENCE = "eval-generate-train"
 NONE = {"0001": False, "0002": False, "0003": False, "0004": False}
@@ -267,5 +268,7 @@ def test_a_sweep_run_on_its_own_keeps_the_other_sweeps_cells(tmp_path, monkeypat
     data = json.loads((tmp_path / "family.json").read_text())
     assert [c["sweep"] for c in data["cells"]] == ["lora"] * 4 + ["call-order-unpinned"]
     assert set(data["sweeps"]) == {"lora", "call-order-unpinned"}
-    assert family.main(tmp_path, sweeps=("lora",), log=lambda _: None) == 0  # re-running replaces, never doubles
+    with pytest.raises(UsageError, match="already holds the lora sweep's cells: pass `--regenerate`"):
+        family.main(tmp_path, sweeps=("lora",), log=lambda _: None)
+    assert family.main(tmp_path, sweeps=("lora",), log=lambda _: None, regenerate=True) == 0  # replaces, never doubles
     assert len(json.loads((tmp_path / "family.json").read_text())["cells"]) == 5

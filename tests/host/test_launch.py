@@ -73,7 +73,7 @@ def test_slurm_command_is_one_srun_task_per_rank_on_one_node(tmp_path):
 
 def test_srun_failure_line_is_the_one_shown():
     log = "Traceback (most recent call last):\n  ...\nsrun: error: vm: task 1: Exited with exit code 1\n"
-    assert launch._first_error(log) == "srun: error: vm: task 1: Exited with exit code 1"
+    assert launch.first_error(log) == "srun: error: vm: task 1: Exited with exit code 1"
 
 
 def test_ranks_ask_for_huge_pages_unless_the_user_chose(monkeypatch):
@@ -93,9 +93,9 @@ def test_the_failing_rank_is_named_not_the_peer_that_lost_it():
             "[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer",
         ]
     )
-    assert launch._first_error(log) == "[rank1]: RuntimeError: injected failure on rank 1"
+    assert launch.first_error(log) == "[rank1]: RuntimeError: injected failure on rank 1"
     only_collateral = "[rank0]: RuntimeError: gloo: Connection reset by peer"
-    assert launch._first_error(only_collateral) == only_collateral
+    assert launch.first_error(only_collateral) == only_collateral
 
 
 def test_sigkill_reaches_ranks_in_sessions_of_their_own(tmp_path):
