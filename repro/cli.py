@@ -137,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--isolated", action="store_true", help="one torchrun per cell (no warm pool): the yardstick"
     )
     conformance.add_argument("--shard", type=_shard, metavar="K/N", help="run the K-th of N deterministic shards")
+    conformance.add_argument("--arch", action="append", help="only this architecture's cells (repeatable)")
     conformance.add_argument("--merge", type=Path, nargs="+", metavar="DIR", help="join shard outputs into --out")
 
     sub.add_parser(
@@ -207,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                 resume=args.resume is not None,
                 regenerate=args.regenerate,
                 shard=args.shard,
+                archs=tuple(args.arch) if args.arch else None,
             )
         if args.command == "issue-scripts":
             from .host import issue_scripts

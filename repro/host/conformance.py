@@ -25,7 +25,7 @@ from .conformance_diagnosis import diagnose, diagnose_arch
 from .conformance_report import write_reports
 from .ds_report import ds_report_text
 
-COMMAND = "python -m repro conformance --out results/reference/conformance"
+COMMAND = "python -m repro conformance --regenerate --out results/reference/conformance"
 # GPT-NeoX's tiny default (repro.model_registry.TINY) and, per field that changes the forward math, one
 # value besides its default. Why these fields, and which were left out: conformance_report.CONFIG_NOTES.
 CONFIGS: dict[str, dict] = {
@@ -179,6 +179,14 @@ def key(cell: dict) -> tuple:
     return tuple(cell[k] for k in ("arch", "configuration", "build", "zero_stage", "world_size", "scenario"))
 
 
+def plan_of(quick: bool, archs: tuple[str, ...] | None) -> list[dict]:
+    """The plan, restricted to `archs` when given (UsageError for an architecture the suite does not have)."""
+    unknown = sorted(set(archs or ()) - set(ARCHS))
+    if unknown:
+        raise UsageError(f"no conformance cells for {', '.join(unknown)}: the architectures are {', '.join(ARCHS)}")
+    return [c for c in plan(quick) if not archs or c["arch"] in archs]
+
+
 def shard_of(planned: list[dict], shard: tuple[int, int] | None) -> list[dict]:
     """The K-th of N deterministic shards: every N-th cell of the plan, from the K-th (1-based)."""
     if shard is None:
@@ -196,19 +204,23 @@ def main(
     resume: bool = False,
     regenerate: bool = False,
     shard: tuple[int, int] | None = None,
+    archs: tuple[str, ...] | None = None,
 ) -> int:
-    """Runs the plan (or a shard of it), each finished cell journaled at once; `resume` runs only the cells
-    OUT's journal lacks, with the options it was started with. Exit 0, 3 if a cell could not be measured,
-    130 on Ctrl-C / SIGTERM (every rank stopped; the finished cells kept)."""
+    """Runs the plan (or a shard of it; `archs`: only these architectures' cells), each finished cell
+    journaled at once; `resume` runs only the cells OUT's journal lacks, with the options it was started
+    with. Exit 0, 3 if a cell could not be measured, 130 on Ctrl-C / SIGTERM (every rank stopped; the
+    finished cells kept)."""
     out = Path(out)
     resumed = table_dir.claim(out, "conformance.json", "conformance", resume=resume, regenerate=regenerate)
     if resumed is not None:
         quick, isolated = resumed.get("quick", quick), resumed.get("isolated", isolated)
         shard = tuple(resumed["shard"]) if resumed.get("shard") else None
+        archs = tuple(resumed["archs"]) if resumed.get("archs") else None
     else:
-        table_dir.start(out, {"quick": quick, "isolated": isolated, "shard": list(shard) if shard else None})
+        table_dir.start(out, {"quick": quick, "isolated": isolated, "shard": list(shard) if shard else None,
+                              "archs": list(archs) if archs else None})  # fmt: skip
     launch.interrupt_on_sigterm()
-    planned = shard_of(plan(quick), shard)
+    planned = shard_of(plan_of(quick, archs), shard)
     done = {key(c): c for c in table_dir.finished(out) if key(c) in {key(p) for p in planned}}
     todo = [axes for axes in planned if key(axes) not in done]
     started = time.time()
@@ -282,10 +294,12 @@ def merge(out: Path, shards: list[Path], log: Callable[[str], None] = print, reg
     out = Path(out)
     table_dir.claim(out, "conformance.json", "conformance", regenerate=regenerate)
     options = [json.loads((d / table_dir.RUN).read_text()) if (d / table_dir.RUN).exists() else None for d in shards]
-    if any(o is None for o in options) or len({o["quick"] for o in options}) != 1:
-        raise UsageError("--merge takes shard directories of one plan (each with its run.json, all --quick or none)")
-    quick = options[0]["quick"]
-    planned = plan(quick)
+    plans = {(o["quick"], tuple(o.get("archs") or ())) for o in options if o is not None}
+    if None in options or len(plans) != 1:
+        raise UsageError("--merge takes shard directories of one plan (each with its run.json; the same --quick "
+                         "and --arch)")  # fmt: skip
+    quick, archs = plans.pop()
+    planned = plan_of(quick, archs or None)
     found: dict[tuple, dict] = {}
     for directory in shards:
         for cell in table_dir.finished(directory):

@@ -66,7 +66,7 @@ SWEEPS: dict[str, dict[str, tuple]] = {
     },
 }
 AXES = ("build", "targets", "world_size", "pin_parameters", "order", "zero_stage")
-COMMAND = "python -m repro family --out results/reference/family"
+COMMAND = "python -m repro family --regenerate --out results/reference/family"
 
 BUG_8391 = "#8391 (QKV layout lost)"
 BUG_QKV_DELTA = "LoRA QKV delta in training layout (0002)"

@@ -26,6 +26,9 @@ def claim(out: Path, results: str, command: str, resume: bool = False, regenerat
         )
     held = [name for name in (results, JOURNAL) if (out / name).exists()]
     if resume:
+        if not (out / JOURNAL).exists() and (out / results).exists():
+            raise UsageError(f"nothing to resume in {out}: its {results} is a finished run without a journal; pass "
+                             "`--regenerate` to run it again")  # fmt: skip
         if not (out / JOURNAL).exists():
             raise UsageError(f"nothing to resume in {out}: no {JOURNAL} (start it with `python -m repro {command} "
                              f"--out {out}`)")  # fmt: skip
