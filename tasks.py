@@ -186,12 +186,23 @@ def bench(c, full=False, out=""):
 @task(
     auto_shortflags=False,
     help={
-        "out": "new directory for conformance.json, CONFORMANCE.md and conformance.png",
-        "quick": "one cell per configuration (the whole patch series, ZeRO-3, 2 ranks)",
+        "out": "new directory for conformance.json, CONFORMANCE.md and conformance.png (refused if it holds results)",
+        "quick": "one cell per axis value (20 cells)",
+        "resume": "run only the cells this OUT's journal lacks, with the options it was started with",
+        "regenerate": "run every cell again, replacing OUT's results",
+        "isolated": "one torchrun per cell instead of the warm pools (the yardstick)",
+        "shard": "K/N: run the K-th of N deterministic shards",
+        "arch": "only this architecture's cells (gpt-neox, gpt-neo, llama)",
     },
 )
-def conformance(c, out, quick=False):
+def conformance(c, out="", quick=False, resume="", regenerate=False, isolated=False, shard="", arch=""):
     """The Hybrid Engine against native Hugging Face, cell by cell (python -m repro conformance)."""
     from repro.cli import main as cli_main
 
-    _exit(cli_main(["conformance", "--out", out, *(["--quick"] if quick else [])]))
+    if bool(out) == bool(resume):
+        print("error: give --out DIR (a new run) or --resume DIR (finish one), not both or neither", file=sys.stderr)
+        _exit(2)
+    args = ["conformance", *(["--resume", resume] if resume else ["--out", out])]
+    args += ["--quick"] * quick + ["--regenerate"] * regenerate + ["--isolated"] * isolated
+    args += (["--shard", shard] if shard else []) + (["--arch", arch] if arch else [])
+    _exit(cli_main(args))
