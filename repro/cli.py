@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
                 regenerate=args.regenerate,
             )
         if args.command == "conformance":
-            from .host import conformance
+            from .host.conformance import run as conformance
 
             if args.render:
                 return conformance.render_only(args.out or args.resume)

@@ -14,12 +14,12 @@ import sys
 import time
 from pathlib import Path
 
-from repro.host import conformance
+from repro.host.conformance import plan, run
 
 
 def _run(out: Path, quick: bool, isolated: bool) -> tuple[float, list[dict]]:
     started = time.monotonic()
-    status = conformance.main(out, quick=quick, isolated=isolated, log=lambda line: None)
+    status = run.main(out, quick=quick, isolated=isolated, log=lambda line: None)
     if status not in (0, 3):
         raise SystemExit(f"conformance run into {out} ended with status {status}")
     return time.monotonic() - started, json.loads((out / "conformance.json").read_text())["cells"]
@@ -32,7 +32,7 @@ def main(argv: list[str]) -> int:
         raise SystemExit(f"{out} exists: choose a new directory")
     pooled_s, pooled = _run(out / "pooled", quick, isolated=False)
     isolated_s, isolated = _run(out / "isolated", quick, isolated=True)
-    differ = [conformance.key(a) for a, b in zip(pooled, isolated, strict=True) if a["diagnosis"] != b["diagnosis"]]
+    differ = [plan.key(a) for a, b in zip(pooled, isolated, strict=True) if a["diagnosis"] != b["diagnosis"]]
     firsts = {c["build"]: i for i, c in reversed(list(enumerate(pooled)))}  # each pool's first cell starts it
     ratios = [
         c["duration_s"] / sum(c["timings_s"].values())

@@ -23,7 +23,7 @@ sys.meta_path.insert(0, Blocked())
 
 def _host_modules() -> list[str]:
     shared = [f"repro.{m.name}" for m in pkgutil.iter_modules(repro.__path__) if not m.ispkg and m.name != "__main__"]
-    host = [f"repro.host.{m.name}" for m in pkgutil.iter_modules(repro.host.__path__)]
+    host = [m.name for m in pkgutil.walk_packages(repro.host.__path__, "repro.host.")]  # subpackages included
     return ["repro", "repro.host", *shared, *host, "tasks"]
 
 

@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from repro.host import conformance, conformance_report, issue_scripts, pr_comment
+from repro.host import issue_scripts, pr_comment
+from repro.host.conformance import plan, report
 from repro.host.issue_scripts import SCRIPTS, judge, series_without
 from repro.paths import REPO_ROOT
 
@@ -23,16 +24,16 @@ def test_a_script_imports_only_torch_deepspeed_transformers_and_the_standard_lib
 
 
 def test_every_issue_text_and_the_pr_comment_carry_a_script():
-    texts = {meta["file"] for meta in conformance_report.ISSUES.values()} | {pr_comment.FILE_NAME}
+    texts = {meta["file"] for meta in report.ISSUES.values()} | {pr_comment.FILE_NAME}
     assert texts == {s.text for s in SCRIPTS}
-    assert all(s.fixed_by in conformance.SERIES for s in SCRIPTS)
+    assert all(s.fixed_by in plan.SERIES for s in SCRIPTS)
 
 
 def test_series_without_a_patch_drops_what_needs_it():
     assert "0004" not in series_without("0001") and "0002" in series_without("0001")
     assert "0010" not in series_without("0008")
     assert {"0005", "0006"}.isdisjoint(series_without("0000"))
-    assert series_without("0011") == tuple(p for p in conformance.SERIES if p != "0011")
+    assert series_without("0011") == tuple(p for p in plan.SERIES if p != "0011")
 
 
 @pytest.mark.parametrize(

@@ -20,8 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..paths import REPO_ROOT
-from .launch import Interrupted, LaunchError, first_error, free_port, rank_env
+from ...paths import REPO_ROOT
+from ..launch import Interrupted, LaunchError, first_error, free_port, rank_env
 
 WORKER = "repro.rank.pool_worker"
 START_TIMEOUT_S = 300.0  # imports on a cold, busy 2-core machine

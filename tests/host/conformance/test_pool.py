@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from repro.host import conformance, pool
+from repro.host.conformance import cells, plan, pool
 from repro.host.launch import LaunchError
 from repro.paths import REPO_ROOT
 
 pytestmark = pytest.mark.distributed
-PROBE = "tests.host.pool_probe"
+PROBE = "tests.host.conformance.pool_probe"
 
 
 def _alive(pid: int) -> bool:
@@ -65,7 +65,7 @@ def test_ctrl_c_mid_cell_exits_130_and_leaves_no_process(tmp_path):
     script = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from repro.host import pool\n"
+        "from repro.host.conformance import pool\n"
         f"p = pool.Pool(None, Path({str(tmp_path / 'pool')!r}))\n"
         "try:\n"
         f"    p.run_probe({PROBE!r}, Path({str(tmp_path / 'hang-1.json')!r}), None, ranks=2, timeout_s=600)\n"
@@ -76,6 +76,7 @@ def test_ctrl_c_mid_cell_exits_130_and_leaves_no_process(tmp_path):
     logs = [tmp_path / "hang-1.rank0.log", tmp_path / "hang-1.rank1.log"]
     deadline = time.monotonic() + 120
     while not all(f.exists() for f in logs) and time.monotonic() < deadline:
+        assert host.poll() is None, host.communicate()  # the host must still be running the cell
         time.sleep(0.2)
     worker_pids = [int(x) for x in subprocess.run(["pgrep", "-P", str(host.pid)], capture_output=True,
                                                   text=True).stdout.split()]  # fmt: skip
@@ -94,14 +95,14 @@ def _measured(cell: dict) -> dict:
 
 
 def test_a_cell_measures_the_same_alone_and_after_another_cell_in_the_same_pool(tmp_path):
-    b = conformance._cell("gpt-neo", "default", "released", 2, 1, "reference")
-    a = conformance._cell("llama", "default", "released", 2, 1, "reference")  # crashes mid-generate (0008)
+    b = plan.cell_axes("gpt-neo", "default", "released", 2, 1, "reference")
+    a = plan.cell_axes("llama", "default", "released", 2, 1, "reference")  # crashes mid-generate (0008)
     with pool.Pools(tmp_path / "alone") as alone:
-        only_b = conformance.run_arch_cell(tmp_path / "c1", None, b, probe=alone.run_probe)
+        only_b = cells.run_arch_cell(tmp_path / "c1", None, b, probe=alone.run_probe)
     with pool.Pools(tmp_path / "shared") as shared:
-        conformance.run_arch_cell(tmp_path / "c2", None, a, probe=shared.run_probe)
-        after_a = conformance.run_arch_cell(tmp_path / "c3", None, b, probe=shared.run_probe)
-    isolated = conformance.run_arch_cell(tmp_path / "c4", None, b)  # one torchrun: the yardstick
+        cells.run_arch_cell(tmp_path / "c2", None, a, probe=shared.run_probe)
+        after_a = cells.run_arch_cell(tmp_path / "c3", None, b, probe=shared.run_probe)
+    isolated = cells.run_arch_cell(tmp_path / "c4", None, b)  # one torchrun: the yardstick
     assert "crash" not in only_b and only_b["per_step_logits_vs_native"]
     assert json.dumps(_measured(only_b), sort_keys=True) == json.dumps(_measured(after_a), sort_keys=True)
     assert json.dumps(_measured(only_b), sort_keys=True) == json.dumps(_measured(isolated), sort_keys=True)

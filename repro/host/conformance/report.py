@@ -9,8 +9,8 @@ import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
-from . import family, issue_scripts
-from .conformance_diagnosis import (
+from .. import family, issue_scripts
+from .diagnosis import (
     BUG_3453,
     BUG_LAYER_TUPLE,
     BUG_LORA_NO_IN_FEATURES,

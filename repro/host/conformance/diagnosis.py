@@ -3,8 +3,8 @@ named bug shown by positive evidence, or the crash."""
 
 from __future__ import annotations
 
-from ..verdict import worst
-from . import family
+from ...verdict import worst
+from .. import family
 
 CORRECT = "correct"
 BUG_3453 = "sequential residual run as parallel (#3453)"

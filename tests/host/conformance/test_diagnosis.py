@@ -3,7 +3,7 @@
 
 import math
 
-from repro.host import conformance_diagnosis as dx
+from repro.host.conformance import diagnosis as dx
 
 
 def neox_cell(configuration="default", tokens_equal=True, steps="LLLL", parallel=None, error=None) -> dict:

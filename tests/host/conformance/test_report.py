@@ -3,13 +3,14 @@ and say when nothing shows a bug."""
 
 import json
 
-from repro.host import conformance, conformance_diagnosis, conformance_report, table_dir
+from repro.host import table_dir
+from repro.host.conformance import diagnosis, plan, report
 
 VERSIONS = {"deepspeed": {"version": "0.19.8"}, "versions": {"torch": "2.13.0+cpu", "transformers": "4.57.6"}}
 
 
 def head(arch="gpt-neox", configuration="default", build="whole series", zero=3, ws=2, scenario="reference") -> dict:
-    return conformance._cell(arch, configuration, build, zero, ws, scenario)
+    return plan.cell_axes(arch, configuration, build, zero, ws, scenario)
 
 
 def neox(configuration="default", build="whole series", steps=(2e-7, 3e-7), parallel=None, diagnosis=None):
@@ -22,14 +23,14 @@ def neox(configuration="default", build="whole series", steps=(2e-7, 3e-7), para
 
 def llama(build="released", scenario="reference", **measured):
     c = head("llama", build=build, scenario=scenario) | VERSIONS | measured
-    c["diagnosis"] = conformance_diagnosis.diagnose_arch(c)
+    c["diagnosis"] = diagnosis.diagnose_arch(c)
     return c
 
 
 def data(cells):
     return json.loads(json.dumps({
-        "command": conformance.COMMAND, "configs": conformance.ARCH_CONFIGS, "scenarios": conformance.SCENARIOS,
-        "builds": {k: list(v) for k, v in conformance.BUILDS.items()}, "duration_s": 5.0, "cells": cells,
+        "command": plan.COMMAND, "configs": plan.ARCH_CONFIGS, "scenarios": plan.SCENARIOS,
+        "builds": {k: list(v) for k, v in plan.BUILDS.items()}, "duration_s": 5.0, "cells": cells,
     }))  # fmt: skip
 
 
@@ -38,35 +39,35 @@ TUPLE = {"type": "AttributeError", "message": "'tuple' object has no attribute '
 
 
 def test_the_report_and_the_heatmap_come_from_the_json(tmp_path):
-    bug = neox("sequential-residual", "released", (1.13, 1.0), [6e-7] * 2, [conformance_diagnosis.BUG_3453])
+    bug = neox("sequential-residual", "released", (1.13, 1.0), [6e-7] * 2, [diagnosis.BUG_3453])
     ok = llama("whole series", tokens_equal_native=True, per_step_logits_vs_native=[8e-7], logits_finite=True)
     cells = [neox(), bug, llama(crash=TUPLE), ok]
-    conformance_report.write_reports(tmp_path, data(cells))
+    report.write_reports(tmp_path, data(cells))
     text = (tmp_path / "CONFORMANCE.md").read_text()
     assert "| sequential-residual | reference | released | 3 | 2 | 1.13 | no | " in text
-    assert f"| default | reference | released | 3 | 2 | - | - | {conformance_diagnosis.BUG_LAYER_TUPLE} |" in text
+    assert f"| default | reference | released | 3 | 2 | - | - | {diagnosis.BUG_LAYER_TUPLE} |" in text
     assert "**With the whole series" in text and "2 of 2 cells are correct and 0 refuse" in text
     assert "CPU evidence, not GPU or AMD evidence" in text and "gpt-neox <= 3e-07" in text
     assert (tmp_path / "conformance.png").stat().st_size > 5_000
     first = (tmp_path / "conformance.png").read_bytes()
-    conformance_report.write_reports(tmp_path, data(cells))
+    report.write_reports(tmp_path, data(cells))
     assert (tmp_path / "conformance.png").read_bytes() == first  # no timestamp: regenerates byte for byte
 
 
 def test_each_issue_text_is_the_bug_template_filled_from_the_cells_that_show_it(tmp_path):
-    bug = neox("sequential-residual", "released", (1.13, 1.0), [6e-7] * 2, [conformance_diagnosis.BUG_3453])
+    bug = neox("sequential-residual", "released", (1.13, 1.0), [6e-7] * 2, [diagnosis.BUG_3453])
     fixed = neox("sequential-residual")
     crash = llama(crash=TUPLE)
-    conformance_report.write_reports(tmp_path, data([bug, fixed, crash]))
-    issue = (tmp_path / conformance_report.ISSUE_3453).read_text()
+    report.write_reports(tmp_path, data([bug, fixed, crash]))
+    issue = (tmp_path / report.ISSUE_3453).read_text()
     for section in ("**Describe the bug**", "**To Reproduce**", "**Expected behavior**", "**System info**"):
         assert section in issue
     assert "in 1 of the 2 cells below the Hybrid Engine" in issue and "1 of 1 such cells are correct" in issue
-    assert conformance_report.NEOX_PREREQUISITE in issue and "Scope: kernel injection" in issue
+    assert report.NEOX_PREREQUISITE in issue and "Scope: kernel injection" in issue
     assert "| gpt-neox sequential-residual, reference | released | 3 | 2 | 1.13 | 6e-07 |" in issue
     tuple_issue = (tmp_path / "ISSUE-llama-layer-tuple.md").read_text()
     assert "'tuple' object has no attribute 'size'" in tuple_issue and "in 1 of the 1 cells below" in tuple_issue
-    assert conformance_report.NEOX_PREREQUISITE not in tuple_issue
+    assert report.NEOX_PREREQUISITE not in tuple_issue
     # The table's cells are the ones counted: a cell outside the table never adds to "in N of M".
     rows = [line for line in issue.splitlines() if line.startswith("| gpt-neox")]
     assert len(rows) == 2
@@ -79,7 +80,7 @@ def test_the_committed_reports_are_what_the_committed_json_renders(tmp_path):
     from repro.paths import REPO_ROOT
 
     committed = REPO_ROOT / "results" / "reference" / "conformance"
-    conformance_report.write_reports(tmp_path, json.loads((committed / "conformance.json").read_text()))
+    report.write_reports(tmp_path, json.loads((committed / "conformance.json").read_text()))
     rendered = sorted(p.name for p in tmp_path.iterdir())
     working = {"conformance.json", table_dir.JOURNAL, table_dir.RUN, "cells"}  # git-ignored after a local run
     assert rendered == sorted(p.name for p in committed.iterdir() if p.name not in working)

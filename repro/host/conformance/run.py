@@ -1,0 +1,157 @@
+"""`python -m repro conformance`: the Hybrid Engine against native Hugging Face, cell by cell.
+
+Architectures: GPT-NeoX (with each model configuration that changes its forward math), GPT-Neo and Llama;
+axes: DeepSpeed build, ZeRO-2/3, 1/2 ranks and the caller's scenario (call order, DeepSpeed-Chat LoRA,
+pin_parameters). A GPT-NeoX cell is one torchrun of the family's probe (`repro.rank.lora_probe`: native
+vs HE per generated step, weight states per layer, training weights restored); another architecture's cell
+is one torchrun of `repro.rank.arch_probe`. Diagnoses come from the measurements only
+(`diagnosis`). Writes OUT/conformance.json, OUT/CONFORMANCE.md, OUT/conformance.png and one issue text per
+confirmed bug (`report`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ...options import EXIT_BROKEN, EXIT_INTERRUPTED, EXIT_OK, UsageError
+from ...paths import write_json
+from .. import family, launch, patched_copy, table_dir
+from ..cell_progress import Progress
+from ..ds_report import ds_report_text
+from . import pool
+from .cells import run_arch_cell, run_cell
+from .diagnosis import diagnose, diagnose_arch
+from .plan import ARCH_CONFIGS, BUILDS, COMMAND, SCENARIOS, key, plan_of, shard_of
+from .report import write_reports
+
+
+def main(
+    out: Path,
+    quick: bool = False,
+    timeout_s: float = 600,
+    log: Callable[[str], None] = print,
+    isolated: bool = False,
+    resume: bool = False,
+    regenerate: bool = False,
+    shard: tuple[int, int] | None = None,
+    archs: tuple[str, ...] | None = None,
+) -> int:
+    """Runs the plan (or a shard of it; `archs`: only these architectures' cells), each finished cell
+    journaled at once; `resume` runs only the cells OUT's journal lacks, with the options it was started
+    with. Exit 0, 3 if a cell could not be measured, 130 on Ctrl-C / SIGTERM (every rank stopped; the
+    finished cells kept)."""
+    out = Path(out)
+    resumed = table_dir.claim(out, "conformance.json", "conformance", resume=resume, regenerate=regenerate)
+    if resumed is not None:
+        quick, isolated = resumed.get("quick", quick), resumed.get("isolated", isolated)
+        shard = tuple(resumed["shard"]) if resumed.get("shard") else None
+        archs = tuple(resumed["archs"]) if resumed.get("archs") else None
+    else:
+        table_dir.start(out, {"quick": quick, "isolated": isolated, "shard": list(shard) if shard else None,
+                              "archs": list(archs) if archs else None})  # fmt: skip
+    launch.interrupt_on_sigterm()
+    planned = shard_of(plan_of(quick, archs), shard)
+    done = {key(c): c for c in table_dir.finished(out) if key(c) in {key(p) for p in planned}}
+    todo = [axes for axes in planned if key(axes) not in done]
+    started = time.time()
+    progress = Progress(len(planned), len(done), log)
+    roots: dict[str, tuple[Path | None, str | None]] = {}
+    for build in dict.fromkeys(c["build"] for c in todo):
+        try:
+            roots[build] = (patched_copy.prepare_patched_copy(patches=BUILDS[build]) if BUILDS[build] else None, None)
+        except Exception as exc:  # recorded on every cell of the build
+            roots[build] = (None, f"{type(exc).__name__}: {exc}")
+    pools = contextlib.nullcontext(None) if isolated else pool.Pools(out / "cells" / "pools")
+    try:
+        with pools as warm:
+            probe = launch.run_probe if warm is None else warm.run_probe
+            for axes in todo:
+                cell = _measure(out, roots, axes, timeout_s, probe, progress)
+                table_dir.record(out, cell)
+                done[key(cell)] = cell
+    except (KeyboardInterrupt, launch.Interrupted) as exc:
+        name = "SIGINT" if isinstance(exc, KeyboardInterrupt) else str(exc)
+        log(f"[conformance] interrupted ({name}): {len(done)} of {len(planned)} cells finished, kept in "
+            f"{out / table_dir.JOURNAL}; `python -m repro conformance --resume {out}` runs the rest")  # fmt: skip
+        return EXIT_INTERRUPTED
+    earlier = sum(c["duration_s"] for k, c in done.items() if k not in {key(a) for a in todo})
+    cells = [done[key(axes)] for axes in planned]
+    write(out, cells, quick, shard, round(time.time() - started + earlier, 1))
+    log(f"[conformance] {len(cells)} cells in {time.time() - started:.0f} s -> {out / 'CONFORMANCE.md'}; "
+        + progress.summary(cells))  # fmt: skip
+    return EXIT_BROKEN if any("error" in c for c in cells) else EXIT_OK
+
+
+def _measure(out: Path, roots: dict, axes: dict, timeout_s: float, probe: Callable[..., dict], progress) -> dict:
+    root, error = roots[axes["build"]]
+    neox = axes["arch"] == "gpt-neox"
+    runner = run_cell if neox else run_arch_cell
+    label = (f"{axes['arch']} {axes['configuration']} {axes['scenario']} {axes['build']} zero{axes['zero_stage']} "
+             f"ws{axes['world_size']}")  # fmt: skip
+    progress.begin(label)
+    return family.measure_cell(
+        axes,
+        lambda: runner(out / "cells", root, axes, timeout_s if neox else min(timeout_s, 300), probe=probe),
+        diagnose if neox else diagnose_arch,
+        label,
+        progress.end,
+        error=error,
+        error_limit=400,
+    )
+
+
+def write(out: Path, cells: list[dict], quick: bool, shard: tuple[int, int] | None, duration_s: float) -> None:
+    """conformance.json and the reports, rendered from the file as `--render` does (its sorted keys order the
+    builds and scenarios), so a run, a resumed run, a merge and a re-render give the same reports."""
+    data = {
+        "command": COMMAND + (" --quick" if quick else ""),
+        "configs": ARCH_CONFIGS,
+        "scenarios": SCENARIOS,
+        "builds": {name: list(patches) for name, patches in BUILDS.items()},
+        "cells": cells,
+        "duration_s": duration_s,
+        "ds_report": ds_report_text("cpu"),  # for the issue texts: DeepSpeed's template asks for it
+    }
+    if shard is not None:
+        data["shard"] = f"{shard[0]}/{shard[1]}"
+    write_json(out / "conformance.json", data)
+    write_reports(out, json.loads((out / "conformance.json").read_text()))
+
+
+def merge(out: Path, shards: list[Path], log: Callable[[str], None] = print, regenerate: bool = False) -> int:
+    """`--merge DIR...`: the shards' cells as one run's JSON and reports. Refused (exit 2) unless the shards
+    come from one plan, each cell of it present exactly once."""
+    out = Path(out)
+    table_dir.claim(out, "conformance.json", "conformance", regenerate=regenerate)
+    options = [json.loads((d / table_dir.RUN).read_text()) if (d / table_dir.RUN).exists() else None for d in shards]
+    plans = {(o["quick"], tuple(o.get("archs") or ())) for o in options if o is not None}
+    if None in options or len(plans) != 1:
+        raise UsageError("--merge takes shard directories of one plan (each with its run.json; the same --quick "
+                         "and --arch)")  # fmt: skip
+    quick, archs = plans.pop()
+    planned = plan_of(quick, archs or None)
+    found: dict[tuple, dict] = {}
+    for directory in shards:
+        for cell in table_dir.finished(directory):
+            if key(cell) in found:
+                raise UsageError(f"cell {key(cell)} is in more than one shard ({directory})")
+            found[key(cell)] = cell
+    missing = [key(a) for a in planned if key(a) not in found]
+    if missing:
+        raise UsageError(f"{len(missing)} of {len(planned)} cells are in no shard (first: {missing[0]}); "
+                         "run or resume the missing shards first")  # fmt: skip
+    cells = [found[key(a)] for a in planned]
+    for cell in cells:
+        table_dir.record(out, cell)
+    write(out, cells, quick, None, round(sum(c["duration_s"] for c in cells), 1))
+    log(f"[conformance] merged {len(shards)} shards: {len(cells)} cells -> {out / 'CONFORMANCE.md'}")
+    return EXIT_BROKEN if any("error" in c for c in cells) else EXIT_OK
+
+
+def render_only(out: Path, log: Callable[[str], None] = print) -> int:
+    """`--render`: the reports again from OUT/conformance.json, measuring nothing."""
+    return family.rerender(Path(out), "conformance.json", write_reports, "conformance", log)

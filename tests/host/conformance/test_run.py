@@ -1,0 +1,119 @@
+"""`python -m repro conformance`'s bookkeeping: a build that cannot be prepared, the journal, Ctrl-C and
+resume, the OUT rule, shards and their merge (cells measured by fakes)."""
+
+import json
+
+import pytest
+
+from repro.host.conformance import plan, report, run
+
+
+def test_main_records_a_build_that_cannot_be_prepared_on_each_of_its_cells(tmp_path, monkeypatch):
+    from repro.fixstatus import PatchError
+
+    def no_copy(patches):
+        raise PatchError("0005 does not apply")
+
+    def fake_cell(work, root, axes, timeout_s=600, probe=None):
+        return {
+            "targets": axes["lora"], "qkv_layouts_after_eval": ["inference"],
+            "weights_seen_by_inference_layers": [{"call": 0, "state": "correct_fused"}],
+            "restore_after_first_generate": {"base": {"bitwise_equal": True, "max_abs": 0.0}, "qkv_layouts": []},
+            "restore_after_cycles": {"base": {"bitwise_equal": True, "max_abs": 0.0}, "qkv_layouts": []},
+            "tokens_equal_native": True, "per_step_matches": ["lora"],
+            "per_step_logits_vs_lora_teacher_forced": [2e-7],
+            "deepspeed": {"version": "0.19.8"}, "versions": {"torch": "2", "transformers": "4.57.6"},
+        }  # fmt: skip
+
+    def fake_arch(work, root, axes, timeout_s=300, probe=None):
+        return {"tokens_equal_native": True, "per_step_logits_vs_native": [2e-7], "logits_finite": True,
+                "deepspeed": {"version": "0.19.8"}, "versions": {"torch": "2", "transformers": "4.57.6"}}  # fmt: skip
+
+    monkeypatch.setattr(run.patched_copy, "prepare_patched_copy", no_copy)
+    monkeypatch.setattr(run, "run_cell", fake_cell)
+    monkeypatch.setattr(run, "run_arch_cell", fake_arch)
+    monkeypatch.setattr(report, "heatmap", lambda data, path: None)
+    lines = []
+    assert run.main(tmp_path, quick=True, log=lines.append) == 3  # a cell that could not run: broken
+    data = json.loads((tmp_path / "conformance.json").read_text())
+    series = [c for c in data["cells"] if c["build"] == "whole series"]
+    assert series and all(c["diagnosis"] == ["crash: PatchError: 0005 does not apply"] for c in series)
+    assert lines[-1].startswith(f"[conformance] {len(plan.plan(quick=True))} cells in")
+    monkeypatch.setattr(run, "BUILDS", {**plan.BUILDS, "whole series": ()})  # no copy needed
+    assert run.main(tmp_path / "ok", quick=True, log=lines.append) == 0
+    ok = json.loads((tmp_path / "ok" / "conformance.json").read_text())
+    assert {d for c in ok["cells"] for d in c["diagnosis"]} == {"correct"}
+
+
+def _fake_suite(monkeypatch, interrupt_at: int | None = None) -> list[tuple]:
+    """Cells measured by a fake that answers at once (and raises KeyboardInterrupt at the cell numbered
+    `interrupt_at`); returns the keys it measured, in order."""
+    measured = []
+
+    def fake_measure(out, roots, axes, timeout_s, probe, progress):
+        if interrupt_at is not None and len(measured) + 1 == interrupt_at:
+            raise KeyboardInterrupt
+        measured.append(plan.key(axes))
+        progress.begin("x")
+        progress.end("x: correct (0 s)")
+        return {**axes, "diagnosis": ["correct"], "duration_s": 0.0, "seed_of": str(plan.key(axes))}
+
+    monkeypatch.setattr(run, "_measure", fake_measure)
+    monkeypatch.setattr(run, "ds_report_text", lambda accelerator: "ds_report")
+    monkeypatch.setattr(run, "write_reports", lambda out, data: (out / "CONFORMANCE.md").write_text("r"))
+    monkeypatch.setattr(run.patched_copy, "prepare_patched_copy", lambda patches: None)
+    return measured
+
+
+def _cells(out):
+    return json.loads((out / "conformance.json").read_text())["cells"]
+
+
+def test_an_interrupted_run_keeps_its_finished_cells_and_resume_runs_only_the_rest(tmp_path, monkeypatch):
+    planned = [plan.key(c) for c in plan.plan(quick=True)]
+    lines = []
+    measured = _fake_suite(monkeypatch, interrupt_at=4)
+    assert run.main(tmp_path / "cut", quick=True, log=lines.append) == 130
+    assert measured == planned[:3] and "--resume" in lines[-1] and "3 of 20 cells finished" in lines[-1]
+    assert not (tmp_path / "cut" / "conformance.json").exists()
+    measured = _fake_suite(monkeypatch)
+    assert run.main(tmp_path / "cut", resume=True, log=lines.append) == 0  # the plan comes from run.json
+    assert measured == planned[3:]
+    assert run.main(tmp_path / "whole", quick=True, log=lines.append) == 0
+    assert _cells(tmp_path / "cut") == _cells(tmp_path / "whole")
+
+
+def test_an_out_with_results_is_refused_unless_resumed_or_regenerated(tmp_path, monkeypatch):
+    from repro.options import UsageError
+
+    _fake_suite(monkeypatch)
+    assert run.main(tmp_path, quick=True, log=print) == 0
+    with pytest.raises(UsageError, match="--resume .*--regenerate"):
+        run.main(tmp_path, quick=True)
+    measured = _fake_suite(monkeypatch)
+    assert run.main(tmp_path, quick=True, regenerate=True, log=print) == 0
+    assert len(measured) == 20  # every cell again
+    measured = _fake_suite(monkeypatch)
+    assert run.main(tmp_path, resume=True, log=print) == 0 and measured == []  # nothing missing
+
+
+def test_two_shards_merged_give_the_cells_of_one_run(tmp_path, monkeypatch):
+    _fake_suite(monkeypatch)
+    assert run.main(tmp_path / "one", quick=True, log=print) == 0
+    for k in (1, 2):
+        assert run.main(tmp_path / f"shard{k}", quick=True, shard=(k, 2), log=print) == 0
+    assert len(_cells(tmp_path / "shard1")) == 10
+    assert run.merge(tmp_path / "merged", [tmp_path / "shard1", tmp_path / "shard2"], log=print) == 0
+    assert _cells(tmp_path / "merged") == _cells(tmp_path / "one")
+
+
+def test_a_merge_missing_a_shard_or_holding_one_twice_is_refused(tmp_path, monkeypatch):
+    from repro.options import UsageError
+
+    _fake_suite(monkeypatch)
+    for k in (1, 2):
+        run.main(tmp_path / f"shard{k}", quick=True, shard=(k, 2), log=print)
+    with pytest.raises(UsageError, match="in no shard"):
+        run.merge(tmp_path / "m1", [tmp_path / "shard1"])
+    with pytest.raises(UsageError, match="more than one shard"):
+        run.merge(tmp_path / "m2", [tmp_path / "shard1", tmp_path / "shard1", tmp_path / "shard2"])
