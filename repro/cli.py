@@ -182,13 +182,14 @@ def main(argv: list[str] | None = None) -> int:
             versions = args.versions.split(",") if args.versions else (matrix.FULL if args.full else matrix.DEFAULT)
             return matrix.main(versions, args.out, args.repeats, regenerate=args.regenerate)
         if args.command == "family":
-            from .host import family
+            from .host.family import plan, report
+            from .host.family import run as family
 
             if args.render:
-                return family.render_only(args.out)
+                return report.render_only(args.out)
             return family.main(
                 args.out,
-                sweeps=tuple(args.sweeps.split(",")) if args.sweeps else tuple(family.SWEEPS),
+                sweeps=tuple(args.sweeps.split(",")) if args.sweeps else tuple(plan.SWEEPS),
                 builds=tuple(args.builds.split(",")) if args.builds else None,
                 regenerate=args.regenerate,
             )

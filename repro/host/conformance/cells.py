@@ -8,7 +8,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from .. import family, launch
+from .. import launch
+from ..family import run as family
 from .plan import CONFIGS
 
 ARCH_PROBE = "repro.rank.arch_probe"

@@ -4,7 +4,7 @@ named bug shown by positive evidence, or the crash."""
 from __future__ import annotations
 
 from ...verdict import worst
-from .. import family
+from ..family import diagnosis as family
 
 CORRECT = "correct"
 BUG_3453 = "sequential residual run as parallel (#3453)"

@@ -9,7 +9,9 @@ import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
-from .. import family, issue_scripts
+from .. import issue_scripts
+from ..family import diagnosis as family
+from ..family.report import num
 from .diagnosis import (
     BUG_3453,
     BUG_LAYER_TUPLE,
@@ -68,16 +70,16 @@ def steps_vs_native(cell: dict) -> list[float] | None:
 
 def _worst_steps(cell: dict) -> str:
     steps = steps_vs_native(cell)
-    return family._num(worst(steps)) if steps else "-"
+    return num(worst(steps)) if steps else "-"
 
 
 def _twin(key: str) -> Callable[[dict], str]:
-    return lambda c: family._num(worst(c.get(key) or [math.nan]))
+    return lambda c: num(worst(c.get(key) or [math.nan]))
 
 
 def _bias(cell: dict) -> str:
     probe = cell.get("qkv_bias_on_bias_free_model") or {}
-    return f"{probe['calls']} calls, max abs {family._num(probe['max_abs'])}" if probe.get("calls") else "none"
+    return f"{probe['calls']} calls, max abs {num(probe['max_abs'])}" if probe.get("calls") else "none"
 
 
 def _crash(cell: dict) -> str:
@@ -252,12 +254,12 @@ def _final_norm_twin(cell: dict) -> str:
     """GPT-NeoX's probe records this twin by name; the architecture probe among its twins."""
     steps = cell.get("per_step_logits_vs_final_norm_eps_twin")
     steps = steps or (cell.get("per_step_logits_vs_twin") or {}).get("outer_layer_norm_at_eps_1e-5")
-    return family._num(worst(steps or [math.nan]))
+    return num(worst(steps or [math.nan]))
 
 
 def _twins(cell: dict) -> str:
     found = cell.get("per_step_logits_vs_twin") or {}
-    return "; ".join(f"{n.replace('_', ' ')}: {family._num(worst(v))}" for n, v in found.items()) or "-"
+    return "; ".join(f"{n.replace('_', ' ')}: {num(worst(v))}" for n, v in found.items()) or "-"
 
 
 # Each named bug's patch in repro/patches/; where its issue text lives when it is not one of ours above.
@@ -374,7 +376,7 @@ def _noise(cells: list[dict]) -> str:
     out = []
     for arch in dict.fromkeys(c["arch"] for c in cells):
         ok = [worst(steps_vs_native(c) or [0.0]) for c in cells if c["arch"] == arch and c["diagnosis"] == [CORRECT]]
-        out.append(f"{arch} <= {family._num(max(ok))}" if ok else f"{arch}: no correct cell")
+        out.append(f"{arch} <= {num(max(ok))}" if ok else f"{arch}: no correct cell")
     return ", ".join(out)
 
 

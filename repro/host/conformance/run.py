@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ...options import EXIT_BROKEN, EXIT_INTERRUPTED, EXIT_OK, UsageError
 from ...paths import write_json
-from .. import family, launch, patched_copy, table_dir
+from .. import launch, patched_copy, table_dir, tables
 from ..cell_progress import Progress
 from ..ds_report import ds_report_text
 from . import pool
@@ -93,7 +93,7 @@ def _measure(out: Path, roots: dict, axes: dict, timeout_s: float, probe: Callab
     label = (f"{axes['arch']} {axes['configuration']} {axes['scenario']} {axes['build']} zero{axes['zero_stage']} "
              f"ws{axes['world_size']}")  # fmt: skip
     progress.begin(label)
-    return family.measure_cell(
+    return tables.measure_cell(
         axes,
         lambda: runner(out / "cells", root, axes, timeout_s if neox else min(timeout_s, 300), probe=probe),
         diagnose if neox else diagnose_arch,
@@ -154,4 +154,4 @@ def merge(out: Path, shards: list[Path], log: Callable[[str], None] = print, reg
 
 def render_only(out: Path, log: Callable[[str], None] = print) -> int:
     """`--render`: the reports again from OUT/conformance.json, measuring nothing."""
-    return family.rerender(Path(out), "conformance.json", write_reports, "conformance", log)
+    return tables.rerender(Path(out), "conformance.json", write_reports, "conformance", log)

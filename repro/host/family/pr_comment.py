@@ -4,8 +4,9 @@ test that make it safe. Every number is a measured cell; `python -m repro family
 
 from __future__ import annotations
 
-from . import issue_scripts
-from .family import BUG_8391, BUG_ORDER, CORRECT, REFERENCE_ORDER
+from .. import issue_scripts
+from .diagnosis import BUG_8391, BUG_ORDER, CORRECT
+from .plan import REFERENCE_ORDER
 
 FILE_NAME = "PR-8392-COMMENT.md"
 ORDER_TEXT = {

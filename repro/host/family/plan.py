@@ -1,0 +1,77 @@
+"""The family table's plan: builds (released and our patch sets), LoRA targets, call orders, the sweeps that
+multiply them into cells, and a cell's name."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+PROBE = "repro.rank.lora_probe"
+PATCHES = ("0001", "0002", "0003", "0004")
+BUILDS: dict[str, tuple[str, ...]] = {
+    "released": (),
+    "0001": ("0001",),
+    "0001+0002": ("0001", "0002"),
+    "0001+0003": ("0001", "0003"),
+    "0001+0002+0004": ("0001", "0002", "0004"),
+    "0001+0002+0003": ("0001", "0002", "0003"),
+    "0001+0002+0003+0004": ("0001", "0002", "0003", "0004"),
+}
+TARGETS = ("none", "qkv", "others", "all")
+REFERENCE_ORDER = "eval-generate-train"
+ORDERS = (REFERENCE_ORDER, "train-first", "eval-twice")  # repro.rank.lora_probe.ORDERS
+# Two sweeps, each the product of its axes: the LoRA bugs in DeepSpeed-Chat's call order under ZeRO-3, and
+# the call orders (patch 0004) under ZeRO-2 and ZeRO-3, without LoRA and with LoRA on QKV.
+SWEEPS: dict[str, dict[str, tuple]] = {
+    "lora": {
+        "build": ("released", "0001", "0001+0002+0003+0004"),
+        "targets": ("qkv", "others", "all"),
+        "world_size": (1, 2),
+        "pin_parameters": (True, False),
+        "order": (REFERENCE_ORDER,),
+        "zero_stage": (3,),
+    },
+    "call-order": {
+        "build": ("released", "0001", "0001+0002+0004", "0001+0002+0003+0004"),
+        "targets": ("none", "qkv"),
+        "world_size": (1, 2),
+        "pin_parameters": (True,),
+        "order": ORDERS,
+        "zero_stage": (2, 3),
+    },
+    # The same call orders on ZeRO-3's non-pinned path (`_zero3_forward`), where 0004 must hold too.
+    "call-order-unpinned": {
+        "build": ("0001", "0001+0002+0004", "0001+0002+0003+0004"),
+        "targets": ("none", "qkv"),
+        "world_size": (1, 2),
+        "pin_parameters": (False,),
+        "order": ORDERS,
+        "zero_stage": (3,),
+    },
+}
+AXES = ("build", "targets", "world_size", "pin_parameters", "order", "zero_stage")
+COMMAND = "python -m repro family --regenerate --out results/reference/family"
+
+
+def cell_name(build: str, targets: str, ws: int, pin: bool, order: str = REFERENCE_ORDER, stage: int = 3) -> str:
+    return f"{build} {targets} ws{ws} pin={str(pin).lower()} {order} zero{stage}"
+
+
+def name_of(c: dict) -> str:
+    return cell_name(
+        c["build"], c["targets"], c["world_size"], c["pin_parameters"], c.get("order", REFERENCE_ORDER),
+        c.get("zero_stage", 3)
+    )  # fmt: skip
+
+
+def cells_of(sweeps: Sequence[str], builds: Sequence[str] | None = None) -> list[dict]:
+    """Every cell's axes, sweep by sweep (a cell two sweeps share is run once); `builds` replaces each
+    sweep's builds."""
+    seen, cells = set(), []
+    for sweep in sweeps:
+        axes = {**SWEEPS[sweep], **({"build": tuple(builds)} if builds else {})}
+        for values in itertools.product(*(axes[k] for k in AXES)):
+            if values not in seen:
+                seen.add(values)
+                cells.append({"sweep": sweep, **dict(zip(AXES, values, strict=True))})
+    return cells
