@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             return _run(args, argv)
         if args.command == "audit":
-            from .host import audit
+            from .host.upstream import audit
 
             return audit.main(args.json)
         if args.command == "report":
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
                 archs=tuple(args.arch) if args.arch else None,
             )
         if args.command == "issue-scripts":
-            from .host import issue_scripts
+            from .host.upstream import issue_scripts
 
             return issue_scripts.main()
         if args.command == "fix-status":
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"DeepSpeed {version} at {package_dir}: " + ", ".join(f"{k}={v}" for k, v in status.items()))
             return 0 if fixstatus.is_fixed(status) else 1
         if args.command == "regression":
-            from .host import regression
+            from .host.upstream import regression
 
             return regression.main(args.json)
         if args.command == "shim":

@@ -138,7 +138,7 @@ def test_slurm_launcher_without_srun_is_refused(capsys, monkeypatch):
 
 def test_an_unexpected_error_is_broken_not_a_failed_expectation(monkeypatch, capsys):
     """Exit 1 means 'judged, and the expectation failed'; a crash of ours or of DeepSpeed is 3, one line."""
-    from repro.host import regression
+    from repro.host.upstream import regression
 
     def crash(json_path=None):
         raise KeyError("boom")

@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from repro.host import containers
+from repro.host.images import containers
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKER = ROOT / "docker"

@@ -32,7 +32,7 @@ def test_a_positional_modifier_rank_counts_as_the_fix_for_the_status_and_the_aud
     """`GatheredParameters(params, 0)` is the same call as `modifier_rank=0`: one rule in both places."""
     import ast
 
-    from repro.host import audit
+    from repro.host.upstream import audit
 
     positional = """
 class C:

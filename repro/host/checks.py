@@ -12,7 +12,8 @@ from pathlib import Path
 
 from .. import fixstatus
 from ..paths import write_json
-from . import audit, launch, patched_copy, regression
+from . import launch
+from .upstream import audit, patched_copy, regression
 
 
 def after_root() -> Path | None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..paths import hf_home
-from . import amd, containers
+from .images import amd, containers
 
 
 @dataclass

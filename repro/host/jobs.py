@@ -28,8 +28,10 @@ from ..options import (
     variants_of,
 )
 from ..paths import RESULTS_DIR, RUNS_DIR, cache_root
-from . import amd, containers, engines, regression, summary
+from . import summary
+from .images import amd, containers, engines
 from .rundir import new_run_dir
+from .upstream import regression
 
 REAL_PYTHIA = "EleutherAI/pythia-410m-deduped"
 GPU_NAMES = {"gfx90a": "mi250", "gfx942": "mi300x"}

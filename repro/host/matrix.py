@@ -186,7 +186,7 @@ def _one(ds_version: str, out: Path, repeats: int, log) -> dict:
             str(python),
             "-c",
             "from repro.fixstatus import installed_deepspeed as i; "
-            "from repro.host.patched_copy import check_applies as c; "
+            "from repro.host.upstream.patched_copy import check_applies as c; "
             "d, v = i(); c(d.parent, v)",
         ],
         capture_output=True,

@@ -45,7 +45,7 @@ def resolve_backend(requested: str) -> str:
         return seen
     wanted = "rocm" if intent == "auto" else intent
     if seen != wanted:
-        from . import amd
+        from .images import amd
 
         source = "--backend" if requested != "auto" else ("REPRO_BACKEND" if intent != "auto" else "a ROCm torch")
         why = amd.why_no_gpu() if wanted == "rocm" else "no CUDA device visible"

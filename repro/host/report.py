@@ -263,7 +263,7 @@ def _audit(audit: dict, bug_reproduced: bool | None) -> list[str]:
     lines = [
         f"Static scan of DeepSpeed {audit['deepspeed']} for `GatheredParameters` without `modifier_rank` whose "
         f"body writes to parameters: {len(audit['findings'])} site(s), each settled by a run or by reading "
-        "the code (`repro/host/audit.py` VERDICTS).",
+        "the code (`repro/host/upstream/audit.py` VERDICTS).",
         "",
         "| site | function | verdict |",
         "|---|---|---|",

@@ -11,9 +11,10 @@ from pathlib import Path
 from .. import fixstatus
 from ..options import EXIT_INTERRUPTED, RunOptions, variants_of
 from ..paths import write_json
-from . import patched_copy, summary
+from . import summary
 from .launch import Interrupted, LaunchError, LaunchSpec, interrupt_on_sigterm, run_variant
 from .rundir import new_run_dir
+from .upstream import patched_copy
 
 
 def _spec(opts: RunOptions, variant: str) -> LaunchSpec:

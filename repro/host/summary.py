@@ -14,7 +14,7 @@ from pathlib import Path
 from .. import verdict
 from ..options import VARIANTS
 from ..paths import write_json
-from . import patched_copy
+from .upstream import patched_copy
 
 
 def read_variants(out: Path) -> dict[str, dict]:

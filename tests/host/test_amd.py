@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from repro.host import amd
+from repro.host.images import amd
 
 
 @pytest.fixture

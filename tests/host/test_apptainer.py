@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from repro.host import apptainer, containers, engines, jobs
+from repro.host import jobs
+from repro.host.images import apptainer, containers, engines
 from repro.paths import REPO_ROOT
 
 DOCKERFILE = REPO_ROOT / "docker" / "Dockerfile"

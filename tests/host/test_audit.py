@@ -1,7 +1,7 @@
 import textwrap
 
 from repro import fixstatus
-from repro.host import audit, patched_copy
+from repro.host.upstream import audit, patched_copy
 
 
 def _sites(findings):

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.host import containers, engines
+from repro.host.images import containers, engines
 
 
 def _run(engine, backend, image, inner, mounts, **flags):

@@ -1,4 +1,5 @@
-from repro.host import amd, containers, doctor
+from repro.host import doctor
+from repro.host.images import amd, containers
 
 
 def _amd_host(monkeypatch, archs, denied=False, driver="6.12.12"):

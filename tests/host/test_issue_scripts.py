@@ -6,10 +6,10 @@ import sys
 
 import pytest
 
-from repro.host import issue_scripts
 from repro.host.conformance import plan, report
 from repro.host.family import pr_comment
-from repro.host.issue_scripts import SCRIPTS, judge, series_without
+from repro.host.upstream import issue_scripts
+from repro.host.upstream.issue_scripts import SCRIPTS, judge, series_without
 from repro.paths import REPO_ROOT
 
 ALLOWED = {"torch", "deepspeed", "transformers"}

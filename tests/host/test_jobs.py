@@ -2,7 +2,8 @@
 
 import json
 
-from repro.host import containers, engines, jobs
+from repro.host import jobs
+from repro.host.images import containers, engines
 
 
 def _container_pair(monkeypatch, tmp_path, variant_json, before_code, write_before):

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from repro import fixstatus
-from repro.host import patched_copy
+from repro.host.upstream import patched_copy
 
 
 @pytest.fixture

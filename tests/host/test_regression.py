@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.host import patched_copy, regression
+from repro.host.upstream import patched_copy, regression
 
 A = "AssertionError"
 CALL_ORDERS = ("train_before_first_eval", "eval_twice", "train_twice_after_eval")

@@ -3,7 +3,8 @@
 import json
 
 from repro.fixstatus import PatchError
-from repro.host import patched_copy, run
+from repro.host import run
+from repro.host.upstream import patched_copy
 from repro.options import RunOptions
 
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from repro.host import launch, patched_copy
+from repro.host import launch
+from repro.host.upstream import patched_copy
 
 pytestmark = pytest.mark.distributed
 

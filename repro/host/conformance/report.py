@@ -9,9 +9,9 @@ import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
-from .. import issue_scripts
 from ..family import diagnosis as family
 from ..family.report import num
+from ..upstream import issue_scripts
 from .diagnosis import (
     BUG_3453,
     BUG_LAYER_TUPLE,

@@ -19,9 +19,10 @@ from pathlib import Path
 
 from ...options import EXIT_BROKEN, EXIT_INTERRUPTED, EXIT_OK, UsageError
 from ...paths import write_json
-from .. import launch, patched_copy, table_dir, tables
+from .. import launch, table_dir, tables
 from ..cell_progress import Progress
-from ..ds_report import ds_report_text
+from ..upstream import patched_copy
+from ..upstream.ds_report import ds_report_text
 from . import pool
 from .cells import run_arch_cell, run_cell
 from .diagnosis import diagnose, diagnose_arch

@@ -4,7 +4,7 @@ test that make it safe. Every number is a measured cell; `python -m repro family
 
 from __future__ import annotations
 
-from .. import issue_scripts
+from ..upstream import issue_scripts
 from .diagnosis import BUG_8391, BUG_ORDER, CORRECT
 from .plan import REFERENCE_ORDER
 

@@ -12,8 +12,9 @@ from pathlib import Path
 from ...fixstatus import installed_deepspeed
 from ...options import EXIT_BROKEN, EXIT_OK, UsageError
 from ...paths import write_json
-from .. import launch, patched_copy, table_dir
+from .. import launch, table_dir
 from ..tables import measure_cell
+from ..upstream import patched_copy
 from .diagnosis import diagnose
 from .plan import AXES, BUILDS, COMMAND, PATCHES, PROBE, SWEEPS, cells_of, name_of
 from .report import write_reports

@@ -27,7 +27,7 @@ def test_a_real_llama_cell_records_the_hybrid_engines_crash(tmp_path):
 @pytest.mark.distributed
 def test_a_real_llama_cell_without_0007_is_handed_the_unwritten_qkv_bias(tmp_path):
     """ZeRO-3 merges q/k/v on every forward and hands the QKV GEMM its never-written bias buffer."""
-    from repro.host import patched_copy
+    from repro.host.upstream import patched_copy
 
     axes = plan.cell_axes("llama", "default", "series without 0007", 3, 1, "reference")
     root = patched_copy.prepare_patched_copy(patches=plan.BUILDS[axes["build"]])

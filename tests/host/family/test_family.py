@@ -220,7 +220,7 @@ def test_a_real_released_qkv_cell_shows_the_qkv_delta_bug(tmp_path):
 def test_a_real_zero2_cell_that_trains_first(tmp_path, build, expected):
     """ZeRO-2, one rank, train() before the first eval(): released DeepSpeed permutes the training weights;
     with 0004 the transforms are idempotent and the cell is correct."""
-    from repro.host import patched_copy
+    from repro.host.upstream import patched_copy
 
     root = patched_copy.prepare_patched_copy(patches=plan.BUILDS[build]) if plan.BUILDS[build] else None
     axes = {"build": build, "targets": "none", "world_size": 1, "pin_parameters": True, "order": "train-first",

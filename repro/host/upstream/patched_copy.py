@@ -10,10 +10,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ..fixstatus import TARGET, PatchError, fix_status_of_package, installed_deepspeed, is_fixed
-from ..paths import cache_root
+from ...fixstatus import TARGET, PatchError, fix_status_of_package, installed_deepspeed, is_fixed
+from ...paths import cache_root
 
-PATCH_DIR = Path(__file__).resolve().parent.parent / "patches"
+PATCH_DIR = Path(__file__).resolve().parents[2] / "patches"
 
 
 # The upstream series: one commit per bug, `git format-patch` output, each commit its fix and its test under

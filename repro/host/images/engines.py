@@ -12,7 +12,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..paths import REPO_ROOT
+from ...paths import REPO_ROOT
 from . import amd, apptainer
 
 IMAGE_REPO = "deepspeed-he-zero3-repro"

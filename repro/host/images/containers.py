@@ -1,5 +1,5 @@
 """Which engine and backend a task uses, decided once (`choose`), and what a run needs from the host: GPU
-ids, device groups, mounts. The engines themselves, and the exact commands each runs, are repro.host.engines.
+ids, device groups, mounts. The engines themselves, and the exact commands each runs, are repro.host.images.engines.
 """
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..paths import hf_home
+from ...paths import hf_home
 from . import amd, engines
 from .engines import (  # noqa: F401 - the names tasks and jobs use
     DEFAULT_SHM,

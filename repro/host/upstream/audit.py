@@ -12,8 +12,8 @@ import ast
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..fixstatus import installed_deepspeed, modifier_rank_arg
-from ..paths import write_json
+from ...fixstatus import installed_deepspeed, modifier_rank_arg
+from ...paths import write_json
 
 # Every site the scan finds in DeepSpeed 0.19.8, settled: "confirmed by run" (a run of ours shows the
 # discarded write and its patch fixes it), "false positive" (the write is harmless, with why), or

@@ -17,8 +17,8 @@ import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from ..options import EXIT_BROKEN, EXIT_EXPECTATION, EXIT_OK
-from ..paths import REPO_ROOT, write_json
+from ...options import EXIT_BROKEN, EXIT_EXPECTATION, EXIT_OK
+from ...paths import REPO_ROOT, write_json
 
 UPSTREAM_DIR = REPO_ROOT / "tests" / "upstream"
 # The upstream-style tests of each patch (repro/patches/<number>-*.patch): each fails on released

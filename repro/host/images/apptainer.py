@@ -16,7 +16,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..paths import REPO_ROOT
+from ...paths import REPO_ROOT
 
 SIF_DIR = REPO_ROOT / "build" / "sif"
 CONTEXT_DIR = SIF_DIR / "context"  # the build context as Docker sees it (.dockerignore applied)
@@ -158,7 +158,8 @@ def definition(args: dict[str, str], variant: str, before_sif: Path | None = Non
     ]
     # The header must come first; the provenance goes where `apptainer run-help` shows it.
     sections.append(
-        "%help\n    Generated from docker/Dockerfile by repro/host/apptainer.py (edit the Dockerfile, not this)."
+        "%help\n    Generated from docker/Dockerfile by repro/host/images/apptainer.py "
+        "(edit the Dockerfile, not this)."
     )
     return "\n\n".join(s for s in sections if s) + "\n"
 

@@ -16,11 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..options import EXIT_BROKEN, EXIT_EXPECTATION, EXIT_OK
-from . import launch, patched_copy
+from ...options import EXIT_BROKEN, EXIT_EXPECTATION, EXIT_OK
+from .. import launch
+from . import patched_copy
 from .regression import PREREQUISITES, TESTS_BY_PATCH
 
-SCRIPTS_DIR = Path(__file__).resolve().parent.parent / "issue_scripts"
+SCRIPTS_DIR = Path(__file__).resolve().parents[2] / "issue_scripts"
 RUNNER = "repro.rank.issue_script"
 SERIES = tuple(sorted(TESTS_BY_PATCH))  # every patch of the series comes with its upstream test
 # Where the bug shows before DeepSpeed needs a kernel, so the script shows it on a plain CPU install too.
