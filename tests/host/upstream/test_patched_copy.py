@@ -64,7 +64,7 @@ def test_the_tests_a_patch_adds_are_the_ones_we_run(patch):
     added = _new_files(patch.read_text())
     tests = {path: content for path, content in added.items() if path.startswith("tests/unit/")}
     assert tests, "every patch adds its test"
-    upstream = Path(__file__).resolve().parents[1] / "upstream"
+    upstream = Path(__file__).resolve().parents[2] / "upstream"
     for path, content in tests.items():
         assert (upstream / path.removeprefix("tests/")).read_text() == content, path
 
