@@ -62,8 +62,9 @@ def test_a_worker_killed_mid_cell_is_replaced(tmp_path):
 
 
 def test_ctrl_c_mid_cell_exits_130_and_leaves_no_process(tmp_path):
-    script = (
-        "import sys\n"
+    script = (  # SIGINT's default handler, as a terminal gives it (a background job may inherit it ignored)
+        "import signal, sys\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from pathlib import Path\n"
         "from repro.host.conformance import pool\n"
         f"p = pool.Pool(None, Path({str(tmp_path / 'pool')!r}))\n"
@@ -84,7 +85,11 @@ def test_ctrl_c_mid_cell_exits_130_and_leaves_no_process(tmp_path):
                                                                     text=True).stdout.split()]  # fmt: skip
     assert worker_pids and len(children) == 2
     host.send_signal(signal.SIGINT)
-    out, _ = host.communicate(timeout=60)
+    try:
+        out, _ = host.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        host.kill()
+        pytest.fail("the host did not stop within 60 s of SIGINT")
     assert host.returncode == 130 and out.strip() == "interrupted (SIGINT)"
     time.sleep(0.5)
     assert not [pid for pid in worker_pids + children if _alive(pid)]
