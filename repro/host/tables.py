@@ -46,3 +46,8 @@ def measure_cell(
     cell["diagnosis"] = diagnose(cell)
     log(f"{label}: {'; '.join(cell['diagnosis'])} ({cell['duration_s']:.0f} s)")
     return cell
+
+
+def num(v: float) -> str:
+    """A measured difference as the tables print it: 0 exactly, else 3 significant digits."""
+    return "0" if v == 0 else f"{v:.3g}"

@@ -25,3 +25,7 @@ def test_rerender_reads_the_json_only_and_refuses_a_missing_one(tmp_path):
     assert tables.rerender(tmp_path, "t.json", lambda out, data: written.append(data), "t", log=lambda _: None) == 0
     assert written == [{"cells": [1, 2]}]
     assert tables.rerender(tmp_path / "none", "t.json", lambda out, data: None, "t", log=lambda _: None) == 2
+
+
+def test_num_prints_zero_exactly_and_three_significant_digits_otherwise():
+    assert (tables.num(0.0), tables.num(7.4512e-09), tables.num(1.13)) == ("0", "7.45e-09", "1.13")

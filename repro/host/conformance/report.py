@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..family import diagnosis as family
-from ..family.report import num
+from ..tables import num
 from ..upstream import issue_scripts
 from .diagnosis import (
     BUG_3453,

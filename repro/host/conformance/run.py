@@ -56,7 +56,9 @@ def main(
                               "archs": list(archs) if archs else None})  # fmt: skip
     launch.interrupt_on_sigterm()
     planned = shard_of(plan_of(quick, archs), shard)
-    done = {key(c): c for c in table_dir.finished(out) if key(c) in {key(p) for p in planned}}
+    keys = {key(p) for p in planned}
+    done = {key(c): c for c in table_dir.finished(out) if key(c) in keys}
+    earlier = sum(c["duration_s"] for c in done.values())  # the resumed cells' own time
     todo = [axes for axes in planned if key(axes) not in done]
     started = time.time()
     progress = Progress(len(planned), len(done), log)
@@ -79,7 +81,6 @@ def main(
         log(f"[conformance] interrupted ({name}): {len(done)} of {len(planned)} cells finished, kept in "
             f"{out / table_dir.JOURNAL}; `python -m repro conformance --resume {out}` runs the rest")  # fmt: skip
         return EXIT_INTERRUPTED
-    earlier = sum(c["duration_s"] for k, c in done.items() if k not in {key(a) for a in todo})
     cells = [done[key(axes)] for axes in planned]
     write(out, cells, quick, shard, round(time.time() - started + earlier, 1))
     log(f"[conformance] {len(cells)} cells in {time.time() - started:.0f} s -> {out / 'CONFORMANCE.md'}; "

@@ -4,6 +4,7 @@ test that make it safe. Every number is a measured cell; `python -m repro family
 
 from __future__ import annotations
 
+from ..tables import num
 from ..upstream import issue_scripts
 from .diagnosis import BUG_8391, BUG_ORDER, CORRECT
 from .plan import REFERENCE_ORDER
@@ -16,10 +17,6 @@ ORDER_TEXT = {
 }
 
 
-def _num(v: float) -> str:
-    return "0" if v == 0 else f"{v:.3g}"
-
-
 def _pick(cells: list[dict], **axes) -> list[dict]:
     return [c for c in cells if "error" not in c and all(c.get(k) == v for k, v in axes.items())]
 
@@ -30,7 +27,7 @@ def _row(c: dict) -> str:
     return (
         f"| {ORDER_TEXT[c['order']]} | {c['zero_stage']} | {'yes' if c['pin_parameters'] else 'no'} | "
         f"{c['world_size']} | {c['targets']} | "
-        f"{_num(c['first_step_logits_max_abs'])} | {'yes' if c['tokens_equal_native'] else 'no'} | {_num(drift)} "
+        f"{num(c['first_step_logits_max_abs'])} | {'yes' if c['tokens_equal_native'] else 'no'} | {num(drift)} "
         f"({layouts}) | {'; '.join(c['diagnosis'])} |"
     )
 

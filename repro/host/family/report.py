@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from .. import tables
+from ..tables import num
 from . import pr_comment
 from .diagnosis import BUG_ORDER, BUGS, CORRECT, FIXED_BY
 from .plan import PATCHES, name_of
@@ -20,10 +21,6 @@ def write_reports(out: Path, data: dict) -> None:
 def render_only(out: Path, log: Callable[[str], None] = print) -> int:
     """`--render`: the reports again from an existing family.json, measuring nothing."""
     return tables.rerender(Path(out), "family.json", write_reports, "family", log)
-
-
-def num(v: float) -> str:
-    return "0" if v == 0 else f"{v:.3g}"
 
 
 def _restored(cell: dict, key: str) -> str:
