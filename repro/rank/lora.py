@@ -25,28 +25,7 @@ import copy
 import torch
 import torch.nn.functional as F
 
-TARGETS = {
-    "qkv": ("attention.query_key_value",),
-    "others": ("attention.dense", "mlp.dense_h_to_4h", "mlp.dense_4h_to_h"),
-}
-TARGETS["all"] = TARGETS["qkv"] + TARGETS["others"]
-TARGETS["none"] = ()  # no LoRA: the call-order cells without it
-# Per architecture: where its decoder layers live, and DeepSpeed-Chat's targets (every Linear of a layer,
-# the modules each DeepSpeed container's set_lora_params looks at).
-LAYERS = {"gpt-neox": "gpt_neox.layers", "gpt-neo": "transformer.h", "llama": "model.layers"}
-ARCH_TARGETS = {
-    "gpt-neox": TARGETS,
-    "gpt-neo": {
-        "none": (),
-        "all": ("attn.attention.q_proj", "attn.attention.k_proj", "attn.attention.v_proj", "attn.attention.out_proj",
-                "mlp.c_fc", "mlp.c_proj"),
-    },
-    "llama": {
-        "none": (),
-        "all": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
-                "mlp.up_proj", "mlp.down_proj"),
-    },
-}  # fmt: skip
+from .archs import adapter
 
 
 class LinearLayer_LoRA(torch.nn.Module):  # DeepSpeed-Chat's class name, kept for recognition
@@ -95,23 +74,23 @@ def attach(
     std: float = 0.1,
     arch: str = "gpt-neox",
 ) -> list[str]:
-    """Replaces the selected Linear modules of every decoder layer by LinearLayer_LoRA; returns their names.
+    """Replaces the Linear modules `targets` names in the architecture's adapter (repro.rank.archs), in every
+    decoder layer, by LinearLayer_LoRA; returns their names.
 
     With the tiny model's init (std 0.02) the defaults give a delta of ~0.03 per element, so greedy
     tokens change (the probe records it as `lora_changes_native_tokens`): a lost delta is visible.
     """
     generator = torch.Generator().manual_seed(seed)
     names = []
-    layers_path = LAYERS[arch]
-    parent_of_layers, leaf = _get(model, layers_path)
-    for i, layer in enumerate(getattr(parent_of_layers, leaf)):
-        for dotted in ARCH_TARGETS[arch][targets]:
+    arch_adapter = adapter(arch)
+    for i, layer in enumerate(arch_adapter.layer_list(model)):
+        for dotted in arch_adapter.lora_targets[targets]:
             parent, leaf = _get(layer, dotted)
             base = getattr(parent, leaf)
             if not isinstance(base, torch.nn.Linear):
                 raise TypeError(f"{dotted} is {type(base).__name__}, not nn.Linear")
             setattr(parent, leaf, LinearLayer_LoRA(base, lora_dim, lora_alpha, generator, std))
-            names.append(f"{layers_path}.{i}.{dotted}")
+            names.append(f"{arch_adapter.layers}.{i}.{dotted}")
     return names
 
 

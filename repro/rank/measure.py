@@ -169,3 +169,17 @@ def per_layer_divergence(native: Trace, he: Trace) -> list[dict]:
             row[f"{kind}_max_abs"] = max_abs(a, b) if a is not None and b is not None and a.shape == b.shape else None
         rows.append(row)
     return rows
+
+
+@torch.no_grad()
+def teacher_forced(model: torch.nn.Module, ids: torch.Tensor, tokens: list[int]) -> list[torch.Tensor]:
+    """Native per-step logits for the given continuation (the same history the Hybrid Engine had), so every
+    step compares like with like even after the greedy tokens part."""
+    seq = torch.cat([ids, torch.tensor([tokens[:-1]], dtype=ids.dtype)], dim=1)
+    logits = model(seq).logits[0].float()
+    return [logits[ids.shape[1] - 1 + t] for t in range(len(tokens))]
+
+
+def stepwise_max_abs(a: list[torch.Tensor], b: list[torch.Tensor]) -> list[float]:
+    """Max abs difference of two equally long lists of per-step logits, rounded for the JSON."""
+    return [round((x - y).abs().max().item(), 7) for x, y in zip(a, b, strict=True)]

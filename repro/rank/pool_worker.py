@@ -29,8 +29,7 @@ WARM = (
     "transformers.models.gpt_neox.modeling_gpt_neox",
     "transformers.models.gpt_neo.modeling_gpt_neo",
     "transformers.models.llama.modeling_llama",
-    "repro.rank.lora_probe",
-    "repro.rank.arch_probe",
+    "repro.rank.cell_probe",
 )
 
 

@@ -4,6 +4,9 @@ import pytest
 import torch
 
 from repro.rank import lora, models
+from repro.rank.archs import gpt_neox
+
+TARGETS = gpt_neox.ADAPTER.lora_targets
 
 
 @pytest.fixture()
@@ -12,18 +15,18 @@ def tiny():
     return loaded.model, models.prompt_ids(loaded, None)
 
 
-@pytest.mark.parametrize("targets", sorted(lora.TARGETS))
+@pytest.mark.parametrize("targets", sorted(TARGETS))
 def test_attach_keeps_the_base_parameter_objects(tiny, targets):
     """ZeRO-3 and the Hybrid Engine must see the base Linear's own weight and bias, not copies."""
     model, _ = tiny
     layers = model.gpt_neox.layers
     base_params = {}
     for i, layer in enumerate(layers):
-        for dotted in lora.TARGETS[targets]:
+        for dotted in TARGETS[targets]:
             parent, leaf = lora._get(layer, dotted)
             base_params[(i, dotted)] = (getattr(parent, leaf).weight, getattr(parent, leaf).bias)
     names = lora.attach(model, targets)
-    assert names == [f"gpt_neox.layers.{i}.{d}" for i in range(len(layers)) for d in lora.TARGETS[targets]]
+    assert names == [f"gpt_neox.layers.{i}.{d}" for i in range(len(layers)) for d in TARGETS[targets]]
     modules = lora.lora_modules(model)
     assert list(modules) == names
     for (i, dotted), (weight, bias) in base_params.items():
@@ -47,7 +50,7 @@ def test_delta_is_deepspeeds_fuse_formula_and_the_merged_weight_difference(tiny)
         torch.testing.assert_close(merged[f"{name}.weight"] - m.weight, m.delta(), rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("targets", sorted(lora.TARGETS))
+@pytest.mark.parametrize("targets", sorted(TARGETS))
 def test_merged_reference_computes_what_the_lora_model_computes(tiny, targets):
     model, ids = tiny
     without = model(ids).logits
@@ -77,15 +80,14 @@ def test_references_are_copies(tiny):
 def test_attach_reaches_every_linear_of_the_other_architectures_and_merges_exactly(arch):
     """The conformance suite's GPT-Neo and Llama LoRA: every Linear of each layer, the DeepSpeed container's
     targets; the merged reference computes what the LoRA model computes."""
-    from repro.rank import arch_probe
+    from repro.rank.archs import adapter
 
-    model = arch_probe.build(arch, 1234)
+    spec = adapter(arch)
+    model = spec.build(1234)
     names = lora.attach(model, "all", arch=arch)
-    layers = len(lora._get(model, lora.LAYERS[arch])[0].get_submodule(lora.LAYERS[arch].split(".")[-1]))
-    assert len(names) == layers * len(lora.ARCH_TARGETS[arch]["all"])
-    assert not [n for n, m in model.named_modules() if type(m) is torch.nn.Linear and ".layers." in f".{n}"
-                and n.split(".")[-1] in {t.split(".")[-1] for t in lora.ARCH_TARGETS[arch]["all"]}]  # fmt: skip
-    ids = torch.tensor([arch_probe.PROMPT])
+    assert len(names) == len(spec.layer_list(model)) * len(spec.lora_targets["all"])
+    assert not [n for n, m in spec.layer_list(model).named_modules() if type(m) is torch.nn.Linear]
+    ids = torch.tensor([[12, 13, 309, 353, 253, 921, 310, 247]])
     with torch.no_grad():
         lora_logits = model(ids).logits
         merged_logits = lora.merged_reference(model)(ids).logits

@@ -17,11 +17,17 @@ BUG_LORA_NO_IN_FEATURES = (
 )
 BUG_UNSERVABLE = "Llama configuration the injected layer cannot compute, accepted silently (0010)"
 BUG_NORM_EPS = "LayerNorm outside the layers computed with eps 1e-5, not the model's (0011)"
-# A native twin the HE reproduces names its bug: Normalize's default epsilon; else a Llama setting (0010).
-TWIN_BUGS = {"outer_layer_norm_at_eps_1e-5": BUG_NORM_EPS}
+# A native twin the HE reproduces names its bug (repro.rank.archs: each adapter's twins); another twin is a
+# Llama setting the injected layer cannot compute (0010).
+TWIN_BUGS = {
+    "outer_layer_norm_at_eps_1e-5": BUG_NORM_EPS,
+    "parallel_residual": BUG_3453,
+    "rotary_base_10000": BUG_ROPE,
+}
+UNEXPLAINED = "differs from native (cause not established)"
 REFUSED = "refused by name: outside what the injected layer computes (0010)"
 REFUSAL = "DeepSpeed kernel injection cannot serve"  # how DeepSpeed's refusals begin (0010, scaled rotary)
-# Per-step tolerance of a correct cell (repro.rank.lora_probe.TOL, the probe's own): fp32 HE vs native
+# Per-step tolerance of a correct cell (repro.rank.cell_probe.TOL, the probe's own): fp32 HE vs native
 # differ by <= 2e-7 in every correct family cell (results/reference/family); 1e-3 leaves 3 orders of
 # magnitude above that noise and stays 2 orders below the smallest bug measured there (0.3).
 TOL = 1e-3
@@ -31,40 +37,17 @@ WEIGHTS_TOL = 1e-5
 
 
 def diagnose(cell: dict) -> list[str]:
-    """The family's diagnosis (layout, LoRA, call order), then what a configuration's own math explains."""
-    if "error" in cell:
-        return [f"crash: {cell['error']}"]
-    found = [d for d in family.diagnose(cell) if d != CORRECT]
-    if found == ["tokens differ (unexplained)"]:
-        # Positive evidence only: the HE's logits are, step by step, those of a native twin of the same weights
-        # with the one setting the HE may have ignored.
-        if cell.get("he_matches_parallel_residual_reference"):
-            found = [BUG_3453]
-        elif cell.get("he_matches_default_rotary_base_reference"):
-            found = [BUG_ROPE]
-        elif cell.get("he_matches_final_norm_eps_reference"):
-            found = [BUG_NORM_EPS]
-    return found or [CORRECT]
-
-
-def diagnose_arch(cell: dict) -> list[str]:
-    """A GPT-Neo or Llama cell: the HE's crash (a finding; a known signature is named), the bugs its
-    measurements show by positive evidence, else its logits against native within TOL."""
+    """Any architecture's cell (repro.rank.cell_probe): the HE's crash (a finding; a known signature is
+    named); the layout evidence of a fused QKV (the family's diagnosis); the bugs its logits, bias probe and
+    weights show by positive evidence; else its logits against native within TOL."""
     if "error" in cell:
         return [f"crash: {cell['error']}"]
     if "crash" in cell:
-        c = cell["crash"]
-        tuple_where_tensor = c["type"] == "AttributeError" and c["message"].startswith("'tuple' object has no")
-        if tuple_where_tensor and c["at"].startswith("deepspeed/model_implementations/transformers/ds_transformer.py"):
-            return [BUG_LAYER_TUPLE]
-        no_in_features = c["type"] == "AttributeError" and "object has no attribute 'in_features'" in c["message"]
-        if no_in_features and c["at"].startswith("deepspeed/module_inject/containers/llama.py"):
-            return [BUG_LORA_NO_IN_FEATURES]
-        if c["type"] == "ValueError" and c["message"].startswith(REFUSAL) and c["at"].startswith("deepspeed/"):
-            return [REFUSED]
-        if cell.get("grouped_query_attention") and c["at"].startswith("deepspeed/"):  # accepted, then failed on
-            return [f"{BUG_UNSERVABLE}: grouped-query attention crashes ({c['type']} at {c['at']})"]
-        return [f"crash in the Hybrid Engine: {c['type']}: {c['message']} ({c['at']})"]
+        return [_crash(cell)]
+    if "weights_seen_by_inference_layers" in cell:  # a fused QKV: what the layers saw names layout bugs
+        found = [d for d in family.diagnose(cell) if d not in (CORRECT, family.UNEXPLAINED)]
+        if found:
+            return found
     steps = cell["per_step_logits_vs_native"]
     bugs = []
     for twin, twin_steps in (cell.get("per_step_logits_vs_twin") or {}).items():
@@ -75,7 +58,8 @@ def diagnose_arch(cell: dict) -> list[str]:
     without_lora = cell.get("per_step_logits_vs_without_lora")
     if without_lora and worst(without_lora) <= TOL < worst(steps):  # the HE's logits are the model's sans LoRA
         bugs.append(BUG_LORA_NOT_FOUND)
-    changed = (cell.get("weights_after_train") or {}).get("max_abs_change", 0.0)
+    restored = cell.get("restore_after_first_generate") or {}
+    changed = worst([restored.get(kind, {}).get("max_abs", 0.0) for kind in ("base", "lora")])
     if not changed <= WEIGHTS_TOL:
         bugs.append(f"training weights not restored by train() (max abs change {changed:.3g})")
     if bugs:
@@ -84,4 +68,19 @@ def diagnose_arch(cell: dict) -> list[str]:
         return ["non-finite HE logits (cause not established)"]
     if cell["tokens_equal_native"] and worst(steps) <= TOL:
         return [CORRECT]
-    return ["differs from native (cause not established)"]
+    return [UNEXPLAINED]
+
+
+def _crash(cell: dict) -> str:
+    c = cell["crash"]
+    tuple_where_tensor = c["type"] == "AttributeError" and c["message"].startswith("'tuple' object has no")
+    if tuple_where_tensor and c["at"].startswith("deepspeed/model_implementations/transformers/ds_transformer.py"):
+        return BUG_LAYER_TUPLE
+    no_in_features = c["type"] == "AttributeError" and "object has no attribute 'in_features'" in c["message"]
+    if no_in_features and c["at"].startswith("deepspeed/module_inject/containers/llama.py"):
+        return BUG_LORA_NO_IN_FEATURES
+    if c["type"] == "ValueError" and c["message"].startswith(REFUSAL) and c["at"].startswith("deepspeed/"):
+        return REFUSED
+    if cell.get("grouped_query_attention") and c["at"].startswith("deepspeed/"):  # accepted, then failed on
+        return f"{BUG_UNSERVABLE}: grouped-query attention crashes ({c['type']} at {c['at']})"
+    return f"crash in the Hybrid Engine: {c['type']}: {c['message']} ({c['at']})"

@@ -15,7 +15,7 @@ CONFIGS: dict[str, dict] = {
     "rotary-base-1e6": {"rotary_emb_base": 1_000_000},
     "layer-norm-eps-1e-3": {"layer_norm_eps": 1e-3},
 }
-ARCHS = ("gpt-neox", "gpt-neo", "llama")  # GPT-Neo and Llama: their tiny default (repro.rank.arch_probe.ARCHS)
+ARCHS = ("gpt-neox", "gpt-neo", "llama")  # each has an adapter: repro.rank.archs (tiny default, LoRA, twins)
 # Per architecture, its configurations: overrides of its tiny default (GPT-NeoX: CONFIGS above). Why these
 # fields, and which were left out: report.CONFIG_NOTES / LEFT_OUT / LEFT_OUT_ARCHS.
 ARCH_CONFIGS: dict[str, dict[str, dict]] = {
@@ -51,7 +51,7 @@ LEAVE_ONE_OUT = (
     ("series without 0009", ("lora", "unpinned-lora"), ("llama",)),
 )
 # What a caller does around generate: DeepSpeed-Chat's call order, pinned, no LoRA ("reference"); a loop
-# that calls train() first or eval() twice (repro.rank.lora_probe.ORDERS); DeepSpeed-Chat LoRA on every
+# that calls train() first or eval() twice (repro.rank.cell_probe.ORDERS); DeepSpeed-Chat LoRA on every
 # Linear; ZeRO-3's non-pinned path, without and with LoRA.
 SCENARIOS: dict[str, dict] = {
     "reference": {"order": "eval-generate-train", "lora": "none", "pin": True},

@@ -60,12 +60,11 @@ LEFT_OUT_ARCHS = {
     "llama `head_dim` / `pretraining_tp`": "not varied",
 }
 ISSUE_3453 = "ISSUE-3453.md"
-STEPS_KEY = {"gpt-neox": "per_step_logits_vs_lora_teacher_forced"}  # others: per_step_logits_vs_native
 
 
 def steps_vs_native(cell: dict) -> list[float] | None:
     """Per generated step, max abs of the HE's logits against native (LoRA merged), teacher-forced."""
-    return cell.get(STEPS_KEY.get(cell["arch"], "per_step_logits_vs_native"))
+    return cell.get("per_step_logits_vs_native")
 
 
 def _worst_steps(cell: dict) -> str:
@@ -73,8 +72,9 @@ def _worst_steps(cell: dict) -> str:
     return num(worst(steps)) if steps else "-"
 
 
-def _twin(key: str) -> Callable[[dict], str]:
-    return lambda c: num(worst(c.get(key) or [math.nan]))
+def _twin(name: str) -> Callable[[dict], str]:
+    """Max abs of the HE's logits against the native twin `name` (repro.rank.archs), over every step."""
+    return lambda c: num(worst((c.get("per_step_logits_vs_twin") or {}).get(name) or [math.nan]))
 
 
 def _bias(cell: dict) -> str:
@@ -96,7 +96,7 @@ ISSUES = {
         "gpt_neox": True,
         "shown": lambda c: c["arch"] == "gpt-neox" and c["configuration"] == "sequential-residual",
         "evidence": (("vs the same weights computed as a parallel-residual model (max abs, every step)",
-                      _twin("per_step_logits_vs_parallel_residual_twin")),),
+                      _twin("parallel_residual")),),
         "measured": "the Hybrid Engine's per-step logits equal, within fp32 noise, those of the same weights "
         "computed as a parallel-residual model, and differ from the real model's",
         "title": "GPT-NeoX with use_parallel_residual=False runs as a parallel-residual model under kernel "
@@ -117,7 +117,7 @@ ISSUES = {
         "gpt_neox": True,
         "shown": lambda c: c["arch"] == "gpt-neox" and c["configuration"] == "rotary-base-1e6",
         "evidence": (("vs the same weights rotated with base 10000 (max abs, every step)",
-                      _twin("per_step_logits_vs_default_rotary_base_twin")),),
+                      _twin("rotary_base_10000")),),
         "measured": "the Hybrid Engine's per-step logits equal, within fp32 noise, those of the same weights "
         "rotated with base 10000, and differ from the real model's",
         "title": "GPT-NeoX's rotary base is ignored under kernel injection / the Hybrid Engine (rope_theta stays "
@@ -221,7 +221,7 @@ ISSUES = {
         "scope": "hybrid-engine",
         "shown": lambda c: "layer-norm-eps" in c["configuration"] and c["scenario"] == "reference",
         "evidence": (("vs the same weights with the final LayerNorm at eps 1e-5 (max abs, every step)",
-                      lambda c: _final_norm_twin(c)),),
+                      _twin("outer_layer_norm_at_eps_1e-5")),),
         "measured": "the Hybrid Engine's per-step logits equal, within the fallbacks' noise, those of the same "
         "weights with the final LayerNorm at eps 1e-5, and differ from the model's own",
         "title": "Hybrid Engine computes the final LayerNorm with eps 1e-5 whatever the model's layer_norm_epsilon",
@@ -248,13 +248,6 @@ SCOPES = {
     "Engine, which builds its layers through the same containers",
     "hybrid-engine": "the Hybrid Engine only; `deepspeed.init_inference` does not take this path",
 }
-
-
-def _final_norm_twin(cell: dict) -> str:
-    """GPT-NeoX's probe records this twin by name; the architecture probe among its twins."""
-    steps = cell.get("per_step_logits_vs_final_norm_eps_twin")
-    steps = steps or (cell.get("per_step_logits_vs_twin") or {}).get("outer_layer_norm_at_eps_1e-5")
-    return num(worst(steps or [math.nan]))
 
 
 def _twins(cell: dict) -> str:

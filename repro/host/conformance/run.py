@@ -2,9 +2,9 @@
 
 Architectures: GPT-NeoX (with each model configuration that changes its forward math), GPT-Neo and Llama;
 axes: DeepSpeed build, ZeRO-2/3, 1/2 ranks and the caller's scenario (call order, DeepSpeed-Chat LoRA,
-pin_parameters). A GPT-NeoX cell is one torchrun of the family's probe (`repro.rank.lora_probe`: native
-vs HE per generated step, weight states per layer, training weights restored); another architecture's cell
-is one torchrun of `repro.rank.arch_probe`. Diagnoses come from the measurements only
+pin_parameters). Every cell runs one probe (`repro.rank.cell_probe`, the architecture's adapter from
+`repro.rank.archs`: native vs HE per generated step, native twins, weights restored, and for a fused QKV the
+weight states per layer), in a warm pool or one torchrun per cell. Diagnoses come from the measurements only
 (`diagnosis`). Writes OUT/conformance.json, OUT/CONFORMANCE.md, OUT/conformance.png and one issue text per
 confirmed bug (`report`).
 """
@@ -24,8 +24,8 @@ from ..cell_progress import Progress
 from ..upstream import patched_copy
 from ..upstream.ds_report import ds_report_text
 from . import pool
-from .cells import run_arch_cell, run_cell
-from .diagnosis import diagnose, diagnose_arch
+from .cells import run_cell
+from .diagnosis import diagnose
 from .plan import ARCH_CONFIGS, BUILDS, COMMAND, SCENARIOS, key, plan_of, shard_of
 from .report import write_reports
 
@@ -90,15 +90,14 @@ def main(
 
 def _measure(out: Path, roots: dict, axes: dict, timeout_s: float, probe: Callable[..., dict], progress) -> dict:
     root, error = roots[axes["build"]]
-    neox = axes["arch"] == "gpt-neox"
-    runner = run_cell if neox else run_arch_cell
     label = (f"{axes['arch']} {axes['configuration']} {axes['scenario']} {axes['build']} zero{axes['zero_stage']} "
              f"ws{axes['world_size']}")  # fmt: skip
     progress.begin(label)
     return tables.measure_cell(
         axes,
-        lambda: runner(out / "cells", root, axes, timeout_s if neox else min(timeout_s, 300), probe=probe),
-        diagnose if neox else diagnose_arch,
+        # A cell takes seconds; a rank left waiting in a collective by its peer's crash is stopped within 5 min.
+        lambda: run_cell(out / "cells", root, axes, min(timeout_s, 300), probe=probe),
+        diagnose,
         label,
         progress.end,
         error=error,

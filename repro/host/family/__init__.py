@@ -1,6 +1,6 @@
 """`python -m repro family`: the LoRA family table. DeepSpeed-Chat LoRA on the tiny GPT-NeoX under the
 ZeRO-3 Hybrid Engine, for each DeepSpeed build (released, and copies with our patches 0001/0002/0003)
-x LoRA targets x world size x pin_parameters, one torchrun cell at a time (repro.rank.lora_probe).
+x LoRA targets x world size x pin_parameters, one torchrun cell at a time (repro.rank.cell_probe).
 
 Which bug a cell hits is computed from its measurements only (`diagnose`), never assigned per cell,
 so the table shows what the patches fix and what each bug needs. Writes OUT/family.json and

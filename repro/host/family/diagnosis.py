@@ -9,10 +9,11 @@ BUG_QKV_DELTA = "LoRA QKV delta in training layout (0002)"
 BUG_DECODE = "LoRA lost at decode, non-pinned ZeRO-3 (0003)"
 BUG_ORDER = "QKV layout transforms not idempotent (0004)"
 CORRECT = "correct"
+UNEXPLAINED = "tokens differ (unexplained)"
 BUGS = (BUG_8391, BUG_QKV_DELTA, BUG_DECODE, BUG_ORDER)
 # Which patch fixes which bug (for the per-bug paragraphs; the diagnosis itself never uses it).
 FIXED_BY = {BUG_8391: "0001", BUG_QKV_DELTA: "0002", BUG_DECODE: "0003", BUG_ORDER: "0004"}
-# QKV layouts only a transform applied in the wrong layout leaves (repro.rank.lora_probe.qkv_state).
+# QKV layouts only a transform applied in the wrong layout leaves (repro.rank.qkv_states.qkv_state).
 PERMUTED = ("inference_twice", "training_inverse")
 LOST_STATES = ("no_lora", "training_layout_no_lora")
 
@@ -26,6 +27,9 @@ def diagnose(cell: dict) -> list[str]:
     """The bugs a cell's measurements show (empty list never: 'correct' or an unexplained label)."""
     if "error" in cell:
         return ["error"]
+    if "crash" in cell:  # the Hybrid Engine raised (repro.rank.cell_probe): no weight states to read
+        c = cell["crash"]
+        return [f"crash in the Hybrid Engine: {c['type']}: {c['message']} ({c['at']})"]
     seen_all = states(cell, lambda c: True)
     after_eval = set(cell.get("qkv_layouts_after_eval", []))
     after_train = {
@@ -58,4 +62,4 @@ def diagnose(cell: dict) -> list[str]:
         return bugs
     if cell["tokens_equal_native"] and all(s == "lora" for s in cell["per_step_matches"]):
         return [CORRECT]
-    return ["tokens differ (unexplained)"]
+    return [UNEXPLAINED]

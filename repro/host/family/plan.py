@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
-PROBE = "repro.rank.lora_probe"
+PROBE = "repro.rank.cell_probe"
 PATCHES = ("0001", "0002", "0003", "0004")
 BUILDS: dict[str, tuple[str, ...]] = {
     "released": (),
@@ -19,7 +19,7 @@ BUILDS: dict[str, tuple[str, ...]] = {
 }
 TARGETS = ("none", "qkv", "others", "all")
 REFERENCE_ORDER = "eval-generate-train"
-ORDERS = (REFERENCE_ORDER, "train-first", "eval-twice")  # repro.rank.lora_probe.ORDERS
+ORDERS = (REFERENCE_ORDER, "train-first", "eval-twice")  # repro.rank.cell_probe.ORDERS
 # Two sweeps, each the product of its axes: the LoRA bugs in DeepSpeed-Chat's call order under ZeRO-3, and
 # the call orders (patch 0004) under ZeRO-2 and ZeRO-3, without LoRA and with LoRA on QKV.
 SWEEPS: dict[str, dict[str, tuple]] = {

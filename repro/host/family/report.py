@@ -137,10 +137,10 @@ def render(data: dict) -> str:
         f"Regenerate: `{data['command']}`",
         "",
         "CPU evidence: tiny GPT-NeoX (random weights), fp32, gloo, `DS_ACCELERATOR=cpu`, one torchrun per cell"
-        " (`repro.rank.lora_probe`). Compare the pattern, not the numbers.",
+        " (`repro.rank.cell_probe`). Compare the pattern, not the numbers.",
     ]
     if first:
-        cfg, v, ds = first["config"], first["versions"], first["deepspeed"]
+        cfg, v, ds = first["settings"], first["versions"], first["deepspeed"]
         lora = cfg["lora"]
         lines += [
             "",

@@ -1,4 +1,4 @@
-"""`python -m repro family`: every cell of the chosen sweeps, one probe (repro.rank.lora_probe) per cell on its
+"""`python -m repro family`: every cell of the chosen sweeps, one probe (repro.rank.cell_probe) per cell on its
 build's DeepSpeed, then family.json and the reports."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def run_cell(
     slug = "-".join(f"{axes[k]}" for k in AXES[1:]).replace(" ", "").lower()
     out = work / axes["build"] / f"{slug}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    spec = out.with_suffix(".spec.json")  # repro.rank.lora_probe.spec_path
+    spec = out.with_suffix(".spec.json")  # repro.rank.cell_probe.spec_path
     keys = {"targets": "targets", "pin_parameters": "pin", "order": "order", "zero_stage": "zero_stage"}
     spec.write_text(json.dumps({**{probe_key: axes[k] for k, probe_key in keys.items()}, **(extra or {})}))
     try:

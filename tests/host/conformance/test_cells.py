@@ -1,4 +1,4 @@
-"""A conformance cell's probe on real DeepSpeed (few, small)."""
+"""A conformance cell's probe (repro.rank.cell_probe, every architecture) on real DeepSpeed (few, small)."""
 
 import pytest
 
@@ -10,18 +10,18 @@ def test_a_real_sequential_residual_cell_shows_3453(tmp_path):
     """Released DeepSpeed, ZeRO-2, one rank: the HE's logits are the parallel-residual twin's."""
     axes = plan.cell_axes("gpt-neox", "sequential-residual", "released", 2, 1, "reference")
     result = cells.run_cell(tmp_path, None, axes, timeout_s=240)
-    assert result["config"]["overrides"] == {"use_parallel_residual": False}
+    assert result["settings"]["overrides"] == {"use_parallel_residual": False}
     assert diagnosis.diagnose({**axes, **result}) == [diagnosis.BUG_3453]
-    assert max(result["per_step_logits_vs_parallel_residual_twin"]) < 1e-5
+    assert max(result["per_step_logits_vs_twin"]["parallel_residual"]) < 1e-5
 
 
 @pytest.mark.distributed
 def test_a_real_llama_cell_records_the_hybrid_engines_crash(tmp_path):
     """Transformers 4.57: the HE's Llama layers hand the next layer a tuple; the crash is the cell's finding."""
     axes = plan.cell_axes("llama", "default", "released", 3, 1, "reference")
-    result = cells.run_arch_cell(tmp_path, None, axes, timeout_s=240)
+    result = cells.run_cell(tmp_path, None, axes, timeout_s=240)
     assert result["crash"]["type"] == "AttributeError" and result["crash"]["at"].startswith("deepspeed/")
-    assert diagnosis.diagnose_arch({**axes, **result}) == [diagnosis.BUG_LAYER_TUPLE]
+    assert diagnosis.diagnose({**axes, **result}) == [diagnosis.BUG_LAYER_TUPLE]
 
 
 @pytest.mark.distributed
@@ -31,7 +31,7 @@ def test_a_real_llama_cell_without_0007_is_handed_the_unwritten_qkv_bias(tmp_pat
 
     axes = plan.cell_axes("llama", "default", "series without 0007", 3, 1, "reference")
     root = patched_copy.prepare_patched_copy(patches=plan.BUILDS[axes["build"]])
-    result = cells.run_arch_cell(tmp_path, root, axes, timeout_s=240)
+    result = cells.run_cell(tmp_path, root, axes, timeout_s=240)
     assert result["deepspeed"]["path"].startswith(str(root))
     assert result["qkv_bias_on_bias_free_model"]["calls"] > 0
-    assert diagnosis.BUG_QKV_BIAS in diagnosis.diagnose_arch({**axes, **result})
+    assert diagnosis.BUG_QKV_BIAS in diagnosis.diagnose({**axes, **result})

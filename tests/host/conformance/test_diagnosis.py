@@ -6,7 +6,8 @@ import math
 from repro.host.conformance import diagnosis as dx
 
 
-def neox_cell(configuration="default", tokens_equal=True, steps="LLLL", parallel=None, error=None) -> dict:
+def neox_cell(configuration="default", tokens_equal=True, steps="LLLL", twins=None, error=None) -> dict:
+    """A GPT-NeoX cell in repro.rank.cell_probe's format: layout evidence (a fused QKV) and logits."""
     c = {
         "arch": "gpt-neox",
         "configuration": configuration,
@@ -20,129 +21,149 @@ def neox_cell(configuration="default", tokens_equal=True, steps="LLLL", parallel
         "restore_after_cycles": {"base": {"bitwise_equal": True, "max_abs": 0.0}, "qkv_layouts": ["training"]},
         "tokens_equal_native": tokens_equal,
         "per_step_matches": [{"L": "lora", "x": "neither"}[s] for s in steps],
-        "he_matches_parallel_residual_reference": parallel,
+        "per_step_logits_vs_native": [{"L": 2e-7, "x": 0.4}[s] for s in steps],
+        "logits_finite": True,
+        "per_step_logits_vs_twin": twins or {},
     }
     if error:
         c = {k: c[k] for k in ("arch", "configuration", "build", "zero_stage", "world_size")} | {"error": error}
     return c
 
 
-def arch_cell(**over) -> dict:
+def arch_cell(restored: float = 0.0, **over) -> dict:
+    """A cell without a fused QKV (Llama): no layout evidence; `restored`: train()'s largest weight change."""
     c = {
         "arch": "llama",
         "tokens_equal_native": True,
         "per_step_logits_vs_native": [8e-7, 7e-7],
         "logits_finite": True,
         "qkv_bias_on_bias_free_model": {"calls": 0, "max_abs": None},
-        "weights_after_train": {"changed": [], "max_abs_change": 0.0},
+        "restore_after_first_generate": {"base": {"max_abs": restored}, "lora": {"max_abs": 0.0}, "qkv_layouts": []},
     }
     return c | over
 
 
+MATCH, FAR = [1e-7] * 4, [0.3] * 4
+
+
 def test_a_sequential_model_computed_as_parallel_residual_is_3453_from_positive_evidence():
     assert dx.diagnose(neox_cell()) == ["correct"]
-    assert dx.diagnose(neox_cell("sequential-residual", False, "xxxx", parallel=True)) == [dx.BUG_3453]
+    parallel = neox_cell("sequential-residual", False, "xxxx", twins={"parallel_residual": MATCH})
+    assert dx.diagnose(parallel) == [dx.BUG_3453]
     # Different tokens without the parallel-residual twin's logits are not #3453: unexplained.
-    assert dx.diagnose(neox_cell("sequential-residual", False, "xxxx", parallel=False)) == [
-        "tokens differ (unexplained)"
+    assert dx.diagnose(neox_cell("sequential-residual", False, "xxxx", twins={"parallel_residual": FAR})) == [
+        dx.UNEXPLAINED
     ]
-    assert dx.diagnose(neox_cell("full-rotary", False, "xxxx")) == ["tokens differ (unexplained)"]
+    assert dx.diagnose(neox_cell("full-rotary", False, "xxxx")) == [dx.UNEXPLAINED]
 
 
 def test_an_ignored_rotary_base_is_named_from_the_base_10000_twin():
-    cell = neox_cell("rotary-base-1e6", tokens_equal=False, steps="xxxx")
-    cell["he_matches_default_rotary_base_reference"] = True
+    cell = neox_cell("rotary-base-1e6", tokens_equal=False, steps="xxxx", twins={"rotary_base_10000": MATCH})
     assert dx.diagnose(cell) == [dx.BUG_ROPE]
-    cell["he_matches_default_rotary_base_reference"] = False
-    assert dx.diagnose(cell) == ["tokens differ (unexplained)"]
+    cell["per_step_logits_vs_twin"] = {"rotary_base_10000": FAR}
+    assert dx.diagnose(cell) == [dx.UNEXPLAINED]
+
+
+def test_layout_evidence_names_its_bug_before_any_twin():
+    """A fused QKV whose layers saw the training layout is #8391, whatever the logits resemble."""
+    cell = neox_cell(tokens_equal=False, steps="xxxx", twins={"parallel_residual": MATCH})
+    cell["weights_seen_by_inference_layers"] = [{"call": 0, "state": "training_layout_no_lora"}]
+    cell["qkv_layouts_after_eval"] = ["training"]
+    assert dx.diagnose(cell) == [dx.family.BUG_8391]
 
 
 def test_a_cell_that_could_not_run_is_a_crash_never_correct():
     assert dx.diagnose(neox_cell(error="LaunchError: boom")) == ["crash: LaunchError: boom"]
-    assert dx.diagnose_arch({"error": "LaunchError: boom"}) == ["crash: LaunchError: boom"]
+    assert dx.diagnose({"error": "LaunchError: boom"}) == ["crash: LaunchError: boom"]
 
 
 def test_the_tuple_crash_is_named_only_with_its_exact_signature():
     crash = {"type": "AttributeError", "message": "'tuple' object has no attribute 'size'",
              "at": "deepspeed/model_implementations/transformers/ds_transformer.py:139"}  # fmt: skip
-    assert dx.diagnose_arch({"crash": crash}) == [dx.BUG_LAYER_TUPLE]
+    assert dx.diagnose({"crash": crash}) == [dx.BUG_LAYER_TUPLE]
     elsewhere = {**crash, "at": "transformers/models/llama/modeling_llama.py:300"}
-    assert dx.diagnose_arch({"crash": elsewhere})[0].startswith("crash in the Hybrid Engine: AttributeError")
+    assert dx.diagnose({"crash": elsewhere})[0].startswith("crash in the Hybrid Engine: AttributeError")
     other = {**crash, "type": "IndexError", "message": "list index out of range"}
-    assert dx.diagnose_arch({"crash": other})[0].startswith("crash in the Hybrid Engine: IndexError")
+    assert dx.diagnose({"crash": other})[0].startswith("crash in the Hybrid Engine: IndexError")
 
 
 def test_a_bias_handed_to_the_qkv_gemm_of_a_bias_free_model_is_0007_even_when_the_logits_happen_to_match():
     lucky = arch_cell(qkv_bias_on_bias_free_model={"calls": 4, "max_abs": 2.9e-8})
-    assert dx.diagnose_arch(lucky) == [dx.BUG_QKV_BIAS]
+    assert dx.diagnose(lucky) == [dx.BUG_QKV_BIAS]
     nan = arch_cell(qkv_bias_on_bias_free_model={"calls": 4, "max_abs": math.nan}, logits_finite=False,
                     per_step_logits_vs_native=[math.nan] * 2)  # fmt: skip
-    assert dx.diagnose_arch(nan) == [dx.BUG_QKV_BIAS]
-    assert dx.diagnose_arch(arch_cell()) == ["correct"]
+    assert dx.diagnose(nan) == [dx.BUG_QKV_BIAS]
+    assert dx.diagnose(arch_cell()) == ["correct"]
 
 
 def test_lora_not_found_needs_the_he_to_equal_the_model_without_lora():
     lost = arch_cell(tokens_equal_native=False, per_step_logits_vs_native=[1.5, 1.4],
                      per_step_logits_vs_without_lora=[8e-7, 8e-7])  # fmt: skip
-    assert dx.diagnose_arch(lost) == [dx.BUG_LORA_NOT_FOUND]
+    assert dx.diagnose(lost) == [dx.BUG_LORA_NOT_FOUND]
     neither = {**lost, "per_step_logits_vs_without_lora": [0.9, 1.1]}
-    assert dx.diagnose_arch(neither) == ["differs from native (cause not established)"]
+    assert dx.diagnose(neither) == ["differs from native (cause not established)"]
     nan = {**lost, "per_step_logits_vs_without_lora": [math.nan, 8e-7]}
-    assert dx.BUG_LORA_NOT_FOUND not in dx.diagnose_arch(nan)
+    assert dx.BUG_LORA_NOT_FOUND not in dx.diagnose(nan)
     fused = arch_cell(per_step_logits_vs_without_lora=[1.5, 1.4])
-    assert dx.diagnose_arch(fused) == ["correct"]
+    assert dx.diagnose(fused) == ["correct"]
 
 
 def test_weights_train_does_not_give_back_are_a_finding_beyond_fuse_unfuse_rounding():
-    rounding = arch_cell(weights_after_train={"changed": ["w"], "max_abs_change": 7.5e-9})
-    assert dx.diagnose_arch(rounding) == ["correct"]
-    drift = arch_cell(weights_after_train={"changed": ["w"], "max_abs_change": 0.03})
-    assert dx.diagnose_arch(drift) == ["training weights not restored by train() (max abs change 0.03)"]
-    assert dx.diagnose_arch(arch_cell(weights_after_train={"changed": ["w"], "max_abs_change": math.nan}))[
-        0
-    ].startswith("training weights not restored")
+    rounding = arch_cell(restored=7.5e-9)
+    assert dx.diagnose(rounding) == ["correct"]
+    drift = arch_cell(restored=0.03)
+    assert dx.diagnose(drift) == ["training weights not restored by train() (max abs change 0.03)"]
+    assert dx.diagnose(arch_cell(restored=math.nan))[0].startswith("training weights not restored")
 
 
 def test_nan_or_a_difference_is_never_correct():
-    assert dx.diagnose_arch(arch_cell(logits_finite=False, per_step_logits_vs_native=[math.nan, 1e-7]))[0].startswith(
+    assert dx.diagnose(arch_cell(logits_finite=False, per_step_logits_vs_native=[math.nan, 1e-7]))[0].startswith(
         "non-finite"
     )
-    assert dx.diagnose_arch(arch_cell(per_step_logits_vs_native=[0.9, 1e-7]))[0].startswith("differs")
-    assert dx.diagnose_arch(arch_cell(tokens_equal_native=False))[0].startswith("differs")
+    assert dx.diagnose(arch_cell(per_step_logits_vs_native=[0.9, 1e-7]))[0].startswith("differs")
+    assert dx.diagnose(arch_cell(tokens_equal_native=False))[0].startswith("differs")
     assert math.isnan(dx.worst([0.1, math.nan])) and dx.worst([0.1, 0.3]) == 0.3
 
 
 def test_a_refusal_by_name_is_not_a_bug_and_a_grouped_query_crash_is():
     refusal = {"type": "ValueError", "at": "deepspeed/module_inject/containers/llama.py:197",
                "message": "DeepSpeed kernel injection cannot serve this Llama configuration: mlp_bias"}  # fmt: skip
-    assert dx.diagnose_arch({"crash": refusal}) == [dx.REFUSED]
-    ours = {**refusal, "at": "repro/rank/arch_probe.py:10"}  # a refusal must come from DeepSpeed
-    assert dx.diagnose_arch({"crash": ours})[0].startswith("crash in the Hybrid Engine")
+    assert dx.diagnose({"crash": refusal}) == [dx.REFUSED]
+    ours = {**refusal, "at": "repro/rank/cell_probe.py:10"}  # a refusal must come from DeepSpeed
+    assert dx.diagnose({"crash": ours})[0].startswith("crash in the Hybrid Engine")
     shape = {"type": "RuntimeError", "message": "The expanded size of the tensor (256) must match",
              "at": "deepspeed/ops/transformer/inference/ds_attention.py:123"}  # fmt: skip
-    assert dx.diagnose_arch({"crash": shape, "grouped_query_attention": True})[0].startswith(dx.BUG_UNSERVABLE)
-    assert dx.diagnose_arch({"crash": shape, "grouped_query_attention": False})[0].startswith("crash in the")
+    assert dx.diagnose({"crash": shape, "grouped_query_attention": True})[0].startswith(dx.BUG_UNSERVABLE)
+    assert dx.diagnose({"crash": shape, "grouped_query_attention": False})[0].startswith("crash in the")
 
 
 def test_a_llama_twin_the_he_reproduces_names_the_setting_it_ignored():
     gelu = arch_cell(tokens_equal_native=False, per_step_logits_vs_native=[0.07, 0.05],
                      per_step_logits_vs_twin={"silu_gating": [1e-6, 7e-7]})  # fmt: skip
-    assert dx.diagnose_arch(gelu) == [f"{dx.BUG_UNSERVABLE}: computed as silu gating"]
+    assert dx.diagnose(gelu) == [f"{dx.BUG_UNSERVABLE}: computed as silu gating"]
     neither = {**gelu, "per_step_logits_vs_twin": {"silu_gating": [0.05, 0.06]}}
-    assert dx.diagnose_arch(neither) == ["differs from native (cause not established)"]
+    assert dx.diagnose(neither) == ["differs from native (cause not established)"]
     matches_both = arch_cell(per_step_logits_vs_twin={"no_layer_biases": [1e-6]})  # the HE is right: no bug
-    assert dx.diagnose_arch(matches_both) == ["correct"]
+    assert dx.diagnose(matches_both) == ["correct"]
 
 
 def test_a_final_norm_at_normalizes_default_epsilon_is_0011():
     cell = arch_cell(arch="gpt-neo", tokens_equal_native=True, per_step_logits_vs_native=[0.021, 0.024],
                      per_step_logits_vs_twin={"outer_layer_norm_at_eps_1e-5": [9e-5, 1.4e-4]})  # fmt: skip
-    assert dx.diagnose_arch(cell) == [dx.BUG_NORM_EPS]
+    assert dx.diagnose(cell) == [dx.BUG_NORM_EPS]
 
 
 def test_a_gpt_neox_final_norm_at_normalizes_default_epsilon_is_0011_from_its_twin():
-    cell = neox_cell("layer-norm-eps-1e-3", tokens_equal=True, steps="xxxx")
-    cell["he_matches_final_norm_eps_reference"] = True
+    cell = neox_cell("layer-norm-eps-1e-3", tokens_equal=True, steps="xxxx",
+                     twins={"outer_layer_norm_at_eps_1e-5": MATCH})  # fmt: skip
     assert dx.diagnose(cell) == [dx.BUG_NORM_EPS]
-    cell["he_matches_final_norm_eps_reference"] = False
-    assert dx.diagnose(cell) == ["tokens differ (unexplained)"]
+    cell["per_step_logits_vs_twin"] = {"outer_layer_norm_at_eps_1e-5": FAR}
+    assert dx.diagnose(cell) == [dx.UNEXPLAINED]
+
+
+def test_a_crash_recorded_by_the_probe_is_a_finding_in_both_tables():
+    crash = {"type": "RuntimeError", "message": "boom", "at": "deepspeed/x.py:1", "during": "cycles"}
+    assert dx.diagnose({**neox_cell(), "crash": crash}) == [
+        "crash in the Hybrid Engine: RuntimeError: boom (deepspeed/x.py:1)"
+    ]
+    assert dx.family.diagnose({**neox_cell(), "crash": crash})[0].startswith("crash in the Hybrid Engine")

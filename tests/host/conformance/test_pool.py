@@ -103,11 +103,11 @@ def test_a_cell_measures_the_same_alone_and_after_another_cell_in_the_same_pool(
     b = plan.cell_axes("gpt-neo", "default", "released", 2, 1, "reference")
     a = plan.cell_axes("llama", "default", "released", 2, 1, "reference")  # crashes mid-generate (0008)
     with pool.Pools(tmp_path / "alone") as alone:
-        only_b = cells.run_arch_cell(tmp_path / "c1", None, b, probe=alone.run_probe)
+        only_b = cells.run_cell(tmp_path / "c1", None, b, probe=alone.run_probe)
     with pool.Pools(tmp_path / "shared") as shared:
-        cells.run_arch_cell(tmp_path / "c2", None, a, probe=shared.run_probe)
-        after_a = cells.run_arch_cell(tmp_path / "c3", None, b, probe=shared.run_probe)
-    isolated = cells.run_arch_cell(tmp_path / "c4", None, b)  # one torchrun: the yardstick
+        cells.run_cell(tmp_path / "c2", None, a, probe=shared.run_probe)
+        after_a = cells.run_cell(tmp_path / "c3", None, b, probe=shared.run_probe)
+    isolated = cells.run_cell(tmp_path / "c4", None, b)  # one torchrun: the yardstick
     assert "crash" not in only_b and only_b["per_step_logits_vs_native"]
     assert json.dumps(_measured(only_b), sort_keys=True) == json.dumps(_measured(after_a), sort_keys=True)
     assert json.dumps(_measured(only_b), sort_keys=True) == json.dumps(_measured(isolated), sort_keys=True)

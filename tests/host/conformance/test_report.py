@@ -15,15 +15,15 @@ def head(arch="gpt-neox", configuration="default", build="whole series", zero=3,
 
 def neox(configuration="default", build="whole series", steps=(2e-7, 3e-7), parallel=None, diagnosis=None):
     c = head("gpt-neox", configuration, build) | VERSIONS
-    c |= {"tokens_equal_native": max(steps) < 1e-3, "per_step_logits_vs_lora_teacher_forced": list(steps),
-          "per_step_logits_vs_parallel_residual_twin": parallel}  # fmt: skip
+    c |= {"tokens_equal_native": max(steps) < 1e-3, "per_step_logits_vs_native": list(steps),
+          "per_step_logits_vs_twin": {} if parallel is None else {"parallel_residual": parallel}}  # fmt: skip
     c["diagnosis"] = diagnosis or ["correct"]
     return c
 
 
 def llama(build="released", scenario="reference", **measured):
     c = head("llama", build=build, scenario=scenario) | VERSIONS | measured
-    c["diagnosis"] = diagnosis.diagnose_arch(c)
+    c["diagnosis"] = diagnosis.diagnose(c)
     return c
 
 

@@ -36,7 +36,7 @@ def cell(
     after_eval=None,
     after_train="training",
 ) -> dict:
-    """A synthetic cell in lora_probe's format (only the fields diagnose and render read)."""
+    """A synthetic cell in cell_probe's format (only the fields diagnose and render read)."""
     records = [{"call": 0, "state": s} for s in prefill] + [{"call": c, "state": s} for c in (1, 2) for s in decode]
     c = {
         "build": build,
@@ -55,7 +55,7 @@ def cell(
         "per_step_matches": [{"L": "lora", "B": "base", "x": "neither"}[s] for s in steps],
         "restore_after_first_generate": restore(drift, after_train),
         "restore_after_cycles": restore(drift, after_train),
-        "config": {
+        "settings": {
             "model": "random:tiny:seed=1234",
             "lora": {"lora_dim": 8, "lora_alpha": 8.0, "lora_std": 0.1, "lora_seed": 4321},
             "stage3_param_persistence_threshold": 0,
@@ -207,7 +207,7 @@ def test_a_real_released_qkv_cell_shows_the_qkv_delta_bug(tmp_path):
     axes = {"build": "released", "targets": "qkv", "world_size": 1, "pin_parameters": True,
             "order": "eval-generate-train", "zero_stage": 3}  # fmt: skip
     result = run.run_cell(tmp_path, None, axes, timeout_s=240)
-    assert result["config"]["world_size"] == 1 and result["lora_changes_native_tokens"]
+    assert result["settings"]["world_size"] == 1 and result["lora_changes_native_tokens"]
     assert result["qkv_after_eval_vs_inference_layout_max_abs"] == 0  # #8391 needs 2 ranks
     assert diagnosis.diagnose({**axes, **result}) == [diagnosis.BUG_QKV_DELTA]
     assert not result["tokens_equal_native"] and result["first_divergent_token"] == 0
@@ -226,7 +226,7 @@ def test_a_real_zero2_cell_that_trains_first(tmp_path, build, expected):
     axes = {"build": build, "targets": "none", "world_size": 1, "pin_parameters": True, "order": "train-first",
             "zero_stage": 2}  # fmt: skip
     result = run.run_cell(tmp_path, root, axes, timeout_s=240)
-    assert result["config"]["zero_stage"] == 2 and result["config"]["calls"][0] == "train"
+    assert result["settings"]["zero_stage"] == 2 and result["settings"]["calls"][0] == "train"
     assert diagnosis.diagnose({**axes, **result}) == [expected]
 
 

@@ -1,0 +1,59 @@
+"""GPT-NeoX (Pythia): the reproduction's architecture. Its fused QKV is head-interleaved, which is what
+the Hybrid Engine converts in place (#8391, 0001-0004)."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from ...model_registry import TINY
+from .adapter import Adapter, outer_norm_twins
+
+LAYERS = "gpt_neox.layers"
+QKV = ("attention.query_key_value",)
+OTHERS = ("attention.dense", "mlp.dense_h_to_4h", "mlp.dense_4h_to_h")  # DS_GPTNEOXContainer.set_lora_params
+DEFAULT_ROTARY_BASE = 10000  # GPTNeoXConfig's rotary_emb_base, and DeepSpeedInferenceConfig's rope_theta
+
+
+def parallel_residual_twin(model: torch.nn.Module) -> torch.nn.Module:
+    """The same weights computed as a parallel-residual GPT-NeoX (x + attn(ln1 x) + mlp(ln2 x)): what the
+    Hybrid Engine computes when it ignores `use_parallel_residual=False` (#3453)."""
+    twin = copy.deepcopy(model)
+    for layer in twin.gpt_neox.layers:
+        layer.use_parallel_residual = True
+    return twin
+
+
+def default_rotary_base_twin(model: torch.nn.Module) -> torch.nn.Module:
+    """The same weights rotated with base 10000: what the Hybrid Engine computes when the container does not
+    pass the model's rotary_emb_base to the inference config (patch 0006)."""
+    from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXRotaryEmbedding
+
+    twin = copy.deepcopy(model)
+    config = copy.deepcopy(twin.config)
+    config.rotary_emb_base = config.rope_theta = DEFAULT_ROTARY_BASE
+    twin.gpt_neox.rotary_emb = GPTNeoXRotaryEmbedding(config=config)
+    return twin
+
+
+def twins(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    found = outer_norm_twins(LAYERS)(model)
+    if model.config.use_parallel_residual is False:  # #3453: did the HE run the parallel-residual math?
+        found["parallel_residual"] = parallel_residual_twin(model)
+    if model.config.rotary_emb_base != DEFAULT_ROTARY_BASE:  # did the HE rotate with the default base?
+        found["rotary_base_10000"] = default_rotary_base_twin(model)
+    return found
+
+
+ADAPTER = Adapter(
+    name="gpt-neox",
+    config_class="GPTNeoXConfig",
+    model_class="GPTNeoXForCausalLM",
+    tiny=TINY,  # the reproduction's tiny Pythia (repro.model_registry)
+    layers=LAYERS,
+    # "qkv" and "others": the family table's LoRA sweeps; "all": DeepSpeed-Chat's.
+    lora_targets={"none": (), "qkv": QKV, "others": OTHERS, "all": QKV + OTHERS},
+    fused_qkv="attention.query_key_value.weight",
+    twins=twins,
+)

@@ -1,0 +1,261 @@
+"""One cell of the conformance suite or the LoRA family table, for any architecture with an adapter
+(repro.rank.archs): a tiny seeded model of it, with or without DeepSpeed-Chat LoRA, under the Hybrid Engine,
+driven in the cell's call order, then further eval/generate/train cycles.
+
+Measured against native Hugging Face on the same weights (LoRA merged into plain nn.Linear): greedy tokens;
+per-step logits teacher-forced on the Hybrid Engine's own tokens, against the model, the model without its
+LoRA and the architecture's native twins (one setting DeepSpeed may ignore put back); whether the QKV GEMM
+was handed a bias the model does not have; whether train() gave every weight back, bitwise. Where the
+architecture has a head-interleaved fused QKV, also its layout evidence (repro.rank.qkv_states): the state of
+each weight the inference layers saw at prefill and decode, the layout the containers hold after eval() and
+the one train() leaves. An exception the Hybrid Engine raises is the cell's finding (`crash`: type, message,
+where), not a failed run.
+
+Usage: `python -m repro.rank.cell_probe OUT.json` under torchrun or a warm pool (repro.host.launch.run_probe,
+repro.host.conformance.pool); the cell's settings are read from OUT.spec.json beside it (the host writes it),
+because run_probe passes only the output path. Rank 0 writes OUT.json.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from .. import fixstatus, shim
+from ..model_registry import DEFAULT_PROMPT_IDS
+from ..paths import write_json
+from . import fallbacks, he_faults, lora, measure, qkv_states
+from .archs import adapter
+from .engine import ds_config, greedy
+from .lifecycle import finish, init_distributed, progress
+
+TOL = 1e-3  # fp32: a correct Hybrid Engine differs from native by ~1e-6; a lost/misplaced delta by O(0.1)
+# The call orders a caller can use: the first is DeepSpeed-Chat's (and the reproduction's); the others
+# are what a PyTorch loop that calls train() at its top, or a double eval(), does (patch 0004).
+ORDERS = {
+    "eval-generate-train": ("eval", "generate", "train"),
+    "train-first": ("train", "eval", "generate", "train"),
+    "eval-twice": ("eval", "eval", "generate", "train"),
+}
+DEFAULTS = {
+    "arch": "gpt-neox",
+    "targets": "qkv",
+    "pin": True,
+    "order": "eval-generate-train",
+    "zero_stage": 3,
+    "threshold": 0,  # stage3_param_persistence_threshold: 0 partitions every parameter; None = DeepSpeed's
+    "new_tokens": 8,
+    "cycles": 3,
+    "seed": 1234,
+    "lora_seed": 4321,
+    "lora_std": 0.1,
+    "lora_dim": 8,
+    "lora_alpha": 8.0,
+}
+HYBRID_MEGATRON = "deepspeed.module_inject.containers.features.hybrid_megatron"
+
+
+def spec_path(out: Path) -> Path:
+    """Where the host leaves a cell's settings: OUT.spec.json beside OUT.json."""
+    return out.with_suffix(".spec.json")
+
+
+class Laps:
+    """Named phase durations, each also one progress line from rank 0."""
+
+    def __init__(self) -> None:
+        self.started = self.mark = time.time()
+        self.timings: dict[str, float] = {}
+        self.rank0 = os.environ.get("RANK", "0") == "0"
+
+    def __call__(self, name: str) -> None:
+        now = time.time()
+        self.timings[name], self.mark = round(now - self.mark, 2), now
+        if self.rank0:
+            progress(f"{name.replace('_', ' ')} done in {self.timings[name]:.1f} s")
+
+
+def run(spec: dict) -> dict:
+    laps = Laps()
+    world = int(os.environ["WORLD_SIZE"])
+    shim.apply()
+    import deepspeed
+    import transformers
+
+    op_state = fallbacks.install()
+    init_distributed("gloo")
+    laps("imports_and_init_distributed")
+
+    arch = adapter(spec["arch"])
+    model = arch.build(spec["seed"], spec.get("config"))
+    heads = model.config.num_attention_heads
+    lora_names = lora.attach(
+        model,
+        spec["targets"],
+        seed=spec["lora_seed"],
+        lora_dim=spec["lora_dim"],
+        lora_alpha=spec["lora_alpha"],
+        std=spec["lora_std"],
+        arch=arch.name,
+    )
+    ids = torch.tensor([[i % model.config.vocab_size for i in DEFAULT_PROMPT_IDS]], dtype=torch.long)
+    n = spec["new_tokens"]
+    merged, base = lora.merged_reference(model), lora.base_reference(model)  # kept out of ZeRO's hands
+    twins = arch.twins(merged)
+    with torch.no_grad():
+        ref_tokens, ref_logits = greedy(merged, ids, n)
+        base_tokens, _ = greedy(base, ids, n)
+        unmerged_tokens, unmerged_logits = greedy(model, ids, n)
+    originals = {name: p.detach().clone() for name, p in model.named_parameters()}
+    deltas = {f"{name}.weight": m.delta().detach().clone() for name, m in lora.lora_modules(model).items()}
+    laps("build_and_native")
+
+    calls = ORDERS[spec["order"]]
+    result: dict = {
+        "arch": arch.name,
+        "settings": {
+            "targets": spec["targets"],
+            "pin_parameters": spec["pin"],
+            "order": spec["order"],
+            "calls": list(calls),
+            "overrides": spec.get("config") or {},
+            "zero_stage": spec["zero_stage"],
+            "world_size": world,
+            "stage3_param_persistence_threshold": spec["threshold"],
+            "new_tokens": n,
+            "cycles": spec["cycles"],
+            "lora": {k: spec[k] for k in ("lora_dim", "lora_alpha", "lora_std", "lora_seed")},
+            "model": f"random:{arch.name}:seed={spec['seed']}",
+            "dtype": "fp32",
+        },
+        "grouped_query_attention": getattr(model.config, "num_key_value_heads", None) not in (None, heads),
+        "deepspeed": {
+            "version": deepspeed.__version__,
+            "path": str(Path(deepspeed.__file__).resolve().parent),
+            # #8391's fix, read from the source the ranks imported (0002/0003: the host records them).
+            "fix_8391_in_source": fixstatus.is_fixed(
+                fixstatus.fix_status_of_source(Path(importlib.import_module(HYBRID_MEGATRON).__file__).read_text())
+            ),
+        },
+        "versions": {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "python": sys.version.split()[0],
+        },
+        "kernel": op_state,
+        "lora_modules": lora_names,
+        "lora_changes_native_tokens": ref_tokens != base_tokens,
+        "native_tokens": ref_tokens,
+        "native_lora_unmerged_tokens": unmerged_tokens,
+        "native_base_tokens": base_tokens,
+        "merged_vs_unmerged_logits_max_abs": measure.worst(measure.stepwise_max_abs(ref_logits, unmerged_logits)),
+    }
+    phase = "initialize"
+    try:
+        config = ds_config(spec["pin"], "fp32", world, spec["threshold"], zero_stage=spec["zero_stage"])
+        params = (
+            {"model_parameters": [p for p in model.parameters() if p.requires_grad]} if "optimizer" in config else {}
+        )
+        engine, *_ = deepspeed.initialize(model=model, config=config, **params)
+        names = {id(p): name for name, p in engine.module.named_parameters()}
+        containers = engine._inference_containers
+        laps("deepspeed_initialize")
+        phase = "call_order"
+        # The cell's call order up to and including its first HE generate and the train() after it: the QKV
+        # the containers hold is measured at the last eval() before the generate, the weights after the train().
+        bias_probe = he_faults.QkvBiasProbe(containers)
+        for i, call in enumerate(calls):
+            if call == "generate":
+                layers_saw = (
+                    qkv_states.ParamProbe(containers, names, originals, deltas, heads) if arch.fused_qkv else None
+                )
+                with torch.no_grad():
+                    he_tokens, he_logits = greedy(engine, ids, n)
+                if layers_saw is not None:
+                    layers_saw.remove()
+                    result["weights_seen_by_inference_layers"] = layers_saw.records
+                continue
+            getattr(engine, call)()
+            if call == "eval" and calls[i + 1] == "generate" and arch.fused_qkv:
+                worst_qkv, layouts = qkv_states.qkv_after_eval(containers, originals, names, heads)
+                result["qkv_after_eval_vs_inference_layout_max_abs"] = worst_qkv
+                result["qkv_layouts_after_eval"] = layouts
+        result["qkv_bias_on_bias_free_model"] = bias_probe.remove()
+        result["restore_after_first_generate"] = qkv_states.gathered_vs_originals(
+            engine, originals, heads, arch.fused_qkv
+        )
+        laps("he_order_generate_train")
+        result.update(_compare(he_tokens, he_logits, ids, merged, base, twins, ref_tokens, ref_logits, lora_names))
+        phase = "cycles"
+        cycle_tokens = []
+        for _ in range(spec["cycles"]):
+            engine.eval()
+            with torch.no_grad():
+                cycle_tokens.append(greedy(engine, ids, n)[0])
+            engine.train()
+        result["cycle_tokens"] = cycle_tokens
+        result["cycle_tokens_equal_native"] = [t == ref_tokens for t in cycle_tokens]
+        result["restore_after_cycles"] = qkv_states.gathered_vs_originals(engine, originals, heads, arch.fused_qkv)
+        laps("cycles")
+    except Exception as exc:  # the Hybrid Engine's own failure: the cell's finding
+        result["crash"] = {**he_faults.crash(exc), "during": phase}
+    result["duration_s"] = round(time.time() - laps.started, 2)
+    result["timings_s"] = laps.timings
+    return result
+
+
+def _compare(he_tokens, he_logits, ids, merged, base, twins, ref_tokens, ref_logits, lora_names) -> dict:
+    """The HE's first generate against native: tokens, and logits step by step, teacher-forced on the HE's
+    tokens, against the model, the model without its LoRA and each twin."""
+    steps = measure.stepwise_max_abs(he_logits, measure.teacher_forced(merged, ids, he_tokens))
+    vs_base = measure.stepwise_max_abs(he_logits, measure.teacher_forced(base, ids, he_tokens))
+    matches = [
+        "lora" if a <= TOL else ("base" if b <= TOL else "neither") for a, b in zip(steps, vs_base, strict=True)
+    ]
+    return {
+        "he_tokens": he_tokens,
+        "tokens_equal_native": he_tokens == ref_tokens,
+        "first_divergent_token": measure.first_divergent_index(he_tokens, ref_tokens),
+        "first_step_logits_max_abs": measure.stepwise_max_abs(he_logits[:1], ref_logits[:1])[0],
+        "per_step_logits_vs_native_freerun": measure.stepwise_max_abs(he_logits, ref_logits),
+        "per_step_logits_vs_native": steps,
+        "logits_finite": all(math.isfinite(x) for x in steps),
+        # With LoRA: did the HE compute the model without it? Without LoRA both are the same model.
+        "per_step_logits_vs_without_lora": vs_base if lora_names else None,
+        "per_step_matches": matches,
+        "first_step_not_lora": next((i for i, s in enumerate(matches) if s != "lora"), None),
+        "per_step_logits_vs_twin": {
+            name: measure.stepwise_max_abs(he_logits, measure.teacher_forced(twin, ids, he_tokens))
+            for name, twin in twins.items()
+        },
+    }
+
+
+def main(out: str) -> int:
+    out_path = Path(out)
+    spec_file = spec_path(out_path)
+    spec = {**DEFAULTS, **(json.loads(spec_file.read_text()) if spec_file.exists() else {})}
+    result = run(spec)
+    if "crash" in result:
+        # The HE raised: ZeRO-3 may have collectives in flight (prefetch, a gather), so a barrier or a normal
+        # interpreter exit can abort the rank after the finding is made. Rank 0 records it and every rank
+        # leaves at once; a rank that did not crash waits in a collective until the host's timeout, which
+        # the host reports as a broken cell.
+        if os.environ.get("RANK", "0") == "0":
+            write_json(out_path, result)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    finish(out_path, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,73 @@
+"""The Hybrid Engine failure records (repro.rank.he_faults), on plain modules: each must be able to fail."""
+
+import math
+import types
+
+import pytest
+import torch
+
+from repro.rank import he_faults
+
+
+class Gemm(torch.nn.Module):
+    def forward(self, input=None, weight=None, bias=None):
+        return input
+
+
+def container(qkvb=None, qb=None) -> types.SimpleNamespace:
+    attention = torch.nn.Module()
+    attention.qkv_func = Gemm()
+    attention.attn_qkvb, attention.attn_qb = qkvb, qb
+    return types.SimpleNamespace(module=types.SimpleNamespace(attention=attention))
+
+
+def call(c, bias):
+    c.module.attention.qkv_func(input=torch.ones(1), weight=torch.ones(1), bias=bias)
+
+
+def test_a_bias_handed_to_a_bias_free_models_qkv_gemm_is_recorded_nan_included():
+    c = container()
+    probe = he_faults.QkvBiasProbe([c])
+    call(c, torch.tensor([1.0, -3.0]))
+    call(c, torch.tensor([math.nan]))
+    assert probe.remove()["calls"] == 2 and math.isnan(probe.remove()["max_abs"])
+    call(c, torch.tensor([5.0]))  # removed: no longer recorded
+    assert probe.calls == 2
+
+
+@pytest.mark.parametrize("held", ["qkvb", "qb"])
+def test_a_model_with_qkv_bias_or_no_bias_handed_is_not_recorded(held):
+    c = container(**{held: torch.zeros(3)})
+    probe = he_faults.QkvBiasProbe([c])
+    call(c, torch.zeros(3))
+    free = container()
+    probe2 = he_faults.QkvBiasProbe([free])
+    call(free, None)
+    assert probe.remove() == {"calls": 0, "max_abs": None} and probe2.remove()["calls"] == 0
+
+
+def test_where_names_the_innermost_deepspeed_or_transformers_frame():
+    def fail():
+        raise ValueError("x")
+
+    try:
+        fail()
+    except ValueError as exc:
+        assert he_faults.crash_site(exc) == ""  # only our own frames: nothing to name
+    exc = AttributeError("'tuple' object has no attribute 'size'")
+    tb = types.SimpleNamespace()  # traceback.extract_tb needs a real traceback: build one from a fake file
+    code = compile("raise exc", "/x/site-packages/deepspeed/model_implementations/transformers/ds_transformer.py",
+                   "exec")  # fmt: skip
+    try:
+        exec(code, {"exc": exc})
+    except AttributeError as raised:
+        tb = raised
+    assert he_faults.crash_site(tb) == "deepspeed/model_implementations/transformers/ds_transformer.py:1"
+
+
+def test_crash_keeps_the_first_line_and_survives_an_empty_message():
+    try:
+        raise RuntimeError("first line\nsecond line")
+    except RuntimeError as exc:
+        assert he_faults.crash(exc) == {"type": "RuntimeError", "message": "first line", "at": ""}
+    assert he_faults.crash(KeyError())["message"] == ""

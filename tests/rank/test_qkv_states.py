@@ -1,0 +1,51 @@
+"""Layout evidence for a fused QKV: each state is named only when the tensor equals it (repro.rank.qkv_states)."""
+
+import types
+
+import pytest
+import torch
+
+from repro.rank import layout, qkv_states
+
+HEADS = 4
+
+
+@pytest.fixture()
+def w():
+    return torch.randn(3 * 32, 16, generator=torch.Generator().manual_seed(0))
+
+
+def test_each_layout_of_the_qkv_weight_is_named(w):
+    inference = layout.to_inference(w, HEADS)
+    assert qkv_states.qkv_state(w, w, HEADS) == "training"
+    assert qkv_states.qkv_state(inference, w, HEADS) == "inference"
+    assert qkv_states.qkv_state(layout.to_inference(inference, HEADS), w, HEADS) == "inference_twice"
+    assert qkv_states.qkv_state(layout.to_training(w, HEADS), w, HEADS) == "training_inverse"
+
+
+def test_a_tensor_equal_to_no_layout_is_never_named_one(w):
+    near = w + 1e-3
+    assert qkv_states.qkv_state(near, w, HEADS).startswith("none (nearest training")
+    assert qkv_states.qkv_state(torch.full_like(w, float("nan")), w, HEADS).startswith("none")
+
+
+def test_gathered_vs_originals_names_changes_and_the_fused_qkv_layout(w):
+    module = torch.nn.Module()
+    module.attention = torch.nn.Module()
+    module.attention.query_key_value = torch.nn.Linear(16, 3 * 32)
+    module.attention.dense = torch.nn.Linear(32, 32)
+    with torch.no_grad():
+        module.attention.query_key_value.weight.copy_(w)
+    originals = {n: p.detach().clone() for n, p in module.named_parameters()}
+    engine = types.SimpleNamespace(module=module)
+    fused = "query_key_value.weight"
+    same = qkv_states.gathered_vs_originals(engine, originals, HEADS, fused)
+    assert same["base"] == {"changed": [], "max_abs": 0.0, "bitwise_equal": True}
+    assert same["qkv_layouts"] == ["training"]
+    with torch.no_grad():
+        module.attention.query_key_value.weight.copy_(layout.to_inference(w, HEADS))
+        module.attention.dense.bias[0] += 0.25
+    moved = qkv_states.gathered_vs_originals(engine, originals, HEADS, fused)
+    assert moved["qkv_layouts"] == ["inference"] and not moved["base"]["bitwise_equal"]
+    assert set(moved["base"]["changed"]) == {"attention.query_key_value.weight", "attention.dense.bias"}
+    assert qkv_states.gathered_vs_originals(engine, originals, HEADS, None)["qkv_layouts"] == []  # no fused QKV
