@@ -176,8 +176,14 @@ def run(spec: dict) -> dict:
                 layers_saw = (
                     qkv_states.ParamProbe(containers, names, originals, deltas, heads) if arch.fused_qkv else None
                 )
-                with torch.no_grad():
-                    he_tokens, he_logits = greedy(engine, ids, n)
+                injected, prompts = he_faults.LayerCalls(containers), he_faults.PromptFlags(containers)
+                try:
+                    with torch.no_grad():  # DeepSpeed-Chat's call: the HE replaces module.generate when it engages
+                        he_tokens, he_logits = greedy(engine.module, ids, n)
+                finally:  # what the attention took each step for is evidence even when generate fails
+                    result["inference_containers"] = len(containers)
+                    result["injected_layer_calls"] = injected.remove()
+                    result["attention_prompt_flags"] = prompts.remove()
                 if layers_saw is not None:
                     layers_saw.remove()
                     result["weights_seen_by_inference_layers"] = layers_saw.records
@@ -198,7 +204,7 @@ def run(spec: dict) -> dict:
         for _ in range(spec["cycles"]):
             engine.eval()
             with torch.no_grad():
-                cycle_tokens.append(greedy(engine, ids, n)[0])
+                cycle_tokens.append(greedy(engine.module, ids, n)[0])
             engine.train()
         result["cycle_tokens"] = cycle_tokens
         result["cycle_tokens_equal_native"] = [t == ref_tokens for t in cycle_tokens]

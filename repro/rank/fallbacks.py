@@ -1,13 +1,14 @@
-"""Completes DeepSpeed's pure-PyTorch inference fallbacks for GPT-NeoX.
+"""Completes DeepSpeed's pure-PyTorch inference fallbacks (GPT-NeoX's, OPT's).
 
 Where DeepSpeed's compiled `transformer_inference` op is missing (CPU; ROCm in BF16 for
 DeepSpeed >= 0.18.4, which builds no BF16 kernels there), the op bindings fall back to PyTorch, but
-two fallbacks are incomplete for GPT-NeoX: the attention fallback builds a Llama rotary embedding
-with an outdated signature and rotates the whole head, and the MLP fallback raises for the parallel
-residual. `install()` always replaces those two fallback methods (a method only runs when its op
-binding chose the fallback); it empties the compiled module only when loading it failed, so a
-compiled kernel that exists is still what DeepSpeed binds. `kernel_paths()` records per op which
-ran, so a report never confuses the two.
+three fallbacks are incomplete: the attention fallback builds a Llama rotary embedding with an
+outdated signature and rotates the whole head (GPT-NeoX), the MLP fallback raises for the parallel
+residual (GPT-NeoX) and applies GELU whatever the activation (OPT's is ReLU), and the QKV linear of a
+post-LayerNorm layer (opt-350m) has no fallback at all. `install()` always replaces those fallback
+methods (a method only runs when its op binding chose the fallback); it empties the compiled module
+only when loading it failed, so a compiled kernel that exists is still what DeepSpeed binds.
+`kernel_paths()` records per op which ran, so a report never confuses the two.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import torch
 import torch.nn.functional as F
 
 ROTARY_BASE_DEFAULT = 10000.0
+# The activations the compiled `ds_mlp_gemm` applies, by `ActivationFuncType` name.
+ACTIVATIONS = {"GELU": F.gelu, "ReLU": F.relu}
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -140,19 +143,38 @@ def mlp_gemm_fallback(
     mlp_act_func_type,
     transpose,
 ):
-    """DeepSpeed's `MLPGemmOp.mlp_gemm_fallback`, plus the parallel-residual branch.
+    """DeepSpeed's `MLPGemmOp.mlp_gemm_fallback`, plus the parallel-residual branch and the activation the
+    layer asks for.
 
     Mirrors the compiled `ds_mlp_gemm`: with `mlp_after_attn` False the MLP norm applies to the
-    layer input (`residual`), then GEMM + bias + GELU + GEMM; it returns (output, normed input).
+    layer input (`residual`), then GEMM + bias + activation + GEMM; it returns (output, normed input).
+    DeepSpeed's own fallback applies GELU whatever `mlp_act_func_type` says, where the kernel applies ReLU for
+    ReLU (OPT); GELU is the exact one (the kernel's is tanh: ~1e-4 apart, measured on GPT-Neo's gelu_new).
     """
+    act = ACTIVATIONS.get(getattr(mlp_act_func_type, "name", None))
+    if act is None:
+        name = getattr(mlp_act_func_type, "name", mlp_act_func_type)
+        raise NotImplementedError(f"no CPU stand-in for the MLP kernel with activation {name}")
     if mlp_after_attn:
         normed = F.layer_norm(input + residual + input_bias, (input.shape[2],), gamma, beta, eps)
     else:
         normed = F.layer_norm(residual, (residual.shape[2],), gamma, beta, eps)
     hidden = torch.matmul(normed, weight_interm.t() if transpose else weight_interm)
-    hidden = F.gelu(hidden + bias)
+    hidden = act(hidden + bias)
     output = torch.matmul(hidden, weight_out.t() if transpose else weight_out)
     return output, normed
+
+
+def linear_fallback(self: Any, input, weight, bias, add_bias, do_flash_attn, num_heads, transpose, rope_theta):
+    """The QKV GEMM of a post-LayerNorm layer (`LinearOp`; DeepSpeed's fallback raises NotImplementedError).
+
+    Mirrors the compiled `ds_linear_layer` without flash attention: input @ W (+ bias), one [b, s, 3h] tensor,
+    the form `DeepSpeedSelfAttention.compute_attention` takes. The flash-attention layout is not stood in for.
+    """
+    if do_flash_attn:
+        raise NotImplementedError("no CPU stand-in for the linear kernel's flash-attention layout")
+    output = torch.matmul(input, weight.t() if transpose else weight)
+    return output + bias if add_bias else output
 
 
 def compiled_op_error() -> str | None:
@@ -173,6 +195,7 @@ def compiled_op_error() -> str | None:
 def install() -> dict[str, str]:
     """Makes missing kernels select the completed fallbacks; returns what it found and did."""
     from deepspeed.ops.transformer.inference.op_binding.base import BaseOp
+    from deepspeed.ops.transformer.inference.op_binding.linear import LinearOp
     from deepspeed.ops.transformer.inference.op_binding.mlp_gemm import MLPGemmOp
     from deepspeed.ops.transformer.inference.op_binding.softmax_context import SoftmaxContextOp
 
@@ -182,6 +205,7 @@ def install() -> dict[str, str]:
         BaseOp.inference_module = types.SimpleNamespace()
     SoftmaxContextOp.softmax_context_fallback = softmax_context_fallback
     MLPGemmOp.mlp_gemm_fallback = mlp_gemm_fallback
+    LinearOp.linear_fallback = linear_fallback
     return {"compiled_op": "missing" if error else "loaded", "compiled_op_error": error or ""}
 
 

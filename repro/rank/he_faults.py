@@ -1,5 +1,6 @@
 """What a Hybrid Engine failure looks like from inside a rank: where a crash happened (its innermost frame in
-DeepSpeed or Transformers) and a QKV GEMM handed a bias the model does not have."""
+DeepSpeed or Transformers), a QKV GEMM handed a bias the model does not have, and a generate that never ran
+an injected layer (the Hybrid Engine did not engage: native generate ran instead)."""
 
 from __future__ import annotations
 
@@ -51,3 +52,54 @@ class QkvBiasProbe:
         for h in self.handles:
             h.remove()
         return {"calls": self.calls, "max_abs": worst(self.values) if self.values else None}
+
+
+class LayerCalls:
+    """Counts the calls of the injected layers' attention (each inference container's module replaces the
+    layer's `forward` itself, so hooks on it never fire; its attention is called as a module). Zero during a
+    generate means the Hybrid Engine did not engage: no container was built (DeepSpeed found no policy for the
+    layer class) or generate went around them; the tokens are then native, so matching native proves nothing."""
+
+    def __init__(self, containers) -> None:
+        self.calls = 0
+        self.handles = [c.module.attention.register_forward_pre_hook(self._count) for c in containers]
+
+    def _count(self, module, args) -> None:
+        self.calls += 1
+
+    def remove(self) -> int:
+        for h in self.handles:
+            h.remove()
+        return self.calls
+
+
+class PromptFlags:
+    """What the injected attention took each call for: `is_prompt` as `DeepSpeedSelfAttention.forward` passes it
+    to `compute_attention`, against the number of tokens the call was given. A decode step (one token after a
+    prefill) taken for a prompt starts a new KV cache: the step attends to itself only."""
+
+    def __init__(self, containers) -> None:
+        self.calls: list[tuple[int, bool]] = []
+        self.restore = []
+        self._tokens = -1
+        for c in containers:
+            attention = c.module.attention
+            original = attention.compute_attention
+
+            def compute_attention(*args, original=original, **kwargs):
+                self.calls.append((self._tokens, bool(kwargs.get("is_prompt"))))
+                return original(*args, **kwargs)
+
+            attention.compute_attention = compute_attention
+            self.restore.append((attention, attention.register_forward_pre_hook(self._tokens_of, with_kwargs=True)))
+
+    def _tokens_of(self, module, args, kwargs) -> None:
+        hidden = args[0] if args else kwargs.get("input")
+        self._tokens = hidden.shape[1] if hidden is not None else -1
+
+    def remove(self) -> dict:
+        for attention, handle in self.restore:
+            handle.remove()
+            del attention.compute_attention  # the class's method again
+        decode = [prompt for tokens, prompt in self.calls if tokens == 1]
+        return {"calls": len(self.calls), "decode_calls": len(decode), "decode_calls_as_prompt": sum(decode)}

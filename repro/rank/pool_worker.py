@@ -29,6 +29,7 @@ WARM = (
     "transformers.models.gpt_neox.modeling_gpt_neox",
     "transformers.models.gpt_neo.modeling_gpt_neo",
     "transformers.models.llama.modeling_llama",
+    "transformers.models.opt.modeling_opt",
     "repro.rank.cell_probe",
 )
 

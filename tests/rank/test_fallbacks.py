@@ -37,6 +37,7 @@ def test_decode_position_is_number_of_cached_tokens():
 
 
 def test_parallel_residual_mlp_matches_transformers(tiny_config):
+    from deepspeed.utils.types import ActivationFuncType
     from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXLayer
 
     torch.manual_seed(0)
@@ -64,7 +65,7 @@ def test_parallel_residual_mlp_matches_transformers(tiny_config):
             None,
             None,
             False,
-            None,
+            ActivationFuncType.GELU,
             True,
         )
     torch.testing.assert_close(out + mlp.dense_4h_to_h.bias, expected, rtol=1e-4, atol=1e-4)
@@ -75,18 +76,46 @@ def test_sequential_mlp_branch_keeps_deepspeed_semantics():
     x, r, bias_in = torch.randn(1, 2, 8), torch.randn(1, 2, 8), torch.randn(8)
     w1, w2, b1 = torch.randn(8, 16), torch.randn(16, 8), torch.randn(16)
     g, beta = torch.ones(8), torch.zeros(8)
+    from deepspeed.utils.types import ActivationFuncType
+
     out, normed = fallbacks.mlp_gemm_fallback(
-        None, x, r, bias_in, w1, w2, b1, g, beta, 1e-5, True, True, None, None, False, None, False
+        None, x, r, bias_in, w1, w2, b1, g, beta, 1e-5, True, True, None, None, False, ActivationFuncType.GELU, False
     )
     ref_normed = F.layer_norm(x + r + bias_in, (8,), g, beta, 1e-5)
     torch.testing.assert_close(normed, ref_normed)
     torch.testing.assert_close(out, F.gelu(ref_normed @ w1 + b1) @ w2)
 
 
+def test_the_mlp_applies_the_activation_the_layer_asks_for_and_refuses_one_it_cannot():
+    """OPT's ReLU: DeepSpeed's own fallback would apply GELU; the kernel applies ReLU."""
+    from deepspeed.utils.types import ActivationFuncType
+
+    x, r, bias_in = torch.randn(1, 2, 8), torch.randn(1, 2, 8), torch.randn(8)
+    w1, w2, b1 = torch.randn(8, 16), torch.randn(16, 8), torch.randn(16)
+    g, beta = torch.ones(8), torch.zeros(8)
+    args = (None, x, r, bias_in, w1, w2, b1, g, beta, 1e-5, True, True, None, None, False)
+    out, normed = fallbacks.mlp_gemm_fallback(*args, ActivationFuncType.ReLU, False)
+    torch.testing.assert_close(out, F.relu(normed @ w1 + b1) @ w2)
+    assert (out - F.gelu(normed @ w1 + b1) @ w2).abs().max() > 1e-2
+    with pytest.raises(NotImplementedError, match="GATED_SILU"):
+        fallbacks.mlp_gemm_fallback(*args, ActivationFuncType.GATED_SILU, False)
+
+
+def test_the_post_layer_norm_qkv_linear_is_a_plain_gemm_with_bias():
+    x, w, b = torch.randn(1, 3, 8), torch.randn(24, 8), torch.randn(24)
+    got = fallbacks.linear_fallback(None, x, w, b, True, False, 2, True, 10000.0)
+    torch.testing.assert_close(got, torch.nn.functional.linear(x, w, b))
+    torch.testing.assert_close(fallbacks.linear_fallback(None, x, w, b, False, False, 2, True, 1e4), x @ w.t())
+    torch.testing.assert_close(fallbacks.linear_fallback(None, x, w.t(), b, True, False, 2, False, 1e4), got)
+    with pytest.raises(NotImplementedError, match="flash-attention"):
+        fallbacks.linear_fallback(None, x, w, b, True, True, 2, True, 1e4)
+
+
 @pytest.fixture
 def clean_base_op():
-    """install() patches three DeepSpeed classes; every one is restored, so no later test sees ours."""
+    """install() patches four DeepSpeed classes; every one is restored, so no later test sees ours."""
     from deepspeed.ops.transformer.inference.op_binding.base import BaseOp
+    from deepspeed.ops.transformer.inference.op_binding.linear import LinearOp
     from deepspeed.ops.transformer.inference.op_binding.mlp_gemm import MLPGemmOp
     from deepspeed.ops.transformer.inference.op_binding.softmax_context import SoftmaxContextOp
 
@@ -94,11 +123,13 @@ def clean_base_op():
         BaseOp.inference_module,
         SoftmaxContextOp.__dict__["softmax_context_fallback"],
         MLPGemmOp.__dict__["mlp_gemm_fallback"],
+        LinearOp.__dict__["linear_fallback"],
     )
     yield BaseOp
     BaseOp.inference_module = saved[0]
     SoftmaxContextOp.softmax_context_fallback = saved[1]
     MLPGemmOp.mlp_gemm_fallback = saved[2]
+    LinearOp.linear_fallback = saved[3]
 
 
 def _config():

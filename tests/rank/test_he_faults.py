@@ -71,3 +71,42 @@ def test_crash_keeps_the_first_line_and_survives_an_empty_message():
     except RuntimeError as exc:
         assert he_faults.crash(exc) == {"type": "RuntimeError", "message": "first line", "at": ""}
     assert he_faults.crash(KeyError())["message"] == ""
+
+
+class Attention(torch.nn.Module):
+    """DeepSpeedSelfAttention's shape: forward computes is_prompt and hands it to compute_attention."""
+
+    def forward(self, input, is_prompt):
+        return self.compute_attention(qkv_out=input, is_prompt=is_prompt)
+
+    def compute_attention(self, qkv_out, is_prompt):
+        return qkv_out
+
+
+def injected(n: int = 2) -> list:
+    return [types.SimpleNamespace(module=types.SimpleNamespace(attention=Attention())) for _ in range(n)]
+
+
+def test_layer_calls_count_the_injected_attention_and_zero_means_not_engaged():
+    containers = injected()
+    calls = he_faults.LayerCalls(containers)
+    for c in containers:
+        c.module.attention(torch.ones(1, 3, 4), True)
+    assert calls.remove() == 2
+    containers[0].module.attention(torch.ones(1, 1, 4), False)
+    assert calls.calls == 2  # removed
+    assert he_faults.LayerCalls([]).remove() == 0  # no container: generate cannot have run one
+
+
+def test_prompt_flags_name_decode_steps_taken_for_prompts_and_restore_the_method():
+    containers = injected()
+    flags = he_faults.PromptFlags(containers)
+    for tokens, prompt in ((3, True), (1, False), (1, True)):
+        for c in containers:
+            c.module.attention(torch.ones(1, tokens, 4), prompt)
+    assert flags.remove() == {"calls": 6, "decode_calls": 4, "decode_calls_as_prompt": 2}
+    assert "compute_attention" not in vars(containers[0].module.attention)
+    right = he_faults.PromptFlags(containers)
+    containers[0].module.attention(torch.ones(1, 5, 4), True)
+    containers[0].module.attention(torch.ones(1, 1, 4), False)
+    assert right.remove()["decode_calls_as_prompt"] == 0

@@ -14,7 +14,8 @@ PROBE = "repro.rank.cell_probe"
 
 
 def _slug(axes: dict) -> str:
-    return f"{axes['arch']}-{axes['configuration']}-{axes['scenario']}-z{axes['zero_stage']}-ws{axes['world_size']}"
+    cell = f"{axes['arch']}-{axes['configuration']}-{axes['scenario']}-z{axes['zero_stage']}-ws{axes['world_size']}"
+    return f"{cell}-transformers{axes['transformers']}"
 
 
 def run_cell(

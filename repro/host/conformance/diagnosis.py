@@ -17,14 +17,24 @@ BUG_LORA_NO_IN_FEATURES = (
 )
 BUG_UNSERVABLE = "Llama configuration the injected layer cannot compute, accepted silently (0010)"
 BUG_NORM_EPS = "LayerNorm outside the layers computed with eps 1e-5, not the model's (0011)"
+BUG_OPT_ACTIVATION = "OPT's activation_function ignored by the Hybrid Engine: computed with ReLU"
+BUG_OPT_POST_LN = "post-LayerNorm OPT computed as pre-LayerNorm"
 # A native twin the HE reproduces names its bug (repro.rank.archs: each adapter's twins); another twin is a
 # Llama setting the injected layer cannot compute (0010).
 TWIN_BUGS = {
     "outer_layer_norm_at_eps_1e-5": BUG_NORM_EPS,
     "parallel_residual": BUG_3453,
     "rotary_base_10000": BUG_ROPE,
+    "relu_activation": BUG_OPT_ACTIVATION,
+    "pre_layer_norm": BUG_OPT_POST_LN,
 }
 UNEXPLAINED = "differs from native (cause not established)"
+# DeepSpeed found no injection policy for the model's layers (or generate went around them) and generate ran
+# natively, silently: tokens equal to native then prove nothing (DeepSpeed #4954: "Generate time=0.00s").
+NOT_ENGAGED = "Hybrid Engine not engaged: generate ran natively, no injected layer was called"
+# Positive evidence: the injected attention was handed `is_prompt=True` for a one-token decode step (its KV
+# cache then restarts: the step attends to itself). Seen on OPT with do_layer_norm_before=False (opt-350m).
+BUG_DECODE_AS_PROMPT = "injected attention takes decode steps for prompts: the KV cache restarts every token"
 REFUSED = "refused by name: outside what the injected layer computes (0010)"
 REFUSAL = "DeepSpeed kernel injection cannot serve"  # how DeepSpeed's refusals begin (0010, scaled rotary)
 # Per-step tolerance of a correct cell (repro.rank.cell_probe.TOL, the probe's own): fp32 HE vs native
@@ -42,8 +52,13 @@ def diagnose(cell: dict) -> list[str]:
     weights show by positive evidence; else its logits against native within TOL."""
     if "error" in cell:
         return [f"crash: {cell['error']}"]
+    flags = cell.get("attention_prompt_flags") or {}
+    if flags.get("decode_calls_as_prompt"):  # measured before any crash it leads to
+        return [f"{BUG_DECODE_AS_PROMPT} ({flags['decode_calls_as_prompt']} of {flags['decode_calls']} decode calls)"]
     if "crash" in cell:
         return [_crash(cell)]
+    if not cell.get("injected_layer_calls"):  # generate never ran an injected layer (or nothing says it did)
+        return [f"{NOT_ENGAGED} ({cell.get('inference_containers', 0)} inference containers)"]
     if "weights_seen_by_inference_layers" in cell:  # a fused QKV: what the layers saw names layout bugs
         found = [d for d in family.diagnose(cell) if d not in (CORRECT, family.UNEXPLAINED)]
         if found:

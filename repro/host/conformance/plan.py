@@ -4,6 +4,14 @@ cells they make (full, quick, one architecture, one shard of N); a cell's identi
 from __future__ import annotations
 
 from ...options import UsageError
+from .transformers_env import pinned
+
+PINNED = pinned()  # the Transformers of constraints.txt
+# Where the Hybrid Engine engages each architecture, when not on the pinned Transformers: DeepSpeed 0.19.8
+# keeps OPT layers that take a Cache on the native path (from Transformers 4.49); 4.48.3 is the newest it
+# injects (constraints-transformers-4.48.3.txt). Each architecture also runs a few cells on the other version.
+ENGAGED_ON = {"opt": "4.48.3"}
+OLDER = "4.48.3"
 
 COMMAND = "python -m repro conformance --regenerate --out results/reference/conformance"
 # GPT-NeoX's tiny default (repro.model_registry.TINY) and, per field that changes the forward math, one
@@ -15,7 +23,7 @@ CONFIGS: dict[str, dict] = {
     "rotary-base-1e6": {"rotary_emb_base": 1_000_000},
     "layer-norm-eps-1e-3": {"layer_norm_eps": 1e-3},
 }
-ARCHS = ("gpt-neox", "gpt-neo", "llama")  # each has an adapter: repro.rank.archs (tiny default, LoRA, twins)
+ARCHS = ("gpt-neox", "gpt-neo", "llama", "opt")  # each has an adapter: repro.rank.archs (tiny default, LoRA, twins)
 # Per architecture, its configurations: overrides of its tiny default (GPT-NeoX: CONFIGS above). Why these
 # fields, and which were left out: report.CONFIG_NOTES / LEFT_OUT / LEFT_OUT_ARCHS.
 ARCH_CONFIGS: dict[str, dict[str, dict]] = {
@@ -33,6 +41,17 @@ ARCH_CONFIGS: dict[str, dict[str, dict]] = {
         "attention-bias": {"attention_bias": True},
         "mlp-bias": {"mlp_bias": True},
         "grouped-query": {"num_key_value_heads": 2},
+    },
+    # Every OPTConfig field that changes the forward math, one value besides the tiny default's (post-LayerNorm
+    # is opt-350m's; the projection dim is opt-350m's shape, word embeddings narrower than the layers).
+    "opt": {
+        "default": {},
+        "post-layer-norm": {"do_layer_norm_before": False},
+        "gelu": {"activation_function": "gelu"},
+        "no-bias": {"enable_bias": False},
+        "ffn-dim-512": {"ffn_dim": 512},
+        "projection-dim-128": {"word_embed_proj_dim": 128},
+        "layer-norm-not-affine": {"layer_norm_elementwise_affine": False},
     },
 }
 SERIES = ("0000", "0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010", "0011")
@@ -63,9 +82,19 @@ SCENARIOS: dict[str, dict] = {
 }
 
 
-def cell_axes(arch: str, configuration: str, build: str, zero_stage: int, world_size: int, scenario: str) -> dict:
+def cell_axes(
+    arch: str,
+    configuration: str,
+    build: str,
+    zero_stage: int,
+    world_size: int,
+    scenario: str,
+    transformers: str | None = None,
+) -> dict:
+    """A cell's axes; `transformers`: its version (default: where the Hybrid Engine engages the architecture)."""
     return {
         "arch": arch,
+        "transformers": transformers or ENGAGED_ON.get(arch, PINNED),
         "configuration": configuration,
         "config": ARCH_CONFIGS[arch][configuration],
         "build": build,
@@ -92,6 +121,7 @@ def plan(quick: bool = False) -> list[dict]:
             ),
             cell_axes("gpt-neox", "sequential-residual", "released", 2, 1, "reference"),  # #3453, on ZeRO-2 and 1 rank
             *(cell_axes("gpt-neox", "default", series, 3, 2, s) for s in SCENARIOS if s != "reference"),
+            *(cell_axes(a, "default", series, 3, 2, "reference", _other(a)) for a in ARCHS),
         ]
     cells = []
     for arch in ARCHS:
@@ -104,8 +134,8 @@ def plan(quick: bool = False) -> list[dict]:
                     cells += [cell_axes(arch, "default", build, z, 2, scenario) for z in stages]
     # The other architectures' configurations: DeepSpeed-Chat's scenario, ZeRO-2 on 1 rank and ZeRO-3 on 2;
     # Llama as released crashes before any configuration matters (0008), so the series without 0010 stands in.
-    for arch in ("gpt-neo", "llama"):
-        before = "released" if arch == "gpt-neo" else "series without 0010"
+    for arch in ("gpt-neo", "llama", "opt"):
+        before = "series without 0010" if arch == "llama" else "released"
         for configuration in (c for c in ARCH_CONFIGS[arch] if c != "default"):
             cells += [cell_axes(arch, configuration, before, 2, 1, "reference"),
                       cell_axes(arch, configuration, "whole series", 3, 2, "reference")]  # fmt: skip
@@ -114,12 +144,23 @@ def plan(quick: bool = False) -> list[dict]:
             for scenario in scenarios:
                 sizes = (1, 2) if SCENARIOS[scenario]["pin"] else (2,)
                 cells += [cell_axes(arch, "default", build, 3, w, scenario) for w in sizes]
+    # Each architecture on the other Transformers: DeepSpeed-Chat's scenario, before and after the series.
+    for arch in ARCHS:
+        for build in ("released", "whole series"):
+            cells += [cell_axes(arch, "default", build, z, w, "reference", _other(arch)) for z, w in ((2, 1), (3, 2))]
     return cells
+
+
+def _other(arch: str) -> str:
+    """The Transformers version an architecture's few extra cells run on: the pinned one where the Hybrid Engine
+    engages it elsewhere (does it still?), else the older one."""
+    return PINNED if arch in ENGAGED_ON else OLDER
 
 
 def key(cell: dict) -> tuple:
     """A cell's identity in the plan: what a resume or a merge matches on."""
-    return tuple(cell[k] for k in ("arch", "configuration", "build", "zero_stage", "world_size", "scenario"))
+    axes = ("arch", "configuration", "build", "zero_stage", "world_size", "scenario")
+    return (*(cell[k] for k in axes), cell.get("transformers", PINNED))
 
 
 def plan_of(quick: bool, archs: tuple[str, ...] | None) -> list[dict]:

@@ -23,7 +23,7 @@ from .. import launch, table_dir, tables
 from ..cell_progress import Progress
 from ..upstream import patched_copy
 from ..upstream.ds_report import ds_report_text
-from . import pool
+from . import pool, transformers_env
 from .cells import run_cell
 from .diagnosis import diagnose
 from .plan import ARCH_CONFIGS, BUILDS, COMMAND, SCENARIOS, key, plan_of, shard_of
@@ -62,12 +62,7 @@ def main(
     todo = [axes for axes in planned if key(axes) not in done]
     started = time.time()
     progress = Progress(len(planned), len(done), log)
-    roots: dict[str, tuple[Path | None, str | None]] = {}
-    for build in dict.fromkeys(c["build"] for c in todo):
-        try:
-            roots[build] = (patched_copy.prepare_patched_copy(patches=BUILDS[build]) if BUILDS[build] else None, None)
-        except Exception as exc:  # recorded on every cell of the build
-            roots[build] = (None, f"{type(exc).__name__}: {exc}")
+    roots = prepare(todo)
     pools = contextlib.nullcontext(None) if isolated else pool.Pools(out / "cells" / "pools")
     try:
         with pools as warm:
@@ -88,15 +83,47 @@ def main(
     return EXIT_BROKEN if any("error" in c for c in cells) else EXIT_OK
 
 
+def prepare(cells: list[dict]) -> dict[tuple[str, str], tuple[Path | None, str | None]]:
+    """Per (build, Transformers version) of `cells`: the directory the ranks put first on PYTHONPATH (None:
+    the environment's own), or why it could not be made (recorded on every cell that needs it). Each patched
+    copy and each overlay is made once."""
+    builds: dict[str, tuple[Path | None, str | None]] = {}
+    for build in dict.fromkeys(c["build"] for c in cells):
+        try:
+            builds[build] = (patched_copy.prepare_patched_copy(patches=BUILDS[build]) if BUILDS[build] else None, None)
+        except Exception as exc:
+            builds[build] = (None, f"{type(exc).__name__}: {exc}")
+    overlays: dict[str, tuple[Path | None, str | None]] = {}
+    for version in dict.fromkeys(c["transformers"] for c in cells):
+        try:
+            overlays[version] = (transformers_env.overlay(version), None)
+        except Exception as exc:
+            overlays[version] = (None, f"{type(exc).__name__}: {exc}")
+    roots = {}
+    for build, version in dict.fromkeys((c["build"], c["transformers"]) for c in cells):
+        (root, build_error), (overlay, overlay_error) = builds[build], overlays[version]
+        error = build_error or overlay_error
+        roots[(build, version)] = (None if error else transformers_env.joined(root, overlay), error)
+    return roots
+
+
+def _on_intended_transformers(result: dict, axes: dict) -> dict:
+    """A cell that ran another Transformers than its axis says is broken, never a measurement of that axis."""
+    ran = result.get("versions", {}).get("transformers")
+    if ran != axes["transformers"]:
+        raise RuntimeError(f"the ranks imported Transformers {ran}, not {axes['transformers']}")
+    return result
+
+
 def _measure(out: Path, roots: dict, axes: dict, timeout_s: float, probe: Callable[..., dict], progress) -> dict:
-    root, error = roots[axes["build"]]
+    root, error = roots[(axes["build"], axes["transformers"])]
     label = (f"{axes['arch']} {axes['configuration']} {axes['scenario']} {axes['build']} zero{axes['zero_stage']} "
-             f"ws{axes['world_size']}")  # fmt: skip
+             f"ws{axes['world_size']} transformers {axes['transformers']}")  # fmt: skip
     progress.begin(label)
     return tables.measure_cell(
         axes,
         # A cell takes seconds; a rank left waiting in a collective by its peer's crash is stopped within 5 min.
-        lambda: run_cell(out / "cells", root, axes, min(timeout_s, 300), probe=probe),
+        lambda: _on_intended_transformers(run_cell(out / "cells", root, axes, min(timeout_s, 300), probe=probe), axes),
         diagnose,
         label,
         progress.end,

@@ -35,3 +35,21 @@ def test_a_real_llama_cell_without_0007_is_handed_the_unwritten_qkv_bias(tmp_pat
     assert result["deepspeed"]["path"].startswith(str(root))
     assert result["qkv_bias_on_bias_free_model"]["calls"] > 0
     assert diagnosis.BUG_QKV_BIAS in diagnosis.diagnose({**axes, **result})
+
+
+@pytest.mark.distributed
+def test_opt_engages_on_4_48_3_where_a_gelu_model_is_computed_with_relu_and_stays_native_on_the_pinned_one(tmp_path):
+    """Transformers 4.48.3 (an overlay from constraints-transformers-4.48.3.txt): the HE injects OPT and computes
+    a GELU model as its ReLU twin. The pinned Transformers: DeepSpeed builds no container, generate runs natively,
+    and the tokens it matches prove nothing."""
+    from repro.host.conformance import run
+
+    gelu = plan.cell_axes("opt", "gelu", "released", 2, 1, "reference", "4.48.3")
+    native = plan.cell_axes("opt", "default", "released", 2, 1, "reference", plan.PINNED)
+    roots = run.prepare([gelu, native])
+    result = cells.run_cell(tmp_path, roots[("released", "4.48.3")][0], gelu, timeout_s=240)
+    assert result["versions"]["transformers"] == "4.48.3" and result["injected_layer_calls"] > 0
+    assert diagnosis.diagnose({**gelu, **result}) == [diagnosis.BUG_OPT_ACTIVATION]
+    result = cells.run_cell(tmp_path, roots[("released", plan.PINNED)][0], native, timeout_s=240)
+    assert result["inference_containers"] == 0 and result["tokens_equal_native"]
+    assert diagnosis.diagnose({**native, **result})[0].startswith(diagnosis.NOT_ENGAGED)

@@ -24,6 +24,7 @@ def neox_cell(configuration="default", tokens_equal=True, steps="LLLL", twins=No
         "per_step_logits_vs_native": [{"L": 2e-7, "x": 0.4}[s] for s in steps],
         "logits_finite": True,
         "per_step_logits_vs_twin": twins or {},
+        "injected_layer_calls": 16,
     }
     if error:
         c = {k: c[k] for k in ("arch", "configuration", "build", "zero_stage", "world_size")} | {"error": error}
@@ -38,6 +39,7 @@ def arch_cell(restored: float = 0.0, **over) -> dict:
         "per_step_logits_vs_native": [8e-7, 7e-7],
         "logits_finite": True,
         "qkv_bias_on_bias_free_model": {"calls": 0, "max_abs": None},
+        "injected_layer_calls": 16,
         "restore_after_first_generate": {"base": {"max_abs": restored}, "lora": {"max_abs": 0.0}, "qkv_layouts": []},
     }
     return c | over
@@ -167,3 +169,30 @@ def test_a_crash_recorded_by_the_probe_is_a_finding_in_both_tables():
         "crash in the Hybrid Engine: RuntimeError: boom (deepspeed/x.py:1)"
     ]
     assert dx.family.diagnose({**neox_cell(), "crash": crash})[0].startswith("crash in the Hybrid Engine")
+
+
+def test_a_generate_that_ran_no_injected_layer_is_never_correct():
+    """OPT on Transformers 4.57: DeepSpeed builds no container, generate runs natively and matches native."""
+    native = arch_cell(arch="opt", injected_layer_calls=0, inference_containers=0)
+    assert dx.diagnose(native) == [f"{dx.NOT_ENGAGED} (0 inference containers)"]
+    unrecorded = {k: v for k, v in arch_cell().items() if k != "injected_layer_calls"}
+    assert dx.diagnose(unrecorded)[0].startswith(dx.NOT_ENGAGED)
+    assert dx.diagnose(neox_cell() | {"injected_layer_calls": 0})[0].startswith(dx.NOT_ENGAGED)
+
+
+def test_decode_steps_taken_for_prompts_are_named_before_the_crash_they_lead_to():
+    crash = {"type": "ValueError", "message": "The provided attention mask has length 10", "at": "transformers/x.py:1"}
+    flags = {"calls": 4, "decode_calls": 2, "decode_calls_as_prompt": 2}
+    cell = arch_cell(arch="opt", crash=crash, attention_prompt_flags=flags)
+    assert dx.diagnose(cell) == [f"{dx.BUG_DECODE_AS_PROMPT} (2 of 2 decode calls)"]
+    right = {**cell, "attention_prompt_flags": {**flags, "decode_calls_as_prompt": 0}}
+    assert dx.diagnose(right)[0].startswith("crash in the Hybrid Engine: ValueError")
+
+
+def test_opts_twins_name_their_bugs_only_when_the_he_matches_them():
+    gelu = arch_cell(arch="opt", tokens_equal_native=False, per_step_logits_vs_native=[0.47, 0.53],
+                     per_step_logits_vs_twin={"relu_activation": [6e-7, 5e-7]})  # fmt: skip
+    assert dx.diagnose(gelu) == [dx.BUG_OPT_ACTIVATION]
+    assert dx.diagnose({**gelu, "per_step_logits_vs_twin": {"relu_activation": [0.3, 0.2]}}) == [dx.UNEXPLAINED]
+    post = {**gelu, "per_step_logits_vs_twin": {"pre_layer_norm": [6e-7, 5e-7]}}
+    assert dx.diagnose(post) == [dx.BUG_OPT_POST_LN]

@@ -40,7 +40,13 @@ TUPLE = {"type": "AttributeError", "message": "'tuple' object has no attribute '
 
 def test_the_report_and_the_heatmap_come_from_the_json(tmp_path):
     bug = neox("sequential-residual", "released", (1.13, 1.0), [6e-7] * 2, [diagnosis.BUG_3453])
-    ok = llama("whole series", tokens_equal_native=True, per_step_logits_vs_native=[8e-7], logits_finite=True)
+    ok = llama(
+        "whole series",
+        tokens_equal_native=True,
+        per_step_logits_vs_native=[8e-7],
+        logits_finite=True,
+        injected_layer_calls=16,
+    )
     cells = [neox(), bug, llama(crash=TUPLE), ok]
     report.write_reports(tmp_path, data(cells))
     text = (tmp_path / "CONFORMANCE.md").read_text()

@@ -21,11 +21,12 @@ def test_main_records_a_build_that_cannot_be_prepared_on_each_of_its_cells(tmp_p
             "restore_after_first_generate": {"base": {"bitwise_equal": True, "max_abs": 0.0}, "qkv_layouts": []},
             "restore_after_cycles": {"base": {"bitwise_equal": True, "max_abs": 0.0}, "qkv_layouts": []},
             "tokens_equal_native": True, "per_step_matches": ["lora"],
-            "per_step_logits_vs_native": [2e-7], "logits_finite": True,
-            "deepspeed": {"version": "0.19.8"}, "versions": {"torch": "2", "transformers": "4.57.6"},
+            "per_step_logits_vs_native": [2e-7], "logits_finite": True, "injected_layer_calls": 16,
+            "deepspeed": {"version": "0.19.8"}, "versions": {"torch": "2", "transformers": axes["transformers"]},
         }  # fmt: skip
 
     monkeypatch.setattr(run.patched_copy, "prepare_patched_copy", no_copy)
+    monkeypatch.setattr(run.transformers_env, "overlay", lambda version: None)
     monkeypatch.setattr(run, "run_cell", fake_cell)
     monkeypatch.setattr(report, "heatmap", lambda data, path: None)
     lines = []
@@ -38,6 +39,31 @@ def test_main_records_a_build_that_cannot_be_prepared_on_each_of_its_cells(tmp_p
     assert run.main(tmp_path / "ok", quick=True, log=lines.append) == 0
     ok = json.loads((tmp_path / "ok" / "conformance.json").read_text())
     assert {d for c in ok["cells"] for d in c["diagnosis"]} == {"correct"}
+
+
+def test_a_cell_whose_ranks_ran_another_transformers_is_broken_and_an_uninstallable_one_is_recorded(
+    tmp_path, monkeypatch
+):
+    from repro.host.conformance.transformers_env import OverlayError
+
+    def overlay(version):
+        if version != plan.PINNED:
+            raise OverlayError(f"pip could not install Transformers {version}: offline")
+
+    def fake_cell(work, root, axes, timeout_s=600, probe=None):
+        return {"versions": {"transformers": "4.40.0"}, "deepspeed": {"version": "0.19.8"}}
+
+    monkeypatch.setattr(run.transformers_env, "overlay", overlay)
+    monkeypatch.setattr(run.patched_copy, "prepare_patched_copy", lambda patches: None)
+    monkeypatch.setattr(run, "run_cell", fake_cell)
+    monkeypatch.setattr(report, "heatmap", lambda data, path: None)
+    assert run.main(tmp_path, quick=True, log=lambda line: None) == 3
+    cells = json.loads((tmp_path / "conformance.json").read_text())["cells"]
+    older = [c for c in cells if c["transformers"] != plan.PINNED]
+    assert older and all("pip could not install Transformers" in c["diagnosis"][0] for c in older)
+    pinned = [c for c in cells if c["transformers"] == plan.PINNED]
+    assert all(c["diagnosis"] == [f"crash: RuntimeError: the ranks imported Transformers 4.40.0, not {plan.PINNED}"]
+               for c in pinned)  # fmt: skip
 
 
 def _fake_suite(monkeypatch, interrupt_at: int | None = None) -> list[tuple]:
@@ -69,7 +95,7 @@ def test_an_interrupted_run_keeps_its_finished_cells_and_resume_runs_only_the_re
     lines = []
     measured = _fake_suite(monkeypatch, interrupt_at=4)
     assert run.main(tmp_path / "cut", quick=True, log=lines.append) == 130
-    assert measured == planned[:3] and "--resume" in lines[-1] and "3 of 20 cells finished" in lines[-1]
+    assert measured == planned[:3] and "--resume" in lines[-1] and f"3 of {len(planned)} cells finished" in lines[-1]
     assert not (tmp_path / "cut" / "conformance.json").exists()
     measured = _fake_suite(monkeypatch)
     assert run.main(tmp_path / "cut", resume=True, log=lines.append) == 0  # the plan comes from run.json
@@ -87,7 +113,7 @@ def test_an_out_with_results_is_refused_unless_resumed_or_regenerated(tmp_path, 
         run.main(tmp_path, quick=True)
     measured = _fake_suite(monkeypatch)
     assert run.main(tmp_path, quick=True, regenerate=True, log=print) == 0
-    assert len(measured) == 20  # every cell again
+    assert len(measured) == len(plan.plan(quick=True))  # every cell again
     measured = _fake_suite(monkeypatch)
     assert run.main(tmp_path, resume=True, log=print) == 0 and measured == []  # nothing missing
 
@@ -97,7 +123,7 @@ def test_two_shards_merged_give_the_cells_of_one_run(tmp_path, monkeypatch):
     assert run.main(tmp_path / "one", quick=True, log=print) == 0
     for k in (1, 2):
         assert run.main(tmp_path / f"shard{k}", quick=True, shard=(k, 2), log=print) == 0
-    assert len(_cells(tmp_path / "shard1")) == 10
+    assert len(_cells(tmp_path / "shard1")) == (len(plan.plan(quick=True)) + 1) // 2
     assert run.merge(tmp_path / "merged", [tmp_path / "shard1", tmp_path / "shard2"], log=print) == 0
     assert _cells(tmp_path / "merged") == _cells(tmp_path / "one")
 

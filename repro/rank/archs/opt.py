@@ -1,0 +1,53 @@
+"""OPT, DeepSpeed-Chat's main model family: separate Q, K and V Linears with biases, learned positions, ReLU.
+DeepSpeed's policy builds every layer as pre-LayerNorm (`HFOPTLayerPolicy`: `pre_attn_norm=True`), while
+opt-350m is post-LayerNorm (`do_layer_norm_before=False`): the pre-LayerNorm twin is what it would compute.
+DeepSpeed 0.19.8 keeps OPT on the native path when the decoder layer takes a Cache (`cache_position` or
+`past_key_values` in its signature: Transformers 4.57 does), so whether the Hybrid Engine engaged is measured
+per cell (repro.rank.cell_probe: `injected_layer_calls`)."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from .adapter import Adapter
+
+LAYERS = "model.decoder.layers"
+
+
+def twins(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    """The same weights computed the way the injected layer may compute them instead: with the LayerNorms before
+    attention and MLP when the model's come after (`do_layer_norm_before` ignored), and with ReLU when the model's
+    activation is another (`HFOPTLayerPolicy` reads the activation from `TransformerPolicy.hf_model_config`,
+    which only `deepspeed.init_inference` sets, and defaults to ReLU)."""
+    from transformers.activations import ACT2FN
+
+    found = {}
+    if not model.config.do_layer_norm_before:
+        pre = copy.deepcopy(model)
+        for layer in pre.model.decoder.layers:
+            layer.do_layer_norm_before = True
+        found["pre_layer_norm"] = pre
+    if model.config.activation_function != "relu":
+        relu = copy.deepcopy(model)
+        for layer in relu.model.decoder.layers:
+            layer.activation_fn = ACT2FN["relu"]
+        found["relu_activation"] = relu
+    return found
+
+
+ADAPTER = Adapter(
+    name="opt",
+    config_class="OPTConfig",
+    model_class="OPTForCausalLM",
+    # The same sizes as the other tiny defaults; no dropout, so train() and eval() compute the same function.
+    tiny=dict(vocab_size=1024, hidden_size=256, num_hidden_layers=2, num_attention_heads=4, ffn_dim=1024,
+              max_position_embeddings=256, word_embed_proj_dim=256, dropout=0.0, attention_dropout=0.0),
+    layers=LAYERS,
+    lora_targets={  # DS_OPTContainer.set_lora_params: fc1, fc2, q/k/v_proj, out_proj
+        "none": (),
+        "all": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.out_proj", "fc1", "fc2"),
+    },
+    twins=twins,
+)  # fmt: skip
