@@ -51,6 +51,8 @@ DEFAULTS = {
     "order": "eval-generate-train",
     "zero_stage": 3,
     "threshold": 0,  # stage3_param_persistence_threshold: 0 partitions every parameter; None = DeepSpeed's
+    "max_live": None,  # stage3_max_live_parameters; None = DeepSpeed's default
+    "synced_gpus": False,  # generate(synced_gpus=True), as DeepSpeed-Chat under ZeRO-3
     "new_tokens": 8,
     "cycles": 3,
     "seed": 1234,
@@ -129,6 +131,8 @@ def run(spec: dict) -> dict:
             "zero_stage": spec["zero_stage"],
             "world_size": world,
             "stage3_param_persistence_threshold": spec["threshold"],
+            "stage3_max_live_parameters": spec["max_live"],
+            "synced_gpus": spec["synced_gpus"],
             "new_tokens": n,
             "cycles": spec["cycles"],
             "lora": {k: spec[k] for k in ("lora_dim", "lora_alpha", "lora_std", "lora_seed")},
@@ -159,7 +163,14 @@ def run(spec: dict) -> dict:
     }
     phase = "initialize"
     try:
-        config = ds_config(spec["pin"], "fp32", world, spec["threshold"], zero_stage=spec["zero_stage"])
+        config = ds_config(
+            spec["pin"],
+            "fp32",
+            world,
+            spec["threshold"],
+            zero_stage=spec["zero_stage"],
+            max_live_parameters=spec["max_live"],
+        )
         params = (
             {"model_parameters": [p for p in model.parameters() if p.requires_grad]} if "optimizer" in config else {}
         )
@@ -179,7 +190,7 @@ def run(spec: dict) -> dict:
                 injected, prompts = he_faults.LayerCalls(containers), he_faults.PromptFlags(containers)
                 try:
                     with torch.no_grad():  # DeepSpeed-Chat's call: the HE replaces module.generate when it engages
-                        he_tokens, he_logits = greedy(engine.module, ids, n)
+                        he_tokens, he_logits = greedy(engine.module, ids, n, spec["synced_gpus"])
                 finally:  # what the attention took each step for is evidence even when generate fails
                     result["inference_containers"] = len(containers)
                     result["injected_layer_calls"] = injected.remove()
@@ -204,7 +215,7 @@ def run(spec: dict) -> dict:
         for _ in range(spec["cycles"]):
             engine.eval()
             with torch.no_grad():
-                cycle_tokens.append(greedy(engine.module, ids, n)[0])
+                cycle_tokens.append(greedy(engine.module, ids, n, spec["synced_gpus"])[0])
             engine.train()
         result["cycle_tokens"] = cycle_tokens
         result["cycle_tokens_equal_native"] = [t == ref_tokens for t in cycle_tokens]

@@ -7,11 +7,18 @@ import torch
 
 
 def ds_config(
-    pin: bool, dtype: str, world_size: int, persistence_threshold: int | None = None, zero_stage: int = 3
+    pin: bool,
+    dtype: str,
+    world_size: int,
+    persistence_threshold: int | None = None,
+    zero_stage: int = 3,
+    max_live_parameters: int | None = None,
 ) -> dict:
     zero: dict = {"stage": zero_stage}
     if persistence_threshold is not None and zero_stage == 3:
         zero["stage3_param_persistence_threshold"] = persistence_threshold
+    if max_live_parameters is not None and zero_stage == 3:
+        zero["stage3_max_live_parameters"] = max_live_parameters
     config = {
         "train_micro_batch_size_per_gpu": 1,
         "train_batch_size": world_size,
@@ -34,8 +41,11 @@ def ds_config(
     return config
 
 
-def greedy(model: torch.nn.Module, ids: torch.Tensor, n: int) -> tuple[list[int], list[torch.Tensor]]:
-    """Greedy `n` tokens and each step's logits (fp32 copies)."""
+def greedy(
+    model: torch.nn.Module, ids: torch.Tensor, n: int, synced_gpus: bool = False
+) -> tuple[list[int], list[torch.Tensor]]:
+    """Greedy `n` tokens and each step's logits (fp32 copies). `synced_gpus`: as DeepSpeed-Chat's PPO trainer
+    passes it under ZeRO-3 (every rank keeps stepping until all are done)."""
     out = model.generate(
         ids,
         attention_mask=torch.ones_like(ids),
@@ -45,5 +55,6 @@ def greedy(model: torch.nn.Module, ids: torch.Tensor, n: int) -> tuple[list[int]
         pad_token_id=0,
         return_dict_in_generate=True,
         output_logits=True,
+        **({"synced_gpus": True} if synced_gpus else {}),
     )
     return out.sequences[0, ids.shape[1] :].tolist(), [step[0].float().clone() for step in out.logits]

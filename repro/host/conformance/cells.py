@@ -26,7 +26,7 @@ def run_cell(
     out.parent.mkdir(parents=True, exist_ok=True)
     spec = out.with_suffix(".spec.json")  # repro.rank.cell_probe.spec_path
     settings = {"arch": axes["arch"], "targets": axes["lora"], "pin": axes["pin"], "order": axes["order"],
-                "zero_stage": axes["zero_stage"], "config": axes["config"]}  # fmt: skip
+                "zero_stage": axes["zero_stage"], "config": axes["config"], **axes.get("probe", {})}  # fmt: skip
     spec.write_text(json.dumps(settings))
     try:
         return probe(PROBE, out, root, ranks=axes["world_size"], timeout_s=timeout_s)

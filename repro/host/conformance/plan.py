@@ -79,7 +79,13 @@ SCENARIOS: dict[str, dict] = {
     "lora": {"order": "eval-generate-train", "lora": "all", "pin": True},
     "unpinned": {"order": "eval-generate-train", "lora": "none", "pin": False},
     "unpinned-lora": {"order": "eval-generate-train", "lora": "all", "pin": False},
-}
+    # DeepSpeed-Chat's step 3 as its scripts run it: pinned, LoRA dim 64 (scaling 1) on every Linear of the
+    # layers, its ZeRO-3 settings (persistence threshold 1e4, max live parameters 3e7) and generate with
+    # synced_gpus; prompt and answer lengths are equal there (256 + 256) and here (8 + 8).
+    "ds-chat": {"order": "eval-generate-train", "lora": "all", "pin": True,
+                "probe": {"threshold": 10_000, "max_live": 30_000_000, "lora_dim": 64, "lora_alpha": 64.0,
+                          "synced_gpus": True}},
+}  # fmt: skip
 
 
 def cell_axes(

@@ -27,6 +27,7 @@ from .diagnosis import (
     WEIGHTS_TOL,
     worst,
 )
+from .plan import PINNED
 
 # Why these GPT-NeoX fields were varied, and which were left out (the configurations: conformance.CONFIGS).
 CONFIG_NOTES = {
@@ -51,6 +52,14 @@ ARCH_CONFIG_NOTES = {
     "llama `hidden_act`": "the kernel gates with SiLU whatever the config says",
     "llama `attention_bias` / `mlp_bias`": "the policy hands the kernel no biases",
     "llama `num_key_value_heads`": "grouped-query attention; the split-QKV merge assumes equal q/k/v sizes",
+    "opt `do_layer_norm_before`": "pre-LayerNorm (default) vs post-LayerNorm (opt-350m); the container reads it",
+    "opt `activation_function`": "relu (every OPT checkpoint) vs gelu; the policy reads it from a class-wide "
+    "config only `deepspeed.init_inference` sets",
+    "opt `enable_bias`": "the policy concatenates the q/k/v biases",
+    "opt `ffn_dim`": "4x hidden (default) vs 2x: the policy reports no intermediate size",
+    "opt `word_embed_proj_dim`": "embeddings narrower than the layers (opt-350m): project_in/out Linears outside "
+    "the layers",
+    "opt `layer_norm_elementwise_affine`": "LayerNorms without weight and bias",
 }
 LEFT_OUT_ARCHS = {
     "gpt-neo `window_size` below the sequence length": "DeepSpeed's softmax fallback ignores local attention, "
@@ -58,6 +67,9 @@ LEFT_OUT_ARCHS = {
     "gpt-neo `attention_types`": "all-local equals all-global while the window covers the sequence (above)",
     "llama `rope_scaling`": "DeepSpeed 0.19.8 refuses a scaled rotary for Llama with a clear error",
     "llama `head_dim` / `pretraining_tp`": "not varied",
+    "opt `dropout` / `attention_dropout` / `layerdrop`": "training only: 0 in the tiny default, so train() and "
+    "eval() compute the same function",
+    "opt `_remove_final_layer_norm`": "a loading flag for checkpoints older than Transformers 4.20",
 }
 ISSUE_3453 = "ISSUE-3453.md"
 
@@ -292,7 +304,8 @@ def write_reports(out: Path, data: dict) -> None:
 
 def _where(c: dict) -> str:
     config = f" {c['configuration']}" if c["configuration"] != "default" else ""
-    return f"{c['arch']}{config}, {c['scenario']}"
+    version = c.get("transformers", PINNED)
+    return f"{c['arch']}{config}, {c['scenario']}" + (f", Transformers {version}" if version != PINNED else "")
 
 
 def issue_text(data: dict, bug: str) -> str:
@@ -373,6 +386,25 @@ def _noise(cells: list[dict]) -> str:
     return ", ".join(out)
 
 
+NAMES = {"gpt-neox": "GPT-NeoX", "gpt-neo": "GPT-Neo", "llama": "Llama", "opt": "OPT"}
+
+
+def _names(cells: list[dict]) -> str:
+    names = [NAMES.get(a, a) for a in dict.fromkeys(c["arch"] for c in cells)]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _versions(cells: list[dict]) -> str:
+    """The Transformers versions cells ran on, each with the architectures that ran there."""
+    out = []
+    for version in dict.fromkeys(c.get("transformers", PINNED) for c in cells):
+        archs = dict.fromkeys(
+            NAMES.get(c["arch"], c["arch"]) for c in cells if c.get("transformers", PINNED) == version
+        )
+        out.append(f"{version} ({', '.join(archs)})")
+    return "; ".join(out)
+
+
 def render(data: dict) -> str:
     cells = data["cells"]
     bugs: dict[str, int] = {}
@@ -384,11 +416,13 @@ def render(data: dict) -> str:
     series_ok = sum(c["diagnosis"] == [CORRECT] for c in series)
     series_refused = sum(c["diagnosis"] == [REFUSED] for c in series)
     lines = [
-        "# Hybrid Engine conformance: GPT-NeoX, GPT-Neo and Llama vs native Hugging Face",
+        f"# Hybrid Engine conformance: {_names(cells)} vs native Hugging Face",
         "",
         f"Regenerate: `{data['command']}` ({len(cells)} cells in {data['duration_s']:.0f} s here). CPU evidence, not "
         "GPU or AMD evidence: tiny models with random weights, fp32, gloo, DeepSpeed's PyTorch fallbacks "
-        "(`repro/rank/fallbacks.py` completes two for GPT-NeoX). A cell is correct when every generated step's "
+        "(`repro/rank/fallbacks.py` completes GPT-NeoX's attention and parallel-residual MLP, the MLP's ReLU and the "
+        f"post-LayerNorm QKV linear for OPT). Transformers {_versions(cells)}. A cell is correct when generate ran "
+        "the injected layers (else: not engaged), every generated step's "
         f"logits are within {TOL:g} of native (teacher-forced on the HE's tokens, LoRA merged), the tokens are "
         f"equal and train() gives the training weights back (within {WEIGHTS_TOL:g}: a LoRA fuse/unfuse round "
         "trip leaves fp32 rounding). Measured noise of the correct cells, per step: "
@@ -406,6 +440,7 @@ def render(data: dict) -> str:
         "Scenarios: "
         + "; ".join(
             f"`{name}`: order {s['order']}, LoRA {s['lora']}, pin_parameters {str(s['pin']).lower()}"
+            + "".join(f", {k} {v}" for k, v in s.get("probe", {}).items())
             for name, s in data["scenarios"].items()
         )
         + ".",
@@ -447,15 +482,16 @@ def render(data: dict) -> str:
             "",
             f"## {arch}",
             "",
-            "| config | scenario | build | ZeRO | ranks | logits vs native, max abs over steps | tokens = native | "
-            "diagnosis |",
-            "|---|---|---|---|---|---|---|---|",
+            "| config | scenario | build | Transformers | ZeRO | ranks | logits vs native, max abs over steps | "
+            "tokens = native | diagnosis |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for c in (c for c in cells if c["arch"] == arch):
             equal = {True: "yes", False: "no", None: "-"}[c.get("tokens_equal_native")]
             lines.append(
-                f"| {c['configuration']} | {c['scenario']} | {c['build']} | {c['zero_stage']} | {c['world_size']} | "
-                f"{_worst_steps(c)} | {equal} | {'; '.join(c['diagnosis']).replace('|', '/')} |"
+                f"| {c['configuration']} | {c['scenario']} | {c['build']} | {c.get('transformers', PINNED)} | "
+                f"{c['zero_stage']} | {c['world_size']} | {_worst_steps(c)} | {equal} | "
+                f"{'; '.join(c['diagnosis']).replace('|', '/')} |"
             )
     return "\n".join(lines) + "\n"
 

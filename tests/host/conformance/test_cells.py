@@ -53,3 +53,21 @@ def test_opt_engages_on_4_48_3_where_a_gelu_model_is_computed_with_relu_and_stay
     result = cells.run_cell(tmp_path, roots[("released", plan.PINNED)][0], native, timeout_s=240)
     assert result["inference_containers"] == 0 and result["tokens_equal_native"]
     assert diagnosis.diagnose({**native, **result})[0].startswith(diagnosis.NOT_ENGAGED)
+
+
+def test_a_scenarios_probe_settings_reach_the_probe_and_the_spec_is_removed(tmp_path):
+    """DeepSpeed-Chat's scenario: its ZeRO-3 settings, LoRA size and synced_gpus are what the probe reads."""
+    import json
+
+    seen = {}
+
+    def probe(module, out, root, ranks, timeout_s):
+        seen.update(json.loads(out.with_suffix(".spec.json").read_text()), module=module, ranks=ranks)
+        return {"ok": True}
+
+    axes = plan.cell_axes("opt", "default", "released", 3, 2, "ds-chat")
+    assert cells.run_cell(tmp_path, None, axes, probe=probe) == {"ok": True}
+    assert seen["module"] == cells.PROBE and seen["ranks"] == 2 and seen["arch"] == "opt"
+    assert {k: seen[k] for k in ("threshold", "max_live", "lora_dim", "synced_gpus")} == {
+        "threshold": 10_000, "max_live": 30_000_000, "lora_dim": 64, "synced_gpus": True}  # fmt: skip
+    assert not list(tmp_path.rglob("*.spec.json"))

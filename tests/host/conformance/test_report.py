@@ -50,8 +50,8 @@ def test_the_report_and_the_heatmap_come_from_the_json(tmp_path):
     cells = [neox(), bug, llama(crash=TUPLE), ok]
     report.write_reports(tmp_path, data(cells))
     text = (tmp_path / "CONFORMANCE.md").read_text()
-    assert "| sequential-residual | reference | released | 3 | 2 | 1.13 | no | " in text
-    assert f"| default | reference | released | 3 | 2 | - | - | {diagnosis.BUG_LAYER_TUPLE} |" in text
+    assert f"| sequential-residual | reference | released | {plan.PINNED} | 3 | 2 | 1.13 | no | " in text
+    assert f"| default | reference | released | {plan.PINNED} | 3 | 2 | - | - | {diagnosis.BUG_LAYER_TUPLE} |" in text
     assert "**With the whole series" in text and "2 of 2 cells are correct and 0 refuse" in text
     assert "CPU evidence, not GPU or AMD evidence" in text and "gpt-neox <= 3e-07" in text
     assert (tmp_path / "conformance.png").stat().st_size > 5_000
