@@ -205,6 +205,8 @@ def run(spec: dict) -> dict:
                 result["qkv_after_eval_vs_inference_layout_max_abs"] = worst_qkv
                 result["qkv_layouts_after_eval"] = layouts
         result["qkv_bias_on_bias_free_model"] = bias_probe.remove()
+        if not containers:  # DeepSpeed warns that rollout uses the model's generate; does engine.generate?
+            result["engine_generate_without_containers"] = _engine_generate(engine, ids)
         result["restore_after_first_generate"] = qkv_states.gathered_vs_originals(
             engine, originals, heads, arch.fused_qkv
         )
@@ -226,6 +228,17 @@ def run(spec: dict) -> dict:
     result["duration_s"] = round(time.time() - laps.started, 2)
     result["timings_s"] = laps.timings
     return result
+
+
+def _engine_generate(engine, ids: torch.Tensor) -> dict:
+    """`engine.generate` (the Hybrid Engine's own method, which callers other than DeepSpeed-Chat use) when
+    DeepSpeed built no container: what it raised, or that it generated."""
+    try:
+        with torch.no_grad():
+            greedy(engine, ids, 1)
+    except Exception as exc:
+        return {"raised": he_faults.crash(exc)}
+    return {"raised": None}
 
 
 def _compare(he_tokens, he_logits, ids, merged, base, twins, ref_tokens, ref_logits, lora_names) -> dict:

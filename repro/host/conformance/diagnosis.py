@@ -32,6 +32,8 @@ UNEXPLAINED = "differs from native (cause not established)"
 # DeepSpeed found no injection policy for the model's layers (or generate went around them) and generate ran
 # natively, silently: tokens equal to native then prove nothing (DeepSpeed #4954: "Generate time=0.00s").
 NOT_ENGAGED = "Hybrid Engine not engaged: generate ran natively, no injected layer was called"
+# DeepSpeed's warning then says rollout uses the model's native generate(); the engine's own generate() fails.
+BUG_ENGINE_GENERATE = "engine.generate() fails when the Hybrid Engine built no container"
 # Positive evidence: the injected attention was handed `is_prompt=True` for a one-token decode step (its KV
 # cache then restarts: the step attends to itself). Seen on OPT with do_layer_norm_before=False (opt-350m).
 BUG_DECODE_AS_PROMPT = "injected attention takes decode steps for prompts: the KV cache restarts every token"
@@ -58,7 +60,11 @@ def diagnose(cell: dict) -> list[str]:
     if "crash" in cell:
         return [_crash(cell)]
     if not cell.get("injected_layer_calls"):  # generate never ran an injected layer (or nothing says it did)
-        return [f"{NOT_ENGAGED} ({cell.get('inference_containers', 0)} inference containers)"]
+        found = [f"{NOT_ENGAGED} ({cell.get('inference_containers', 0)} inference containers)"]
+        raised = (cell.get("engine_generate_without_containers") or {}).get("raised")
+        if raised:
+            found.append(f"{BUG_ENGINE_GENERATE}: {raised['type']}: {raised['message']} ({raised['at']})")
+        return found
     if "weights_seen_by_inference_layers" in cell:  # a fused QKV: what the layers saw names layout bugs
         found = [d for d in family.diagnose(cell) if d not in (CORRECT, family.UNEXPLAINED)]
         if found:

@@ -52,7 +52,10 @@ def test_opt_engages_on_4_48_3_where_a_gelu_model_is_computed_with_relu_and_stay
     assert diagnosis.diagnose({**gelu, **result}) == [diagnosis.BUG_OPT_ACTIVATION]
     result = cells.run_cell(tmp_path, roots[("released", plan.PINNED)][0], native, timeout_s=240)
     assert result["inference_containers"] == 0 and result["tokens_equal_native"]
-    assert diagnosis.diagnose({**native, **result})[0].startswith(diagnosis.NOT_ENGAGED)
+    found = diagnosis.diagnose({**native, **result})
+    assert found[0].startswith(diagnosis.NOT_ENGAGED)
+    # The warning says rollout uses the model's generate; the engine's own generate() raises instead.
+    assert found[1].startswith(diagnosis.BUG_ENGINE_GENERATE) and "_generate" in found[1]
 
 
 def test_a_scenarios_probe_settings_reach_the_probe_and_the_spec_is_removed(tmp_path):

@@ -178,6 +178,11 @@ def test_a_generate_that_ran_no_injected_layer_is_never_correct():
     unrecorded = {k: v for k, v in arch_cell().items() if k != "injected_layer_calls"}
     assert dx.diagnose(unrecorded)[0].startswith(dx.NOT_ENGAGED)
     assert dx.diagnose(neox_cell() | {"injected_layer_calls": 0})[0].startswith(dx.NOT_ENGAGED)
+    raised = {"type": "AttributeError", "message": "'DeepSpeedHybridEngine' object has no attribute '_generate'",
+              "at": "deepspeed/runtime/engine.py:1388"}  # fmt: skip
+    both = dx.diagnose(native | {"engine_generate_without_containers": {"raised": raised}})
+    assert both[1] == f"{dx.BUG_ENGINE_GENERATE}: AttributeError: {raised['message']} ({raised['at']})"
+    assert len(dx.diagnose(native | {"engine_generate_without_containers": {"raised": None}})) == 1
 
 
 def test_decode_steps_taken_for_prompts_are_named_before_the_crash_they_lead_to():
