@@ -35,6 +35,7 @@ from . import fallbacks, he_faults, lora, measure, qkv_states
 from .archs import adapter
 from .engine import ds_config, greedy
 from .lifecycle import finish, init_distributed, progress
+from .mpu import TensorParallelMpu
 
 TOL = 1e-3  # fp32: a correct Hybrid Engine differs from native by ~1e-6; a lost/misplaced delta by O(0.1)
 # The call orders a caller can use: the first is DeepSpeed-Chat's (and the reproduction's); the others
@@ -53,6 +54,9 @@ DEFAULTS = {
     "threshold": 0,  # stage3_param_persistence_threshold: 0 partitions every parameter; None = DeepSpeed's
     "max_live": None,  # stage3_max_live_parameters; None = DeepSpeed's default
     "synced_gpus": False,  # generate(synced_gpus=True), as DeepSpeed-Chat under ZeRO-3
+    "tp": 1,  # hybrid_engine.inference_tp_size: tensor-parallel generation across this many ranks
+    "tp_gather_partition_size": None,  # layers gathered at a time for tensor-parallel generation (DeepSpeed: 8)
+    "mpu": False,  # hand deepspeed.initialize a model-parallel unit (repro.rank.mpu): every rank one TP group
     "new_tokens": 8,
     "cycles": 3,
     "seed": 1234,
@@ -133,6 +137,9 @@ def run(spec: dict) -> dict:
             "stage3_param_persistence_threshold": spec["threshold"],
             "stage3_max_live_parameters": spec["max_live"],
             "synced_gpus": spec["synced_gpus"],
+            "inference_tp_size": spec["tp"],
+            "tp_gather_partition_size": spec["tp_gather_partition_size"],
+            "mpu": spec["mpu"],
             "new_tokens": n,
             "cycles": spec["cycles"],
             "lora": {k: spec[k] for k in ("lora_dim", "lora_alpha", "lora_std", "lora_seed")},
@@ -140,6 +147,7 @@ def run(spec: dict) -> dict:
             "dtype": "fp32",
         },
         "grouped_query_attention": getattr(model.config, "num_key_value_heads", None) not in (None, heads),
+        "hidden_size": model.config.hidden_size,
         "deepspeed": {
             "version": deepspeed.__version__,
             "path": str(Path(deepspeed.__file__).resolve().parent),
@@ -170,10 +178,14 @@ def run(spec: dict) -> dict:
             spec["threshold"],
             zero_stage=spec["zero_stage"],
             max_live_parameters=spec["max_live"],
+            inference_tp_size=spec["tp"],
+            tp_gather_partition_size=spec["tp_gather_partition_size"],
         )
         params = (
             {"model_parameters": [p for p in model.parameters() if p.requires_grad]} if "optimizer" in config else {}
         )
+        if spec["mpu"]:
+            params["mpu"] = TensorParallelMpu()
         engine, *_ = deepspeed.initialize(model=model, config=config, **params)
         names = {id(p): name for name, p in engine.module.named_parameters()}
         containers = engine._inference_containers
@@ -192,7 +204,9 @@ def run(spec: dict) -> dict:
                     with torch.no_grad():  # DeepSpeed-Chat's call: the HE replaces module.generate when it engages
                         he_tokens, he_logits = greedy(engine.module, ids, n, spec["synced_gpus"])
                 finally:  # what the attention took each step for is evidence even when generate fails
+                    result["qkv_weight_shapes"] = sorted(list(shape) for shape in bias_probe.weight_shapes)
                     result["inference_containers"] = len(containers)
+                    result["tensor_parallel"] = _tensor_parallel(containers)
                     result["injected_layer_calls"] = injected.remove()
                     result["attention_prompt_flags"] = prompts.remove()
                 if layers_saw is not None:
@@ -228,6 +242,16 @@ def run(spec: dict) -> dict:
     result["duration_s"] = round(time.time() - laps.started, 2)
     result["timings_s"] = laps.timings
     return result
+
+
+def _tensor_parallel(containers) -> dict | None:
+    """What the injected layers were built for: the inference config's mp_size and the heads each rank holds
+    (DeepSpeed slices the heads across `inference_tp_size` ranks)."""
+    if not containers:
+        return None
+    module = containers[0].module
+    return {"mp_size": module.config.mp_size,
+            "heads_per_rank": getattr(module.attention, "num_attention_heads_per_partition", None)}  # fmt: skip
 
 
 def _engine_generate(engine, ids: torch.Tensor) -> dict:

@@ -13,6 +13,8 @@ def ds_config(
     persistence_threshold: int | None = None,
     zero_stage: int = 3,
     max_live_parameters: int | None = None,
+    inference_tp_size: int = 1,
+    tp_gather_partition_size: int | None = None,
 ) -> dict:
     zero: dict = {"stage": zero_stage}
     if persistence_threshold is not None and zero_stage == 3:
@@ -27,10 +29,12 @@ def ds_config(
             "enabled": True,
             "pin_parameters": pin,
             "max_out_tokens": 512,
-            "inference_tp_size": 1,
+            "inference_tp_size": inference_tp_size,
             "release_inference_cache": False,
         },
     }
+    if tp_gather_partition_size is not None:
+        config["hybrid_engine"]["tp_gather_partition_size"] = tp_gather_partition_size
     if zero_stage < 3:  # ZeRO-1/2 partition optimizer state, so they need an optimizer; lr 0, never stepped
         config["optimizer"] = {"type": "SGD", "params": {"lr": 0.0}}
         config["zero_allow_untested_optimizer"] = True

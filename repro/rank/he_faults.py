@@ -27,17 +27,29 @@ def crash(exc: BaseException) -> dict:
 
 class QkvBiasProbe:
     """Records every QKV GEMM call that is handed a bias while DeepSpeed's attention holds none for the
-    model (no fused `attn_qkvb`, no split `attn_qb`): the bias can only be memory the model never wrote."""
+    model (no fused `attn_qkvb`, no split `attn_qb`): the bias can only be memory the model never wrote. Also
+    the shapes of the QKV weights the GEMMs were handed (the post-LayerNorm linear's too): under tensor-parallel
+    generation each rank's must be its slice, 3 x hidden / tp rows."""
 
     def __init__(self, containers) -> None:
         self.calls, self.values = 0, []
+        self.weight_shapes: set[tuple[int, ...]] = set()
         self.handles = []
         for container in containers:
             attention = container.module.attention
             self.handles.append(attention.qkv_func.register_forward_pre_hook(self._hook(attention), with_kwargs=True))
+            linear = getattr(attention, "linear_func", None)
+            if linear is not None:
+                self.handles.append(linear.register_forward_pre_hook(self._shape, with_kwargs=True))
+
+    def _shape(self, module, args, kwargs) -> None:
+        weight = kwargs.get("weight")
+        if weight is not None:
+            self.weight_shapes.add(tuple(weight.shape))
 
     def _hook(self, attention):
         def hook(module, args, kwargs):
+            self._shape(module, args, kwargs)
             bias = kwargs.get("bias")
             model_has_none = (
                 getattr(attention, "attn_qkvb", None) is None and getattr(attention, "attn_qb", None) is None
@@ -51,7 +63,8 @@ class QkvBiasProbe:
     def remove(self) -> dict:
         for h in self.handles:
             h.remove()
-        return {"calls": self.calls, "max_abs": worst(self.values) if self.values else None}
+        return {"calls": self.calls, "max_abs": worst(self.values) if self.values else None,
+                "qkv_weight_shapes": sorted(list(shape) for shape in self.weight_shapes)}  # fmt: skip
 
 
 class LayerCalls:

@@ -37,6 +37,10 @@ BUG_ENGINE_GENERATE = "engine.generate() fails when the Hybrid Engine built no c
 # Positive evidence: the injected attention was handed `is_prompt=True` for a one-token decode step (its KV
 # cache then restarts: the step attends to itself). Seen on OPT with do_layer_norm_before=False (opt-350m).
 BUG_DECODE_AS_PROMPT = "injected attention takes decode steps for prompts: the KV cache restarts every token"
+# Positive evidence: the injected layers were built for heads / tp per rank (measured) and the QKV GEMM was
+# handed weights that are not this rank's slice of 3 x hidden / tp rows (unsliced, or a released ZeRO-3
+# partition of 0 elements).
+BUG_TP_UNSLICED = "tensor-parallel generation hands the injected layers unsliced weights"
 REFUSED = "refused by name: outside what the injected layer computes (0010)"
 REFUSAL = "DeepSpeed kernel injection cannot serve"  # how DeepSpeed's refusals begin (0010, scaled rotary)
 # Per-step tolerance of a correct cell (repro.rank.cell_probe.TOL, the probe's own): fp32 HE vs native
@@ -54,6 +58,9 @@ def diagnose(cell: dict) -> list[str]:
     weights show by positive evidence; else its logits against native within TOL."""
     if "error" in cell:
         return [f"crash: {cell['error']}"]
+    unsliced = _tp_unsliced(cell)
+    if unsliced:
+        return [unsliced]
     flags = cell.get("attention_prompt_flags") or {}
     if flags.get("decode_calls_as_prompt"):  # measured before any crash it leads to
         return [f"{BUG_DECODE_AS_PROMPT} ({flags['decode_calls_as_prompt']} of {flags['decode_calls']} decode calls)"]
@@ -90,6 +97,19 @@ def diagnose(cell: dict) -> list[str]:
     if cell["tokens_equal_native"] and worst(steps) <= TOL:
         return [CORRECT]
     return [UNEXPLAINED]
+
+
+def _tp_unsliced(cell: dict) -> str | None:
+    """With inference_tp_size > 1: the QKV weights the GEMMs were handed, against the slice each rank holds."""
+    tp = cell.get("tensor_parallel") or {}
+    shapes = cell.get("qkv_weight_shapes") or []
+    if tp.get("mp_size", 1) <= 1 or not shapes or "hidden_size" not in cell:
+        return None
+    rows = 3 * cell["hidden_size"] // tp["mp_size"]
+    if all(len(shape) == 2 and shape[0] == rows for shape in shapes):
+        return None
+    return (f"{BUG_TP_UNSLICED} ({tp['heads_per_rank']} heads per rank; QKV weights of shape "
+            f"{', '.join(str(s) for s in shapes)}, where a rank's slice has {rows} rows)")  # fmt: skip
 
 
 def _crash(cell: dict) -> str:

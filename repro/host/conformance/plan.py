@@ -79,6 +79,10 @@ SCENARIOS: dict[str, dict] = {
     "lora": {"order": "eval-generate-train", "lora": "all", "pin": True},
     "unpinned": {"order": "eval-generate-train", "lora": "none", "pin": False},
     "unpinned-lora": {"order": "eval-generate-train", "lora": "all", "pin": False},
+    # Tensor-parallel generation across the 2 ranks (inference_tp_size 2, no mpu: DeepSpeed-Chat passes none).
+    "tp2": {"order": "eval-generate-train", "lora": "none", "pin": True, "probe": {"tp": 2}},
+    # The same with an mpu (repro.rank.mpu: both ranks one tensor-parallel group), as Megatron-style callers do.
+    "tp2-mpu": {"order": "eval-generate-train", "lora": "none", "pin": True, "probe": {"tp": 2, "mpu": True}},
     # DeepSpeed-Chat's step 3 as its scripts run it: pinned, LoRA dim 64 (scaling 1) on every Linear of the
     # layers, its ZeRO-3 settings (persistence threshold 1e4, max live parameters 3e7) and generate with
     # synced_gpus; prompt and answer lengths are equal there (256 + 256) and here (8 + 8).

@@ -74,3 +74,13 @@ def test_a_scenarios_probe_settings_reach_the_probe_and_the_spec_is_removed(tmp_
     assert {k: seen[k] for k in ("threshold", "max_live", "lora_dim", "synced_gpus")} == {
         "threshold": 10_000, "max_live": 30_000_000, "lora_dim": 64, "synced_gpus": True}  # fmt: skip
     assert not list(tmp_path.rglob("*.spec.json"))
+
+
+@pytest.mark.distributed
+def test_tensor_parallel_generation_on_zero3_hands_the_layers_unsliced_weights(tmp_path):
+    """inference_tp_size 2 on 2 ranks, DeepSpeed-Chat's way (no mpu): the layers are built for 2 heads per rank,
+    and the QKV GEMM is handed no rank's slice."""
+    axes = plan.cell_axes("gpt-neox", "default", "released", 3, 2, "tp2")
+    result = cells.run_cell(tmp_path, None, axes, timeout_s=240)
+    assert result["settings"]["inference_tp_size"] == 2 and result["tensor_parallel"]["heads_per_rank"] == 2
+    assert diagnosis.diagnose({**axes, **result})[0].startswith(diagnosis.BUG_TP_UNSLICED)

@@ -201,3 +201,21 @@ def test_opts_twins_name_their_bugs_only_when_the_he_matches_them():
     assert dx.diagnose({**gelu, "per_step_logits_vs_twin": {"relu_activation": [0.3, 0.2]}}) == [dx.UNEXPLAINED]
     post = {**gelu, "per_step_logits_vs_twin": {"pre_layer_norm": [6e-7, 5e-7]}}
     assert dx.diagnose(post) == [dx.BUG_OPT_POST_LN]
+
+
+def test_tensor_parallel_layers_handed_unsliced_weights_are_named_from_the_shapes():
+    """inference_tp_size 2 on a hidden-256 model: a rank's QKV slice has 384 rows; 768 (unsliced, ZeRO-2) or 0
+    elements (a released ZeRO-3 partition) is the bug, named before the crash it leads to."""
+    crash = {"type": "RuntimeError", "message": "size mismatch", "at": "deepspeed/ops/x.py:62"}
+    tp = {"mp_size": 2, "heads_per_rank": 2}
+    zero3 = arch_cell(hidden_size=256, tensor_parallel=tp, qkv_weight_shapes=[[0]], crash=crash)
+    assert dx.diagnose(zero3) == [
+        f"{dx.BUG_TP_UNSLICED} (2 heads per rank; QKV weights of shape [0], where a rank's slice has 384 rows)"
+    ]
+    zero2 = arch_cell(hidden_size=256, tensor_parallel=tp, qkv_weight_shapes=[[768, 256]])
+    assert dx.diagnose(zero2)[0].startswith(dx.BUG_TP_UNSLICED)
+    sliced = arch_cell(hidden_size=256, tensor_parallel=tp, qkv_weight_shapes=[[384, 256]])
+    assert dx.diagnose(sliced) == ["correct"]
+    one_rank = arch_cell(hidden_size=256, tensor_parallel={"mp_size": 1, "heads_per_rank": 4},
+                         qkv_weight_shapes=[[768, 256]])  # fmt: skip
+    assert dx.diagnose(one_rank) == ["correct"]
