@@ -187,15 +187,30 @@ def bench(c, full=False, out=""):
     auto_shortflags=False,
     help={
         "out": "new directory for conformance.json, CONFORMANCE.md and conformance.png (refused if it holds results)",
-        "quick": "one cell per axis value (20 cells)",
+        "quick": "one cell per axis value",
         "resume": "run only the cells this OUT's journal lacks, with the options it was started with",
         "regenerate": "run every cell again, replacing OUT's results",
         "isolated": "one torchrun per cell instead of the warm pools (the yardstick)",
         "shard": "K/N: run the K-th of N deterministic shards",
-        "arch": "only this architecture's cells (gpt-neox, gpt-neo, llama)",
+        "arch": "only this architecture's cells (gpt-neox, gpt-neo, llama, opt)",
+        "config": "check my model: a Hugging Face config.json or model directory; its tiny twin is run",
+        "weights": "with --config DIR: the model itself with its model.safetensors",
+        "allow-pickle": "with --weights: a pickled pytorch_model.bin may be loaded",
     },
 )
-def conformance(c, out="", quick=False, resume="", regenerate=False, isolated=False, shard="", arch=""):
+def conformance(
+    c,
+    out="",
+    quick=False,
+    resume="",
+    regenerate=False,
+    isolated=False,
+    shard="",
+    arch="",
+    config="",
+    weights=False,
+    allow_pickle=False,
+):
     """The Hybrid Engine against native Hugging Face, cell by cell (python -m repro conformance)."""
     from repro.cli import main as cli_main
 
@@ -205,4 +220,5 @@ def conformance(c, out="", quick=False, resume="", regenerate=False, isolated=Fa
     args = ["conformance", *(["--resume", resume] if resume else ["--out", out])]
     args += ["--quick"] * quick + ["--regenerate"] * regenerate + ["--isolated"] * isolated
     args += (["--shard", shard] if shard else []) + (["--arch", arch] if arch else [])
+    args += (["--config", config] if config else []) + ["--weights"] * weights + ["--allow-pickle"] * allow_pickle
     _exit(cli_main(args))

@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", type=Path, help="directory for conformance.json, CONFORMANCE.md (refused if it holds results)"
     )
     where.add_argument("--resume", type=Path, metavar="OUT", help="run only the cells OUT's journal lacks, as started")
-    conformance.add_argument("--quick", action="store_true", help="one cell per axis value (20 cells)")
+    conformance.add_argument("--quick", action="store_true", help="one cell per axis value")
     conformance.add_argument("--render", action="store_true", help="only render the reports from OUT/conformance.json")
     conformance.add_argument("--regenerate", action="store_true", help="run every cell again, replacing OUT's results")
     conformance.add_argument(
@@ -139,6 +139,19 @@ def build_parser() -> argparse.ArgumentParser:
     conformance.add_argument("--shard", type=_shard, metavar="K/N", help="run the K-th of N deterministic shards")
     conformance.add_argument("--arch", action="append", help="only this architecture's cells (repeatable)")
     conformance.add_argument("--merge", type=Path, nargs="+", metavar="DIR", help="join shard outputs into --out")
+    conformance.add_argument(
+        "--config",
+        type=Path,
+        metavar="PATH",
+        help="check my model: a Hugging Face config.json (or a model directory): its tiny twin in the quick "
+        "scenarios, released and with the series",
+    )
+    conformance.add_argument(
+        "--weights", action="store_true", help="with --config DIR: the model itself, with its model.safetensors"
+    )
+    conformance.add_argument(
+        "--allow-pickle", action="store_true", help="with --weights: a pickled pytorch_model.bin may be loaded"
+    )
 
     sub.add_parser(
         "issue-scripts",
@@ -202,8 +215,17 @@ def main(argv: list[str] | None = None) -> int:
                 if args.out is None:
                     raise UsageError("--merge writes to --out DIR")
                 return conformance.merge(args.out, args.merge, regenerate=args.regenerate)
+            if (args.weights or args.allow_pickle) and args.config is None:
+                raise UsageError("--weights and --allow-pickle check a model given with --config DIR")
+            model = None
+            if args.config is not None:
+                from .host.conformance import my_model
+
+                my_model.plan(args.config, args.weights, args.allow_pickle)  # refuses bad input before anything runs
+                model = {"config": str(args.config), "weights": args.weights, "allow_pickle": args.allow_pickle}
             return conformance.main(
                 args.out or args.resume,
+                model=model,
                 quick=args.quick,
                 isolated=args.isolated,
                 resume=args.resume is not None,

@@ -100,7 +100,10 @@ def run(spec: dict) -> dict:
     laps("imports_and_init_distributed")
 
     arch = adapter(spec["arch"])
-    model = arch.build(spec["seed"], spec.get("config"))
+    if spec.get("weights"):  # "check my model": the user's own weights
+        model = arch.load(spec["weights"], spec.get("config") or {}, spec.get("allow_pickle", False))
+    else:
+        model = arch.build(spec["seed"], spec.get("config"))
     heads = model.config.num_attention_heads
     lora_names = lora.attach(
         model,
@@ -143,7 +146,7 @@ def run(spec: dict) -> dict:
             "new_tokens": n,
             "cycles": spec["cycles"],
             "lora": {k: spec[k] for k in ("lora_dim", "lora_alpha", "lora_std", "lora_seed")},
-            "model": f"random:{arch.name}:seed={spec['seed']}",
+            "model": spec.get("weights") or f"random:{arch.name}:seed={spec['seed']}",
             "dtype": "fp32",
         },
         "grouped_query_attention": getattr(model.config, "num_key_value_heads", None) not in (None, heads),

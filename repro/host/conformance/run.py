@@ -23,7 +23,7 @@ from .. import launch, table_dir, tables
 from ..cell_progress import Progress
 from ..upstream import patched_copy
 from ..upstream.ds_report import ds_report_text
-from . import pool, transformers_env
+from . import my_model, pool, transformers_env
 from .cells import run_cell
 from .diagnosis import diagnose
 from .plan import ARCH_CONFIGS, BUILDS, COMMAND, SCENARIOS, key, plan_of, shard_of
@@ -40,22 +40,28 @@ def main(
     regenerate: bool = False,
     shard: tuple[int, int] | None = None,
     archs: tuple[str, ...] | None = None,
+    model: dict | None = None,
 ) -> int:
     """Runs the plan (or a shard of it; `archs`: only these architectures' cells), each finished cell
     journaled at once; `resume` runs only the cells OUT's journal lacks, with the options it was started
     with. Exit 0, 3 if a cell could not be measured, 130 on Ctrl-C / SIGTERM (every rank stopped; the
-    finished cells kept)."""
+    finished cells kept). `model`: "check my model" ({"config": PATH, "weights": bool, "allow_pickle": bool}):
+    my_model's cells instead of the plan's."""
     out = Path(out)
     resumed = table_dir.claim(out, "conformance.json", "conformance", resume=resume, regenerate=regenerate)
     if resumed is not None:
         quick, isolated = resumed.get("quick", quick), resumed.get("isolated", isolated)
         shard = tuple(resumed["shard"]) if resumed.get("shard") else None
         archs = tuple(resumed["archs"]) if resumed.get("archs") else None
+        model = resumed.get("model")
     else:
         table_dir.start(out, {"quick": quick, "isolated": isolated, "shard": list(shard) if shard else None,
-                              "archs": list(archs) if archs else None})  # fmt: skip
+                              "archs": list(archs) if archs else None, "model": model})  # fmt: skip
     launch.interrupt_on_sigterm()
-    planned = shard_of(plan_of(quick, archs), shard)
+    if model:
+        planned = shard_of(my_model.plan(Path(model["config"]), model["weights"], model["allow_pickle"]), shard)
+    else:
+        planned = shard_of(plan_of(quick, archs), shard)
     keys = {key(p) for p in planned}
     done = {key(c): c for c in table_dir.finished(out) if key(c) in keys}
     earlier = sum(c["duration_s"] for c in done.values())  # the resumed cells' own time
@@ -77,7 +83,7 @@ def main(
             f"{out / table_dir.JOURNAL}; `python -m repro conformance --resume {out}` runs the rest")  # fmt: skip
         return EXIT_INTERRUPTED
     cells = [done[key(axes)] for axes in planned]
-    write(out, cells, quick, shard, round(time.time() - started + earlier, 1))
+    write(out, cells, quick, shard, round(time.time() - started + earlier, 1), model)
     log(f"[conformance] {len(cells)} cells in {time.time() - started:.0f} s -> {out / 'CONFORMANCE.md'}; "
         + progress.summary(cells))  # fmt: skip
     return EXIT_BROKEN if any("error" in c for c in cells) else EXIT_OK
@@ -132,12 +138,25 @@ def _measure(out: Path, roots: dict, axes: dict, timeout_s: float, probe: Callab
     )
 
 
-def write(out: Path, cells: list[dict], quick: bool, shard: tuple[int, int] | None, duration_s: float) -> None:
+def write(
+    out: Path,
+    cells: list[dict],
+    quick: bool,
+    shard: tuple[int, int] | None,
+    duration_s: float,
+    model: dict | None = None,
+) -> None:
     """conformance.json and the reports, rendered from the file as `--render` does (its sorted keys order the
     builds and scenarios), so a run, a resumed run, a merge and a re-render give the same reports."""
+    command = COMMAND + (" --quick" if quick else "")
+    configs = ARCH_CONFIGS
+    if model:
+        flags = " --weights" * model["weights"] + " --allow-pickle" * model["allow_pickle"]
+        command = f"python -m repro conformance --config {model['config']}{flags} --out {out}"
+        configs = {cells[0]["arch"]: {my_model.NAME: cells[0]["config"]}} if cells else {}
     data = {
-        "command": COMMAND + (" --quick" if quick else ""),
-        "configs": ARCH_CONFIGS,
+        "command": command,
+        "configs": configs,
         "scenarios": SCENARIOS,
         "builds": {name: list(patches) for name, patches in BUILDS.items()},
         "cells": cells,

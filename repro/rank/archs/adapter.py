@@ -60,6 +60,30 @@ class Adapter:
                     p.normal_(1.0, 0.1)
         return model
 
+    def load(self, weights: str, overrides: dict, allow_pickle: bool = False) -> torch.nn.Module:
+        """A user's own model ("check my model" --weights): its config's fields over the tiny default, its
+        weights from safetensors (a pickle only with `allow_pickle`, read with torch's weights-only loader).
+        Every weight of the model must come from the file, but weights tied to another (lm_head)."""
+        import transformers
+
+        if weights.endswith(".safetensors"):
+            from safetensors.torch import load_file
+
+            state = load_file(weights)
+        elif allow_pickle:
+            state = torch.load(weights, map_location="cpu", weights_only=True)
+        else:
+            raise ValueError(f"{weights}: only safetensors load without allow_pickle")
+        model = getattr(transformers, self.model_class)(self.config(overrides))
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        tied = set(getattr(model, "_tied_weights_keys", None) or ())
+        untied = [k for k in missing if k not in tied]
+        if untied or unexpected:
+            raise ValueError(f"{weights} does not fit the config: missing {untied[:3]}, unexpected {unexpected[:3]}")
+        if missing:
+            model.tie_weights()
+        return model.float().eval()
+
     def layer_list(self, model: torch.nn.Module) -> torch.nn.ModuleList:
         return model.get_submodule(self.layers)
 

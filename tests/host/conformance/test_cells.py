@@ -84,3 +84,27 @@ def test_tensor_parallel_generation_on_zero3_hands_the_layers_unsliced_weights(t
     result = cells.run_cell(tmp_path, None, axes, timeout_s=240)
     assert result["settings"]["inference_tp_size"] == 2 and result["tensor_parallel"]["heads_per_rank"] == 2
     assert diagnosis.diagnose({**axes, **result})[0].startswith(diagnosis.BUG_TP_UNSLICED)
+
+
+@pytest.mark.distributed
+def test_check_my_model_runs_a_locally_saved_model_with_its_own_weights(tmp_path):
+    """A tiny OPT saved as safetensors by this test: the probe loads those weights (its native tokens are the
+    saved model's), and the Hybrid Engine reproduces it."""
+    import torch
+
+    from repro.host.conformance import my_model, run
+    from repro.model_registry import DEFAULT_PROMPT_IDS
+    from repro.rank.archs import adapter
+    from repro.rank.engine import greedy
+
+    saved = adapter("opt").build(5)
+    saved.save_pretrained(tmp_path / "model", safe_serialization=True)
+    ids = torch.tensor([[i % saved.config.vocab_size for i in DEFAULT_PROMPT_IDS]])
+    with torch.no_grad():
+        expected, _ = greedy(saved, ids, 8)
+    axes = my_model.plan(tmp_path / "model", weights=True)[0]  # DeepSpeed-Chat's scenario, ZeRO-2, 1 rank
+    root = run.prepare([axes])[(axes["build"], axes["transformers"])][0]
+    result = cells.run_cell(tmp_path / "work", root, axes, timeout_s=240)
+    assert result["settings"]["model"] == str(tmp_path / "model" / "model.safetensors")
+    assert result["native_tokens"] == expected
+    assert diagnosis.diagnose({**axes, **result}) == ["correct"]

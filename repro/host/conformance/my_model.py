@@ -1,0 +1,121 @@
+"""`conformance --config PATH`: "check my model". PATH is a Hugging Face `config.json`, or a model directory
+holding one. The suite builds the config's tiny twin (layers, hidden size, heads and vocabulary shrunk, every
+other field kept) and runs the quick scenarios on it, on the released build and the whole series. With
+`--weights` the model itself runs, with its own weights, unshrunk.
+
+A model directory is untrusted input: nothing from it is executed (a config that asks for its own code,
+`auto_map`, is refused; Transformers' classes for the four architectures are the only code that runs), and
+weights load from safetensors only, unless `--allow-pickle` says a pickled checkpoint may be read too. Host
+side: reads JSON, imports no torch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ...options import UsageError
+from .plan import ENGAGED_ON, PINNED, SCENARIOS, cell_axes
+
+# Transformers' model_type -> the suite's architecture (repro.rank.archs has an adapter for each).
+MODEL_TYPES = {"gpt_neox": "gpt-neox", "gpt_neo": "gpt-neo", "llama": "llama", "opt": "opt"}
+# Fields that name or describe a checkpoint rather than the forward math: not handed to the config class.
+NOT_MATH = ("architectures", "auto_map", "_name_or_path", "transformers_version", "torch_dtype", "dtype",
+            "model_type", "_commit_hash", "quantization_config", "head_dim")  # fmt: skip
+TWIN = {"layers": 2, "hidden": 256, "heads": 4, "vocab": 1024, "positions": 256}
+NAME = "my-model"
+
+
+def read(path: Path) -> tuple[dict, Path]:
+    """The config and the directory it lives in; UsageError (exit 2) in one line for what is wrong."""
+    path = Path(path)
+    file = path / "config.json" if path.is_dir() else path
+    if not file.is_file():
+        raise UsageError(f"no Hugging Face config at {file}: pass a config.json or a model directory holding one")
+    try:
+        config = json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"cannot read {file} as a Hugging Face config: {exc}") from None
+    if not isinstance(config, dict):
+        raise UsageError(f"{file} is JSON but not a Hugging Face config (an object with a model_type)")
+    if config.get("auto_map"):
+        raise UsageError(f"{file} asks for the model directory's own code (auto_map); this suite never runs code "
+                         "from a model directory, only Transformers' own classes")  # fmt: skip
+    return config, file.parent
+
+
+def arch_of(config: dict) -> str:
+    model_type = config.get("model_type")
+    if model_type not in MODEL_TYPES:
+        raise UsageError(f"model_type {model_type!r}: the Hybrid Engine conformance suite checks "
+                         f"{', '.join(sorted(MODEL_TYPES))} (each has an adapter in repro/rank/archs/)")  # fmt: skip
+    return MODEL_TYPES[model_type]
+
+
+def _first(config: dict, *names: str) -> str | None:
+    return next((n for n in names if config.get(n) is not None), None)
+
+
+def tiny_twin(config: dict) -> dict:
+    """The config with its sizes shrunk to the suite's tiny ones and every other field kept: the forward math
+    the Hybrid Engine must reproduce stays the user's (ratios of FFN and projection sizes, grouped-query heads,
+    rotary, norms, activations, biases)."""
+    twin = {k: v for k, v in config.items() if k not in NOT_MATH}
+    hidden_key, heads_key = _first(config, "hidden_size", "n_embd"), _first(config, "num_attention_heads", "num_heads")
+    if hidden_key is None or heads_key is None:
+        raise UsageError("the config names no hidden size or head count: not a decoder this suite can shrink")
+    hidden, heads = config[hidden_key], config[heads_key]
+    twin[hidden_key], twin[heads_key] = TWIN["hidden"], TWIN["heads"]
+    layers_key = _first(config, "num_hidden_layers", "num_layers")
+    if layers_key:
+        twin[layers_key] = TWIN["layers"]
+    if config.get("num_key_value_heads"):  # keep the grouped-query ratio
+        twin["num_key_value_heads"] = max(1, TWIN["heads"] * config["num_key_value_heads"] // heads)
+    for key in ("intermediate_size", "ffn_dim", "word_embed_proj_dim"):
+        if config.get(key):
+            twin[key] = max(1, round(TWIN["hidden"] * config[key] / hidden))
+    if config.get("vocab_size"):
+        twin["vocab_size"] = min(config["vocab_size"], TWIN["vocab"])
+    if config.get("max_position_embeddings"):
+        twin["max_position_embeddings"] = min(config["max_position_embeddings"], TWIN["positions"])
+    if config.get("window_size"):
+        twin["window_size"] = min(config["window_size"], TWIN["positions"])
+    if config.get("attention_types"):  # GPT-Neo: the first two layers' kinds, in its own format
+        kinds = [kind for group, repeat in config["attention_types"] for _ in range(repeat) for kind in group]
+        twin["attention_types"] = [[kinds[: TWIN["layers"]], 1]]
+    for token in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        if isinstance(twin.get(token), int) and twin[token] >= twin.get("vocab_size", TWIN["vocab"]):
+            twin[token] = 0
+    return twin
+
+
+def weights_file(directory: Path, allow_pickle: bool) -> Path:
+    """The checkpoint --weights loads: model.safetensors; a pickle (pytorch_model.bin) only with allow_pickle."""
+    safetensors = directory / "model.safetensors"
+    if safetensors.is_file():
+        return safetensors
+    pickled = directory / "pytorch_model.bin"
+    if pickled.is_file():
+        if allow_pickle:
+            return pickled
+        raise UsageError(f"{directory} holds only a pickled checkpoint (pytorch_model.bin): loading a pickle can "
+                         "run code; pass --allow-pickle if you trust it, or save it as model.safetensors")  # fmt: skip
+    raise UsageError(f"--weights: no model.safetensors in {directory}")
+
+
+def plan(path: Path, weights: bool = False, allow_pickle: bool = False) -> list[dict]:
+    """The cells: every scenario under ZeRO-3 on 2 ranks and DeepSpeed-Chat's under ZeRO-2 on 1, before and after
+    the series, on the Transformers where the Hybrid Engine engages the architecture."""
+    config, directory = read(path)
+    arch = arch_of(config)
+    overrides = {k: v for k, v in config.items() if k not in NOT_MATH} if weights else tiny_twin(config)
+    model = {"weights": str(weights_file(directory, allow_pickle)), "allow_pickle": allow_pickle} if weights else {}
+    cells = []
+    for build in ("released", "whole series"):
+        sizes = [(2, 1, "reference")] + [(3, 2, s) for s in SCENARIOS]
+        for zero, ranks, scenario in sizes:
+            axes = cell_axes(arch, "default", build, zero, ranks, scenario, ENGAGED_ON.get(arch, PINNED))
+            axes.update(configuration=NAME, config=overrides)
+            if model:
+                axes["probe"] = {**axes.get("probe", {}), **model}
+            cells.append(axes)
+    return cells
