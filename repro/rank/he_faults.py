@@ -35,12 +35,21 @@ class QkvBiasProbe:
         self.calls, self.values = 0, []
         self.weight_shapes: set[tuple[int, ...]] = set()
         self.handles = []
+        self.split_shapes: set[tuple[int, ...]] = set()
         for container in containers:
             attention = container.module.attention
+            self.handles.append(attention.register_forward_pre_hook(self._split))
             self.handles.append(attention.qkv_func.register_forward_pre_hook(self._hook(attention), with_kwargs=True))
             linear = getattr(attention, "linear_func", None)
             if linear is not None:
                 self.handles.append(linear.register_forward_pre_hook(self._shape, with_kwargs=True))
+
+    def _split(self, attention, args) -> None:
+        """Separate Q, K and V weights the attention holds when it is called (merged inside it under ZeRO-3)."""
+        for name in ("attn_qw", "attn_kw", "attn_vw"):
+            weight = getattr(attention, name, None)
+            if weight is not None:
+                self.split_shapes.add(tuple(weight.shape))
 
     def _shape(self, module, args, kwargs) -> None:
         weight = kwargs.get("weight")
@@ -64,7 +73,8 @@ class QkvBiasProbe:
         for h in self.handles:
             h.remove()
         return {"calls": self.calls, "max_abs": worst(self.values) if self.values else None,
-                "qkv_weight_shapes": sorted(list(shape) for shape in self.weight_shapes)}  # fmt: skip
+                "qkv_weight_shapes": sorted(list(shape) for shape in self.weight_shapes),
+                "split_qkv_weight_shapes": sorted(list(shape) for shape in self.split_shapes)}  # fmt: skip
 
 
 class LayerCalls:

@@ -86,6 +86,8 @@ def diagnose(cell: dict) -> list[str]:
     without_lora = cell.get("per_step_logits_vs_without_lora")
     if without_lora and worst(without_lora) <= TOL < worst(steps):  # the HE's logits are the model's sans LoRA
         bugs.append(BUG_LORA_NOT_FOUND)
+    elif without_lora and len(steps) > 1 and steps[0] <= TOL and worst(without_lora[1:]) <= TOL < worst(steps[1:]):
+        bugs.append(family.BUG_DECODE)  # the prompt's forward had LoRA, every decode step the model without it
     restored = cell.get("restore_after_first_generate") or {}
     changed = worst([restored.get(kind, {}).get("max_abs", 0.0) for kind in ("base", "lora")])
     if not changed <= WEIGHTS_TOL:
@@ -102,14 +104,15 @@ def diagnose(cell: dict) -> list[str]:
 def _tp_unsliced(cell: dict) -> str | None:
     """With inference_tp_size > 1: the QKV weights the GEMMs were handed, against the slice each rank holds."""
     tp = cell.get("tensor_parallel") or {}
-    shapes = cell.get("qkv_weight_shapes") or []
-    if tp.get("mp_size", 1) <= 1 or not shapes or "hidden_size" not in cell:
+    if tp.get("mp_size", 1) <= 1 or "hidden_size" not in cell:
         return None
-    rows = 3 * cell["hidden_size"] // tp["mp_size"]
-    if all(len(shape) == 2 and shape[0] == rows for shape in shapes):
-        return None
-    return (f"{BUG_TP_UNSLICED} ({tp['heads_per_rank']} heads per rank; QKV weights of shape "
-            f"{', '.join(str(s) for s in shapes)}, where a rank's slice has {rows} rows)")  # fmt: skip
+    # Fused QKV handed to the GEMM: 3 x hidden / tp rows; separate Q, K, V held by the attention: hidden / tp each.
+    for key, rows, what in (("qkv_weight_shapes", 3, "QKV"), ("split_qkv_weight_shapes", 1, "Q, K and V")):
+        shapes, rows = cell.get(key) or [], rows * cell["hidden_size"] // tp["mp_size"]
+        if shapes and not all(len(shape) == 2 and shape[0] == rows for shape in shapes):
+            return (f"{BUG_TP_UNSLICED} ({tp['heads_per_rank']} heads per rank; {what} weights of shape "
+                    f"{', '.join(str(s) for s in shapes)}, where a rank's slice has {rows} rows)")  # fmt: skip
+    return None
 
 
 def _crash(cell: dict) -> str:

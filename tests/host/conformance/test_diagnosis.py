@@ -219,3 +219,23 @@ def test_tensor_parallel_layers_handed_unsliced_weights_are_named_from_the_shape
     one_rank = arch_cell(hidden_size=256, tensor_parallel={"mp_size": 1, "heads_per_rank": 4},
                          qkv_weight_shapes=[[768, 256]])  # fmt: skip
     assert dx.diagnose(one_rank) == ["correct"]
+
+
+def test_split_qkv_layers_handed_unsliced_or_released_weights_under_tensor_parallelism():
+    tp = {"mp_size": 2, "heads_per_rank": 2}
+    crash = {"type": "RuntimeError", "message": "The expanded size of the tensor (256) must match the existing size",
+             "at": "deepspeed/ops/transformer/inference/ds_attention.py:122"}  # fmt: skip
+    released = arch_cell(hidden_size=256, tensor_parallel=tp, split_qkv_weight_shapes=[[0]], crash=crash)
+    assert dx.diagnose(released)[0] == (
+        f"{dx.BUG_TP_UNSLICED} (2 heads per rank; Q, K and V weights of shape [0], where a rank's slice has 128 rows)"
+    )
+    sliced = arch_cell(hidden_size=256, tensor_parallel=tp, split_qkv_weight_shapes=[[128, 256]])
+    assert dx.diagnose(sliced) == ["correct"]
+
+
+def test_lora_present_at_the_prompt_and_gone_at_every_decode_step_is_0003_for_any_architecture():
+    lost = arch_cell(arch="opt", tokens_equal_native=False, per_step_logits_vs_native=[5e-7, 1.16, 1.27],
+                     per_step_logits_vs_without_lora=[0.9, 6e-7, 5e-7])  # fmt: skip
+    assert dx.diagnose(lost) == [dx.family.BUG_DECODE]
+    partly = {**lost, "per_step_logits_vs_without_lora": [0.9, 6e-7, 0.4]}
+    assert dx.diagnose(partly) == [dx.UNEXPLAINED]
