@@ -163,7 +163,7 @@ def test_sigterm_stops_every_srun_task(slurm_cluster, tmp_path, processes_mentio
 
 
 def test_a_job_array_runs_conformance_shards_that_merge_into_one_run(slurm_cluster, tmp_path):
-    """scripts/slurm/conformance-shards.sbatch as an array of 2 (GPT-Neo's quick cells: 3), then --merge."""
+    """scripts/slurm/conformance-shards.sbatch as an array of 2 (GPT-Neo's quick cells: 4), then --merge."""
     from repro.paths import REPO_ROOT
 
     out = tmp_path / "conformance"
@@ -176,12 +176,15 @@ def test_a_job_array_runs_conformance_shards_that_merge_into_one_run(slurm_clust
     assert done.returncode == 0, done.stderr + logs
     shards = sorted(out.glob("shard-*-of-2"))
     assert [s.name for s in shards] == ["shard-1-of-2", "shard-2-of-2"], logs
-    assert "[conformance] 2/2" in logs and "[conformance] 1/1" in logs  # 3 cells: 2 in the first shard, 1 in the other
+    assert logs.count("[conformance] 2/2") == 2  # 4 cells: 2 in each shard
     merged = subprocess.run(
         [sys.executable, "-m", "repro", "conformance", "--merge", *map(str, shards), "--out", str(out / "merged")],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert merged.returncode == 0, merged.stdout + merged.stderr
     cells = json.loads((out / "merged" / "conformance.json").read_text())["cells"]
-    assert [c["configuration"] for c in cells] == ["default", "exact-gelu", "layer-norm-eps-1e-3"]
-    assert all(c["diagnosis"] == ["correct"] for c in cells), [c["diagnosis"] for c in cells]
+    from repro.host.conformance import plan
+
+    assert [plan.key(c) for c in cells] == [plan.key(c) for c in plan.plan_of(True, ("gpt-neo",))]
+    pinned = [c for c in cells if c["transformers"] == plan.PINNED]
+    assert len(pinned) == 3 and all(c["diagnosis"] == ["correct"] for c in pinned), [c["diagnosis"] for c in cells]
