@@ -207,8 +207,7 @@ def run(spec: dict) -> dict:
                     with torch.no_grad():  # DeepSpeed-Chat's call: the HE replaces module.generate when it engages
                         he_tokens, he_logits = greedy(engine.module, ids, n, spec["synced_gpus"])
                 finally:  # what the attention took each step for is evidence even when generate fails
-                    result["qkv_weight_shapes"] = sorted(list(shape) for shape in bias_probe.weight_shapes)
-                    result["split_qkv_weight_shapes"] = sorted(list(shape) for shape in bias_probe.split_shapes)
+                    result.update(bias_probe.shapes())
                     result["inference_containers"] = len(containers)
                     result["tensor_parallel"] = _tensor_parallel(containers)
                     result["injected_layer_calls"] = injected.remove()

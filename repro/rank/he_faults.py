@@ -69,12 +69,15 @@ class QkvBiasProbe:
 
         return hook
 
+    def shapes(self) -> dict:
+        """The QKV weight shapes seen so far: fused ones handed to the GEMMs, separate ones the attention held."""
+        return {"qkv_weight_shapes": sorted(list(shape) for shape in self.weight_shapes),
+                "split_qkv_weight_shapes": sorted(list(shape) for shape in self.split_shapes)}  # fmt: skip
+
     def remove(self) -> dict:
         for h in self.handles:
             h.remove()
-        return {"calls": self.calls, "max_abs": worst(self.values) if self.values else None,
-                "qkv_weight_shapes": sorted(list(shape) for shape in self.weight_shapes),
-                "split_qkv_weight_shapes": sorted(list(shape) for shape in self.split_shapes)}  # fmt: skip
+        return {"calls": self.calls, "max_abs": worst(self.values) if self.values else None}
 
 
 class LayerCalls:

@@ -31,7 +31,7 @@ def test_a_bias_handed_to_a_bias_free_models_qkv_gemm_is_recorded_nan_included()
     call(c, torch.tensor([1.0, -3.0]))
     call(c, torch.tensor([math.nan]))
     assert probe.remove()["calls"] == 2 and math.isnan(probe.remove()["max_abs"])
-    assert probe.remove()["qkv_weight_shapes"] == [[1]] and probe.remove()["split_qkv_weight_shapes"] == []
+    assert probe.shapes() == {"qkv_weight_shapes": [[1]], "split_qkv_weight_shapes": []}
     call(c, torch.tensor([5.0]))  # removed: no longer recorded
     assert probe.calls == 2
 
@@ -44,7 +44,7 @@ def test_a_model_with_qkv_bias_or_no_bias_handed_is_not_recorded(held):
     free = container()
     probe2 = he_faults.QkvBiasProbe([free])
     call(free, None)
-    assert probe.remove()["calls"] == 0 and probe.remove()["max_abs"] is None and probe2.remove()["calls"] == 0
+    assert probe.remove() == {"calls": 0, "max_abs": None} and probe2.remove()["calls"] == 0
 
 
 def test_where_names_the_innermost_deepspeed_or_transformers_frame():

@@ -10,8 +10,8 @@ PINNED = pinned()  # the Transformers of constraints.txt
 # Where the Hybrid Engine engages each architecture, when not on the pinned Transformers: DeepSpeed 0.19.8
 # keeps OPT layers that take a Cache on the native path (from Transformers 4.49); 4.48.3 is the newest it
 # injects (constraints-transformers-4.48.3.txt). Each architecture also runs a few cells on the other version.
-ENGAGED_ON = {"opt": "4.48.3"}
 OLDER = "4.48.3"
+ENGAGED_ON = {"opt": OLDER}
 
 COMMAND = "python -m repro conformance --regenerate --out results/reference/conformance"
 # GPT-NeoX's tiny default (repro.model_registry.TINY) and, per field that changes the forward math, one
@@ -116,10 +116,11 @@ def cell_axes(
 
 
 def plan(quick: bool = False) -> list[dict]:
-    """The cells to run. Full: per architecture and build, every configuration in DeepSpeed-Chat's scenario
-    under ZeRO-2/3 x 1/2 ranks; the default configuration in each other scenario at 2 ranks (ZeRO-2 and 3;
-    the non-pinned ones ZeRO-3 only: pin_parameters is a ZeRO-3 setting); GPT-Neo's and Llama's other
-    configurations before and after the series; the leave-one-out cells. Quick: one cell per axis value."""
+    """The cells to run. Full: per architecture and build, every configuration in the reference scenario
+    (DeepSpeed-Chat's call order) under ZeRO-2/3 x 1/2 ranks; the default configuration in each other scenario at
+    2 ranks (ZeRO-2 and 3; the non-pinned ones ZeRO-3 only: pin_parameters is a ZeRO-3 setting); GPT-Neo's,
+    Llama's and OPT's other configurations before and after the series; the leave-one-out cells; each
+    architecture's few cells on the other Transformers. Quick: one cell per axis value."""
     if quick:
         series = "whole series"
         return [
@@ -142,7 +143,7 @@ def plan(quick: bool = False) -> list[dict]:
                 if scenario != "reference":
                     stages = (2, 3) if settings["pin"] else (3,)
                     cells += [cell_axes(arch, "default", build, z, 2, scenario) for z in stages]
-    # The other architectures' configurations: DeepSpeed-Chat's scenario, ZeRO-2 on 1 rank and ZeRO-3 on 2;
+    # The other architectures' configurations: the reference scenario, ZeRO-2 on 1 rank and ZeRO-3 on 2;
     # Llama as released crashes before any configuration matters (0008), so the series without 0010 stands in.
     for arch in ("gpt-neo", "llama", "opt"):
         before = "series without 0010" if arch == "llama" else "released"
@@ -154,7 +155,7 @@ def plan(quick: bool = False) -> list[dict]:
             for scenario in scenarios:
                 sizes = (1, 2) if SCENARIOS[scenario]["pin"] else (2,)
                 cells += [cell_axes(arch, "default", build, 3, w, scenario) for w in sizes]
-    # Each architecture on the other Transformers: DeepSpeed-Chat's scenario, before and after the series.
+    # Each architecture on the other Transformers: the reference scenario, before and after the series.
     for arch in ARCHS:
         for build in ("released", "whole series"):
             cells += [cell_axes(arch, "default", build, z, w, "reference", _other(arch)) for z, w in ((2, 1), (3, 2))]

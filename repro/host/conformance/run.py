@@ -93,24 +93,27 @@ def prepare(cells: list[dict]) -> dict[tuple[str, str], tuple[Path | None, str |
     """Per (build, Transformers version) of `cells`: the directory the ranks put first on PYTHONPATH (None:
     the environment's own), or why it could not be made (recorded on every cell that needs it). Each patched
     copy and each overlay is made once."""
-    builds: dict[str, tuple[Path | None, str | None]] = {}
-    for build in dict.fromkeys(c["build"] for c in cells):
-        try:
-            builds[build] = (patched_copy.prepare_patched_copy(patches=BUILDS[build]) if BUILDS[build] else None, None)
-        except Exception as exc:
-            builds[build] = (None, f"{type(exc).__name__}: {exc}")
-    overlays: dict[str, tuple[Path | None, str | None]] = {}
-    for version in dict.fromkeys(c["transformers"] for c in cells):
-        try:
-            overlays[version] = (transformers_env.overlay(version), None)
-        except Exception as exc:
-            overlays[version] = (None, f"{type(exc).__name__}: {exc}")
+    builds = {build: _made(_build_root, build) for build in dict.fromkeys(c["build"] for c in cells)}
+    overlays = {v: _made(transformers_env.overlay, v) for v in dict.fromkeys(c["transformers"] for c in cells)}
     roots = {}
     for build, version in dict.fromkeys((c["build"], c["transformers"]) for c in cells):
         (root, build_error), (overlay, overlay_error) = builds[build], overlays[version]
         error = build_error or overlay_error
         roots[(build, version)] = (None if error else transformers_env.joined(root, overlay), error)
     return roots
+
+
+def _build_root(build: str) -> Path | None:
+    """The patched copy of DeepSpeed a build runs (None: the installed one)."""
+    return patched_copy.prepare_patched_copy(patches=BUILDS[build]) if BUILDS[build] else None
+
+
+def _made(make: Callable[[str], Path | None], name: str) -> tuple[Path | None, str | None]:
+    """What `make(name)` made, or why it could not: the error every cell that needs it records."""
+    try:
+        return make(name), None
+    except Exception as exc:
+        return None, f"{type(exc).__name__}: {exc}"
 
 
 def _on_intended_transformers(result: dict, axes: dict) -> dict:

@@ -88,6 +88,15 @@ class Adapter:
         return model.get_submodule(self.layers)
 
 
+def changed_layers(model: torch.nn.Module, layers: str, change: Callable[[torch.nn.Module], None]) -> torch.nn.Module:
+    """A deep copy of `model` with `change` applied to each decoder layer (the modules of the list at `layers`):
+    the shape of most twins, one setting put back layer by layer."""
+    twin = copy.deepcopy(model)
+    for layer in twin.get_submodule(layers):
+        change(layer)
+    return twin
+
+
 def outer_norm_default_eps_twin(model: torch.nn.Module, layers: str) -> torch.nn.Module | None:
     """The same weights with every LayerNorm outside the decoder layers (the modules under `layers`) at eps
     1e-5: what the Hybrid Engine computes when it replaces them by Normalize without the model's epsilon

@@ -8,7 +8,7 @@ import copy
 import torch
 
 from ...model_registry import TINY
-from .adapter import Adapter, outer_norm_twins
+from .adapter import Adapter, changed_layers, outer_norm_twins
 
 LAYERS = "gpt_neox.layers"
 QKV = ("attention.query_key_value",)
@@ -19,10 +19,7 @@ DEFAULT_ROTARY_BASE = 10000  # GPTNeoXConfig's rotary_emb_base, and DeepSpeedInf
 def parallel_residual_twin(model: torch.nn.Module) -> torch.nn.Module:
     """The same weights computed as a parallel-residual GPT-NeoX (x + attn(ln1 x) + mlp(ln2 x)): what the
     Hybrid Engine computes when it ignores `use_parallel_residual=False` (#3453)."""
-    twin = copy.deepcopy(model)
-    for layer in twin.gpt_neox.layers:
-        layer.use_parallel_residual = True
-    return twin
+    return changed_layers(model, LAYERS, lambda layer: setattr(layer, "use_parallel_residual", True))
 
 
 def default_rotary_base_twin(model: torch.nn.Module) -> torch.nn.Module:

@@ -7,7 +7,7 @@ import copy
 
 import torch
 
-from .adapter import Adapter
+from .adapter import Adapter, changed_layers
 
 LAYERS = "model.layers"
 
@@ -18,10 +18,9 @@ def twins(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
 
     found = {}
     if model.config.hidden_act != "silu":
-        silu = copy.deepcopy(model)
-        for layer in silu.model.layers:
-            layer.mlp.act_fn = ACT2FN["silu"]
-        found["silu_gating"] = silu
+        found["silu_gating"] = changed_layers(
+            model, LAYERS, lambda layer: setattr(layer.mlp, "act_fn", ACT2FN["silu"])
+        )
     if model.config.attention_bias or model.config.mlp_bias:
         biasless = copy.deepcopy(model)
         with torch.no_grad():

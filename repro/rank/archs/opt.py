@@ -7,11 +7,9 @@ per cell (repro.rank.cell_probe: `injected_layer_calls`)."""
 
 from __future__ import annotations
 
-import copy
-
 import torch
 
-from .adapter import Adapter
+from .adapter import Adapter, changed_layers
 
 LAYERS = "model.decoder.layers"
 
@@ -25,15 +23,13 @@ def twins(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
 
     found = {}
     if not model.config.do_layer_norm_before:
-        pre = copy.deepcopy(model)
-        for layer in pre.model.decoder.layers:
-            layer.do_layer_norm_before = True
-        found["pre_layer_norm"] = pre
+        found["pre_layer_norm"] = changed_layers(
+            model, LAYERS, lambda layer: setattr(layer, "do_layer_norm_before", True)
+        )
     if model.config.activation_function != "relu":
-        relu = copy.deepcopy(model)
-        for layer in relu.model.decoder.layers:
-            layer.activation_fn = ACT2FN["relu"]
-        found["relu_activation"] = relu
+        found["relu_activation"] = changed_layers(
+            model, LAYERS, lambda layer: setattr(layer, "activation_fn", ACT2FN["relu"])
+        )
     return found
 
 

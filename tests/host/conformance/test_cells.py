@@ -102,7 +102,7 @@ def test_check_my_model_runs_a_locally_saved_model_with_its_own_weights(tmp_path
     ids = torch.tensor([[i % saved.config.vocab_size for i in DEFAULT_PROMPT_IDS]])
     with torch.no_grad():
         expected, _ = greedy(saved, ids, 8)
-    axes = my_model.plan(tmp_path / "model", weights=True)[0]  # DeepSpeed-Chat's scenario, ZeRO-2, 1 rank
+    axes = my_model.plan(tmp_path / "model", weights=True)[0]  # the reference scenario, ZeRO-2, 1 rank
     root = run.prepare([axes])[(axes["build"], axes["transformers"])][0]
     result = cells.run_cell(tmp_path / "work", root, axes, timeout_s=240)
     assert result["settings"]["model"] == str(tmp_path / "model" / "model.safetensors")
