@@ -38,11 +38,20 @@ BUG_ENGINE_GENERATE = "engine.generate() fails when the Hybrid Engine built no c
 # cache then restarts: the step attends to itself). Seen on OPT with do_layer_norm_before=False (opt-350m).
 BUG_DECODE_AS_PROMPT = "injected attention takes decode steps for prompts: the KV cache restarts every token"
 # Positive evidence: the injected layers were built for heads / tp per rank (measured) and the QKV GEMM was
-# handed weights that are not this rank's slice of 3 x hidden / tp rows (unsliced, or a released ZeRO-3
-# partition of 0 elements).
-BUG_TP_UNSLICED = "tensor-parallel generation hands the injected layers unsliced weights"
+# handed weights that are not this rank's slice of 3 x hidden / tp rows: the whole weights (ZeRO-2), or a
+# released ZeRO-3 partition of 0 elements (pinned ZeRO-3).
+BUG_TP_UNSLICED = "tensor-parallel generation hands the injected layers unsliced weights (0012)"
+# With an mpu, DeepSpeed takes the training weights for the mpu's slices and hands them on as they are; the
+# weights of a Hugging Face model are whole, so a layer handed them is our scenario's limit, not a bug. A
+# released partition (0 elements) is a bug with or without an mpu: the split-QKV containers' attention_qkv_mp()
+# assigns its copies to a local name, and the layers keep views of weights ZeRO-3 has released.
+BUG_TP_RELEASED = "tensor-parallel generation with an mpu hands the injected layers released ZeRO-3 partitions"
+OUTSIDE_CONTRACT = "outside the Hybrid Engine's contract: an mpu over whole Hugging Face weights"
 REFUSED = "refused by name: outside what the injected layer computes (0010)"
+REFUSED_TP = "refused by name: tensor-parallel generation without an mpu (0012)"
 REFUSAL = "DeepSpeed kernel injection cannot serve"  # how DeepSpeed's refusals begin (0010, scaled rotary)
+REFUSAL_TP = "hybrid_engine.inference_tp_size="  # how 0012's refusal begins
+REFUSALS = (REFUSED, REFUSED_TP)
 # Per-step tolerance of a correct cell (repro.rank.cell_probe.TOL, the probe's own): fp32 HE vs native
 # differ by <= 2e-7 in every correct family cell (results/reference/family); 1e-3 leaves 3 orders of
 # magnitude above that noise and stays 2 orders below the smallest bug measured there (0.3).
@@ -106,12 +115,15 @@ def _tp_unsliced(cell: dict) -> str | None:
     tp = cell.get("tensor_parallel") or {}
     if tp.get("mp_size", 1) <= 1 or "hidden_size" not in cell:
         return None
+    mpu = (cell.get("settings") or {}).get("mpu", False)
     # Fused QKV handed to the GEMM: 3 x hidden / tp rows; separate Q, K, V held by the attention: hidden / tp each.
     for key, rows, what in (("qkv_weight_shapes", 3, "QKV"), ("split_qkv_weight_shapes", 1, "Q, K and V")):
         shapes, rows = cell.get(key) or [], rows * cell["hidden_size"] // tp["mp_size"]
         if shapes and not all(len(shape) == 2 and shape[0] == rows for shape in shapes):
-            return (f"{BUG_TP_UNSLICED} ({tp['heads_per_rank']} heads per rank; {what} weights of shape "
-                    f"{', '.join(str(s) for s in shapes)}, where a rank's slice has {rows} rows)")  # fmt: skip
+            released = any(0 in shape for shape in shapes)
+            name = (BUG_TP_RELEASED if released else OUTSIDE_CONTRACT) if mpu else BUG_TP_UNSLICED
+            return (f"{name}: {tp['heads_per_rank']} heads per rank; {what} weights of shape "
+                    f"{', '.join(str(s) for s in shapes)}, where a rank's slice has {rows} rows")  # fmt: skip
     return None
 
 
@@ -125,6 +137,8 @@ def _crash(cell: dict) -> str:
         return BUG_LORA_NO_IN_FEATURES
     if c["type"] == "ValueError" and c["message"].startswith(REFUSAL) and c["at"].startswith("deepspeed/"):
         return REFUSED
+    if c["type"] == "ValueError" and c["message"].startswith(REFUSAL_TP) and c["at"].startswith("deepspeed/runtime/"):
+        return REFUSED_TP
     if cell.get("grouped_query_attention") and c["at"].startswith("deepspeed/"):  # accepted, then failed on
         return f"{BUG_UNSERVABLE}: grouped-query attention crashes ({c['type']} at {c['at']})"
     return f"crash in the Hybrid Engine: {c['type']}: {c['message']} ({c['at']})"

@@ -36,6 +36,7 @@ TESTS_BY_PATCH = {
     "0009": ("unit/hybrid_engine/test_llama_internlm_lora.py",),
     "0010": ("unit/module_inject/test_llama_unservable_config.py",),
     "0011": ("unit/hybrid_engine/test_hybrid_engine_layer_norm_eps.py",),
+    "0012": ("unit/hybrid_engine/test_hybrid_engine_tensor_parallel.py",),
 }
 # Earlier patches of the series a patch's tests need beside it: 0004 reads the QKV layout record 0002 adds,
 # and its ZeRO-3 cases show only once 0001 makes transforms persist; 0005/0006 build a GPT-NeoX container,

@@ -210,7 +210,7 @@ def test_tensor_parallel_layers_handed_unsliced_weights_are_named_from_the_shape
     tp = {"mp_size": 2, "heads_per_rank": 2}
     zero3 = arch_cell(hidden_size=256, tensor_parallel=tp, qkv_weight_shapes=[[0]], crash=crash)
     assert dx.diagnose(zero3) == [
-        f"{dx.BUG_TP_UNSLICED} (2 heads per rank; QKV weights of shape [0], where a rank's slice has 384 rows)"
+        f"{dx.BUG_TP_UNSLICED}: 2 heads per rank; QKV weights of shape [0], where a rank's slice has 384 rows"
     ]
     zero2 = arch_cell(hidden_size=256, tensor_parallel=tp, qkv_weight_shapes=[[768, 256]])
     assert dx.diagnose(zero2)[0].startswith(dx.BUG_TP_UNSLICED)
@@ -227,10 +227,30 @@ def test_split_qkv_layers_handed_unsliced_or_released_weights_under_tensor_paral
              "at": "deepspeed/ops/transformer/inference/ds_attention.py:122"}  # fmt: skip
     released = arch_cell(hidden_size=256, tensor_parallel=tp, split_qkv_weight_shapes=[[0]], crash=crash)
     assert dx.diagnose(released)[0] == (
-        f"{dx.BUG_TP_UNSLICED} (2 heads per rank; Q, K and V weights of shape [0], where a rank's slice has 128 rows)"
+        f"{dx.BUG_TP_UNSLICED}: 2 heads per rank; Q, K and V weights of shape [0], where a rank's slice has 128 rows"
     )
     sliced = arch_cell(hidden_size=256, tensor_parallel=tp, split_qkv_weight_shapes=[[128, 256]])
     assert dx.diagnose(sliced) == ["correct"]
+
+
+def test_with_an_mpu_whole_weights_are_outside_the_contract_and_a_released_partition_is_a_bug():
+    """An mpu tells DeepSpeed the training weights are its slices: whole Hugging Face weights handed on are our
+    scenario's limit. A partition of 0 elements is no weights at all, with any mpu."""
+    tp, mpu = {"mp_size": 2, "heads_per_rank": 2}, {"mpu": True}
+    whole = arch_cell(hidden_size=256, tensor_parallel=tp, settings=mpu, qkv_weight_shapes=[[768, 256]])
+    assert dx.diagnose(whole)[0].startswith(dx.OUTSIDE_CONTRACT)
+    released = arch_cell(hidden_size=256, tensor_parallel=tp, settings=mpu, split_qkv_weight_shapes=[[0]])
+    assert dx.diagnose(released)[0].startswith(dx.BUG_TP_RELEASED)
+    without = arch_cell(hidden_size=256, tensor_parallel=tp, settings={"mpu": False}, qkv_weight_shapes=[[768, 256]])
+    assert dx.diagnose(without)[0].startswith(dx.BUG_TP_UNSLICED)
+
+
+def test_0012s_refusal_is_named_only_when_deepspeed_raises_it():
+    refusal = {"type": "ValueError", "at": "deepspeed/runtime/hybrid_engine.py:383",
+               "message": "hybrid_engine.inference_tp_size=2 without an mpu is not supported: ..."}  # fmt: skip
+    assert dx.diagnose({"crash": refusal}) == [dx.REFUSED_TP]
+    assert dx.diagnose({"crash": {**refusal, "at": "repro/rank/cell_probe.py:10"}})[0].startswith("crash in")
+    assert dx.diagnose({"crash": {**refusal, "type": "RuntimeError"}})[0].startswith("crash in")
 
 
 def test_lora_present_at_the_prompt_and_gone_at_every_decode_step_is_0003_for_any_architecture():

@@ -57,6 +57,10 @@ EXPECTED_FAILURES = {
         for case in ("gelu", "attention_bias", "mlp_bias", "head_dim", "grouped_query_attention")
     },
     "0011": {"test_replaced_layer_norm_keeps_the_models_epsilon[0.001]": A},
+    "0012": {
+        f"TestHybridEngineTensorParallelWithoutMpu::test_inference_tp_size_is_refused[{case}]": regression.DID_NOT_RAISE
+        for case in ("2-True", "3-True", "3-False")
+    },
 }
 
 
@@ -95,7 +99,7 @@ def test_every_test_passes_with_the_whole_series():
     every = tuple(t for tests in regression.TESTS_BY_PATCH.values() for t in tests)
     result = regression.run_upstream_test(root, tests=every)
     assert result["outcome"] == "pass", result["output_tail"]
-    assert len(result["tests"]) == 39 and set(result["tests"].values()) == {"passed"}
+    assert len(result["tests"]) == 44 and set(result["tests"].values()) == {"passed"}
 
 
 def test_an_assertion_inside_deepspeed_is_not_the_tests_own(tmp_path):

@@ -9,7 +9,8 @@ DeepSpeed checkout's ``tests/unit/`` where ``from unit.common import Distributed
   overrides it per test method.
 - Each test method runs in ``world_size`` forked processes, each in a process group made with a file store in
   pytest's tmpdir (no TCP port to collide on when tests run in parallel).
-- An exception in any rank fails the test with that rank's exception; ``pytest.skip`` in a rank skips it; a rank
+- An exception in any rank fails the test with that rank's exception (``pytest.fail`` and a ``pytest.raises`` that
+  saw nothing fail it as themselves); ``pytest.skip`` in a rank skips it; a rank
   that does not finish within ``exec_timeout`` seconds fails it, and every rank is killed.
 """
 
@@ -19,7 +20,7 @@ import os
 import traceback
 
 import pytest
-from _pytest.outcomes import Skipped
+from _pytest.outcomes import Failed, Skipped
 
 import deepspeed
 import deepspeed.comm as dist
@@ -77,6 +78,8 @@ class DistributedTest:
             kind, value, text = outcomes[rank]
             if kind == 'skip':
                 pytest.skip(value)
+            if kind == 'fail':
+                pytest.fail(f"{value}\nraised in rank {rank} of {size}:\n{text}")
             if kind == 'error':
                 if hasattr(value, 'add_note'):
                     value.add_note(f"raised in rank {rank} of {size}:\n{text}")
@@ -98,6 +101,8 @@ class DistributedTest:
             outcome = ('ok', None, '')
         except Skipped as skip:
             outcome = ('skip', skip.msg, '')
+        except Failed as failed:  # pytest.fail() or a pytest.raises() that saw nothing: the test's own failure
+            outcome = ('fail', failed.msg, traceback.format_exc())
         except BaseException as exc:  # reported to the parent, which fails the test with it
             outcome = ('error', _picklable(exc), traceback.format_exc())
         results.put((rank, outcome))
