@@ -97,8 +97,8 @@ def main():
         tokens, logits = None, exc
     slice_rows = config.hidden_size // TP
     for heads, shape in sorted(set(shapes)):
-        print(f"rank {rank}: injected attention for {heads} heads per rank holds a query weight of shape {list(shape)} "
-              f"(this rank's slice: {slice_rows} rows of {config.hidden_size})")  # fmt: skip
+        print(f"rank {rank}: injected attention for {heads} heads per rank holds a query weight of shape "
+              f"{list(shape)} (this rank's slice: {slice_rows} rows of {config.hidden_size})")  # fmt: skip
     unsliced = [shape for _, shape in shapes if shape != (slice_rows, config.hidden_size)]
     if tokens is None:
         print(f"rank {rank}: BUG: tensor-parallel generate fails: {type(logits).__name__}: {logits}"[:400])
