@@ -223,7 +223,7 @@ def run(spec: dict) -> dict:
                 result["qkv_layouts_after_eval"] = layouts
         result["qkv_bias_on_bias_free_model"] = bias_probe.remove()
         if not containers:  # DeepSpeed warns that rollout uses the model's generate; does engine.generate?
-            result["engine_generate_without_containers"] = _engine_generate(engine, ids)
+            result["engine_generate_without_containers"] = _engine_generate(engine, ids, ref_tokens)
         result["restore_after_first_generate"] = qkv_states.gathered_vs_originals(
             engine, originals, heads, arch.fused_qkv
         )
@@ -257,15 +257,15 @@ def _tensor_parallel(containers) -> dict | None:
             "heads_per_rank": getattr(module.attention, "num_attention_heads_per_partition", None)}  # fmt: skip
 
 
-def _engine_generate(engine, ids: torch.Tensor) -> dict:
+def _engine_generate(engine, ids: torch.Tensor, ref_tokens: list[int]) -> dict:
     """`engine.generate` (the Hybrid Engine's own method, which callers other than DeepSpeed-Chat use) when
-    DeepSpeed built no container: what it raised, or that it generated."""
+    DeepSpeed built no container: what it raised, or whether its first token is native's."""
     try:
         with torch.no_grad():
-            greedy(engine, ids, 1)
+            tokens, _ = greedy(engine, ids, 1)
     except Exception as exc:
         return {"raised": he_faults.crash(exc)}
-    return {"raised": None}
+    return {"raised": None, "first_token_equal_native": tokens[:1] == ref_tokens[:1]}
 
 
 def _compare(he_tokens, he_logits, ids, merged, base, twins, ref_tokens, ref_logits, lora_names) -> dict:

@@ -33,7 +33,8 @@ UNEXPLAINED = "differs from native (cause not established)"
 # natively, silently: tokens equal to native then prove nothing (DeepSpeed #4954: "Generate time=0.00s").
 NOT_ENGAGED = "Hybrid Engine not engaged: generate ran natively, no injected layer was called"
 # DeepSpeed's warning then says rollout uses the model's native generate(); the engine's own generate() fails.
-BUG_ENGINE_GENERATE = "engine.generate() fails when the Hybrid Engine built no container"
+BUG_ENGINE_GENERATE = "engine.generate() fails when the Hybrid Engine built no container (0013)"
+ENGINE_GENERATE_DIFFERS = "engine.generate() without a container differs from native (cause not established)"
 # Positive evidence: the injected attention was handed `is_prompt=True` for a one-token decode step (its KV
 # cache then restarts: the step attends to itself). Seen on OPT with do_layer_norm_before=False (opt-350m).
 BUG_DECODE_AS_PROMPT = "injected attention takes decode steps for prompts: the KV cache restarts every token"
@@ -77,9 +78,12 @@ def diagnose(cell: dict) -> list[str]:
         return [_crash(cell)]
     if not cell.get("injected_layer_calls"):  # generate never ran an injected layer (or nothing says it did)
         found = [f"{NOT_ENGAGED} ({cell.get('inference_containers', 0)} inference containers)"]
-        raised = (cell.get("engine_generate_without_containers") or {}).get("raised")
+        engine_generate = cell.get("engine_generate_without_containers") or {}
+        raised = engine_generate.get("raised")
         if raised:
             found.append(f"{BUG_ENGINE_GENERATE}: {raised['type']}: {raised['message']} ({raised['at']})")
+        elif engine_generate.get("first_token_equal_native") is False:
+            found.append(ENGINE_GENERATE_DIFFERS)
         return found
     if "weights_seen_by_inference_layers" in cell:  # a fused QKV: what the layers saw names layout bugs
         found = [d for d in family.diagnose(cell) if d not in (CORRECT, family.UNEXPLAINED)]

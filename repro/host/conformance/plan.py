@@ -54,7 +54,8 @@ ARCH_CONFIGS: dict[str, dict[str, dict]] = {
         "layer-norm-not-affine": {"layer_norm_elementwise_affine": False},
     },
 }
-SERIES = ("0000", "0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010", "0011", "0012")
+SERIES = ("0000", "0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010", "0011", "0012",
+          "0013")  # fmt: skip
 # Released, the whole series, and the series without one patch where that patch's bug hides behind another
 # on released DeepSpeed (the Llama crash, 0008, comes first there): each such patch shown necessary.
 BUILDS = {

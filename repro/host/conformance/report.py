@@ -14,6 +14,7 @@ from ..tables import num
 from ..upstream import issue_scripts
 from .diagnosis import (
     BUG_3453,
+    BUG_ENGINE_GENERATE,
     BUG_LAYER_TUPLE,
     BUG_LORA_NO_IN_FEATURES,
     BUG_LORA_NOT_FOUND,
@@ -101,6 +102,29 @@ def _bias(cell: dict) -> str:
 def _crash(cell: dict) -> str:
     c = cell.get("crash")
     return f"{c['type']}: {c['message']} ({c['at']})" if c else "no crash"
+
+
+def _engine_generate(cell: dict) -> str:
+    found = cell.get("engine_generate_without_containers") or {}
+    if found.get("raised"):
+        return f"{found['raised']['type']}: {found['raised']['message']}"
+    if "first_token_equal_native" in found:
+        return (
+            "generated; first token "
+            + ("equal to" if found["first_token_equal_native"] else "differs from")
+            + (" native's")
+        )
+    return "generated" if found else "not called"
+
+
+def _engine_generate_fixed(fixed: list[dict]) -> str:
+    ran = [(c.get("engine_generate_without_containers") or {}) for c in fixed]
+    generated = [r for r in ran if r and not r.get("raised")]
+    equal = sum(r.get("first_token_equal_native") is True for r in generated)
+    return (
+        f"With it (our whole series), `engine.generate()` generates in {len(generated)} of {len(fixed)} such "
+        f"cells, its first token equal to native's in {equal}."
+    )
 
 
 def _tp_shapes(cell: dict) -> str:
@@ -269,6 +293,29 @@ ISSUES = {
         "context": "Not kernel-specific: `Normalize` is plain PyTorch. Models at eps 1e-5 (Pythia, GPT-Neo's "
         "default) are unaffected.",
     },
+    BUG_ENGINE_GENERATE: {
+        "file": "ISSUE-engine-generate.md",
+        "scope": "hybrid-engine",
+        "shown": lambda c: "engine_generate_without_containers" in c,
+        "evidence": (("inference containers", lambda c: str(c.get("inference_containers", 0))),
+                     ("`engine.generate()`", _engine_generate)),
+        "measured": "DeepSpeed built no inference container (it logs that rollout uses the model's native "
+        "`generate()`), and `engine.generate()` raised",
+        "title": "Hybrid Engine: engine.generate() fails with AttributeError '_generate' when no inference container "
+        "was built (OPT with Transformers >= 4.49)",
+        "cause": "`DeepSpeedHybridEngine.create_inference_module()` (`deepspeed/runtime/hybrid_engine.py`) sets "
+        "`self._generate` only `if len(self._inference_containers) > 0`, and `generate()` calls it "
+        "unconditionally. When no policy matches the model's layers (any model without a container; OPT with "
+        "Transformers >= 4.49, which 0.19.8 keeps native on purpose, warning that rollout will use the model's "
+        "native `generate()`), the engine's own `generate()` fails: `'DeepSpeedHybridEngine' object has no "
+        "attribute '_generate'`. The test came with #3191 (first in 0.9.2); 0.9.0 and 0.9.1 set `_generate` for "
+        "every model (read from DeepSpeed's git history, not run; run here: 0.19.8).",
+        "fix": "`generate()` runs the model's own `generate()` when there is no container (patch `0013`).",
+        "fixed": _engine_generate_fixed,
+        "context": "Not kernel-specific: no layer is injected on this path. DeepSpeed-Chat calls "
+        "`engine.module.generate()` and gets the native `generate()` silently (see our not-engaged cells); other "
+        "callers of the Hybrid Engine's documented `engine.generate()` crash.",
+    },
     BUG_TP_UNSLICED: {
         "file": "ISSUE-tensor-parallel.md",
         "scope": "hybrid-engine",
@@ -336,6 +383,7 @@ PATCH_OF = {
     BUG_NORM_EPS: "0011",
     BUG_TP_UNSLICED: "0012",
     REFUSED_TP: "0012",
+    BUG_ENGINE_GENERATE: "0013",
 }
 REFERENCE_OF = {
     family.BUG_8391: "upstream #8391 (PR #8392); `results/reference/cpu-pythia-410m/`",
@@ -409,13 +457,7 @@ def issue_text(data: dict, bug: str) -> str:
             f"The table above is `{data['command']}` in our repository (after `scripts/bootstrap.sh`).",
             "",
             "**Expected behavior**",
-            f"{meta['fix']} With it (our whole series), {sum(CORRECT in c['diagnosis'] for c in fixed)} of "
-            f"{len(fixed)} such cells are correct (every step within {TOL:g} of native)"
-            + (
-                f" and {refused} refuse the configuration by name."
-                if (refused := sum(any(d in REFUSALS for d in c["diagnosis"]) for c in fixed))
-                else "."
-            ),
+            f"{meta['fix']} " + (meta["fixed"](fixed) if "fixed" in meta else _fixed(fixed)),
             "",
             "**ds_report output** (`DS_ACCELERATOR=cpu ds_report`, taken by the run):",
             "```",
@@ -431,6 +473,16 @@ def issue_text(data: dict, bug: str) -> str:
             f"CPU evidence, not GPU evidence. {meta['context']}",
             "",
         ]
+    )
+
+
+def _fixed(fixed: list[dict]) -> str:
+    """How the cells that show a bug end with the whole series: correct, or refused by name."""
+    refused = sum(any(d in REFUSALS for d in c["diagnosis"]) for c in fixed)
+    return (
+        f"With it (our whole series), {sum(CORRECT in c['diagnosis'] for c in fixed)} of {len(fixed)} such cells are "
+        f"correct (every step within {TOL:g} of native)"
+        + (f" and {refused} refuse the configuration by name." if refused else ".")
     )
 
 

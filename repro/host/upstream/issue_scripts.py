@@ -59,6 +59,7 @@ SCRIPTS = (
     IssueScript("ISSUE-llama-unservable-config.md", "llama_unservable_config.py", 1, "0010"),
     IssueScript("ISSUE-layer-norm-eps.md", "layer_norm_eps.py", 1, "0011"),
     IssueScript("ISSUE-tensor-parallel.md", "tensor_parallel_generate.py", 2, "0012"),
+    IssueScript("ISSUE-engine-generate.md", "engine_generate_without_containers.py", 1, "0013"),
     IssueScript("PR-8392-COMMENT.md", "zero3_qkv_layout.py", 2, "0001"),
     IssueScript("PR-8392-COMMENT.md", "zero3_qkv_layout.py", 2, "0004", ("--order", "train-first")),
 )

@@ -183,6 +183,10 @@ def test_a_generate_that_ran_no_injected_layer_is_never_correct():
     both = dx.diagnose(native | {"engine_generate_without_containers": {"raised": raised}})
     assert both[1] == f"{dx.BUG_ENGINE_GENERATE}: AttributeError: {raised['message']} ({raised['at']})"
     assert len(dx.diagnose(native | {"engine_generate_without_containers": {"raised": None}})) == 1
+    ran = {"raised": None, "first_token_equal_native": True}
+    assert len(dx.diagnose(native | {"engine_generate_without_containers": ran})) == 1
+    differs = {**ran, "first_token_equal_native": False}
+    assert dx.diagnose(native | {"engine_generate_without_containers": differs})[1] == dx.ENGINE_GENERATE_DIFFERS
 
 
 def test_decode_steps_taken_for_prompts_are_named_before_the_crash_they_lead_to():

@@ -62,6 +62,10 @@ EXPECTED_FAILURES = {
         f"TestHybridEngineTensorParallelWithoutMpu::test_inference_tp_size_is_refused[{case}]": NOT_RAISED
         for case in ("2-True", "3-True", "3-False")
     },
+    "0013": {
+        f"TestHybridEngineWithoutContainers::test_engine_generate_runs_the_models_generate[{stage}]": "AttributeError"
+        for stage in (2, 3)
+    },
 }
 
 
@@ -100,7 +104,7 @@ def test_every_test_passes_with_the_whole_series():
     every = tuple(t for tests in regression.TESTS_BY_PATCH.values() for t in tests)
     result = regression.run_upstream_test(root, tests=every)
     assert result["outcome"] == "pass", result["output_tail"]
-    assert len(result["tests"]) == 44 and set(result["tests"].values()) == {"passed"}
+    assert len(result["tests"]) == 46 and set(result["tests"].values()) == {"passed"}
 
 
 def test_an_assertion_inside_deepspeed_is_not_the_tests_own(tmp_path):
