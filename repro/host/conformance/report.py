@@ -388,6 +388,8 @@ PATCH_OF = {
 REFERENCE_OF = {
     family.BUG_8391: "upstream #8391 (PR #8392); `results/reference/cpu-pythia-410m/`",
     **{bug: "`results/reference/family/` (docs/bug-family.md)" for bug in family.BUGS if bug != family.BUG_8391},
+    REFUSED: "`ISSUE-llama-unservable-config.md`",
+    REFUSED_TP: "`ISSUE-tensor-parallel.md`",
 }
 
 
@@ -422,7 +424,8 @@ def issue_text(data: dict, bug: str) -> str:
     if not hits:
         return f"# {bug}\n\nNo measured cell shows it; nothing to report.\n"
     fixed = [c for c in shown if c["build"] == "whole series"]
-    ds, v = hits[0]["deepspeed"]["version"], hits[0]["versions"]
+    pinned = next((c for c in hits if c.get("transformers", PINNED) == PINNED), hits[0])  # where the scripts run
+    ds, v = pinned["deepspeed"]["version"], pinned["versions"]
     heads = [h for h, _ in meta["evidence"]]
     rows = [
         f"| {_where(c)} | {c['build']} | {c['zero_stage']} | {c['world_size']} | {_worst_steps(c)} | "

@@ -26,6 +26,10 @@ RUNNER = "repro.rank.issue_script"
 SERIES = tuple(sorted(TESTS_BY_PATCH))  # every patch of the series comes with its upstream test
 # Where the bug shows before DeepSpeed needs a kernel, so the script shows it on a plain CPU install too.
 BEFORE_KERNELS = {"0009": "`deepspeed.initialize` fails before any kernel is needed"}
+# The patches that make DeepSpeed refuse a configuration by name (their scripts' OK).
+REFUSING = ("0010", "0012")
+# Where no kernel is ever needed: no layer is injected, so the script runs on a plain CPU install as it is.
+NO_KERNELS = {"0013": "no layer is injected on this path"}
 
 
 @dataclass(frozen=True)
@@ -114,7 +118,7 @@ def section(text: str, versions: str) -> list[str]:
     lines = [
         f"Standalone (torch, deepspeed and transformers only; run here with {versions}). It exits 1 and prints a "
         "`BUG:` line when it shows the bug, 0 and an `OK:` line when the Hybrid Engine computes the model"
-        + (" or DeepSpeed refuses the configuration by name" if any(s.fixed_by == "0010" for s in scripts) else "")
+        + (" or DeepSpeed refuses the configuration by name" if any(s.fixed_by in REFUSING for s in scripts) else "")
         + ". On GPUs:",
         "```",
         *(s.command for s in scripts),
@@ -124,6 +128,15 @@ def section(text: str, versions: str) -> list[str]:
         lines += ["", f"`{name}`:", "```python", (SCRIPTS_DIR / name).read_text().rstrip("\n"), "```"]
     tests = sorted({f"tests/{t}" for s in scripts for t in TESTS_BY_PATCH[s.fixed_by]})
     early = [BEFORE_KERNELS[s.fixed_by] for s in scripts if s.fixed_by in BEFORE_KERNELS]
+    kernel_free = [NO_KERNELS[s.fixed_by] for s in scripts if s.fixed_by in NO_KERNELS]
+    if kernel_free:
+        return lines + [
+            "",
+            f"No DeepSpeed kernel is needed ({kernel_free[0]}), so the script runs as it is on a CPU install too "
+            "(`DS_ACCELERATOR=cpu torchrun --nproc-per-node 1 ...`). `python -m repro issue-scripts` in our "
+            "repository runs it without its patch, where it prints `BUG:`, and with the whole series, where it "
+            f"prints `OK:`; the patch's upstream test, in a DeepSpeed checkout: `pytest {' '.join(tests)}`.",
+        ]
     lines += [
         "",
         "On CPU, DeepSpeed has no `transformer_inference` kernels (`deepspeed.initialize` with the Hybrid Engine "

@@ -52,7 +52,7 @@ def test_the_report_and_the_heatmap_come_from_the_json(tmp_path):
     text = (tmp_path / "CONFORMANCE.md").read_text()
     assert f"| sequential-residual | reference | released | {plan.PINNED} | 3 | 2 | 1.13 | no | " in text
     assert f"| default | reference | released | {plan.PINNED} | 3 | 2 | - | - | {diagnosis.BUG_LAYER_TUPLE} |" in text
-    assert "**With the whole series" in text and "2 of 2 cells are correct and 0 refuse" in text
+    assert "**With the whole series" in text and "2 of 2 cells are correct, 0 refuse by name" in text
     assert "CPU evidence, not GPU or AMD evidence" in text and "gpt-neox <= 3e-07" in text
     assert (tmp_path / "conformance.png").stat().st_size > 5_000
     first = (tmp_path / "conformance.png").read_bytes()
