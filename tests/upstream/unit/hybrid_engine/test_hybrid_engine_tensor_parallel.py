@@ -23,11 +23,6 @@ class InferenceLayerStub(torch.nn.Module):
         self.mlp = torch.nn.Module()
 
 
-@pytest.fixture
-def no_kernels(monkeypatch):
-    monkeypatch.setattr(gptneo, "DeepSpeedGPTInference", InferenceLayerStub)
-
-
 def gpt_neo():
     config = transformers.GPTNeoConfig(vocab_size=64,
                                        hidden_size=32,
@@ -67,9 +62,11 @@ class TestHybridEngineTensorParallelWithoutMpu(DistributedTest):
     # slice, and generate() slices none (ZeRO-2 and unpinned ZeRO-3 have no tensor-parallel path; pinned ZeRO-3
     # slices only with an mpu). The layers, built for a rank's share of the heads, must not be built at all.
     @pytest.mark.parametrize("zero_stage, pin_parameters", [(2, True), (3, True), (3, False)])
-    def test_inference_tp_size_is_refused(self, no_kernels, zero_stage, pin_parameters):
-        with pytest.raises(ValueError, match="inference_tp_size"):
-            initialize(gpt_neo(), zero_stage, pin_parameters)
+    def test_inference_tp_size_is_refused(self, zero_stage, pin_parameters):
+        with pytest.MonkeyPatch.context() as monkeypatch:  # in the rank: the ranks may be spawned, not forked
+            monkeypatch.setattr(gptneo, "DeepSpeedGPTInference", InferenceLayerStub)
+            with pytest.raises(ValueError, match="inference_tp_size"):
+                initialize(gpt_neo(), zero_stage, pin_parameters)
 
     # A model the Hybrid Engine has no inference container for keeps its own generate(): nothing to refuse.
     @pytest.mark.parametrize("zero_stage", [2, 3])
