@@ -10,7 +10,6 @@ import pytest
 from repro.host.upstream import patched_copy, regression
 
 A = "AssertionError"
-NOT_RAISED = regression.DID_NOT_RAISE
 CALL_ORDERS = ("train_before_first_eval", "eval_twice", "train_twice_after_eval")
 # Per patch: each test that fails without it (with its prerequisites), and how: the test's own assertion, or
 # the bug's own exception where the bug is one.
@@ -59,7 +58,7 @@ EXPECTED_FAILURES = {
     },
     "0011": {"test_replaced_layer_norm_keeps_the_models_epsilon[0.001]": A},
     "0012": {
-        f"TestHybridEngineTensorParallelWithoutMpu::test_inference_tp_size_is_refused[{case}]": NOT_RAISED
+        f"TestHybridEngineTensorParallelWithoutMpu::test_inference_tp_size_is_refused[{case}]": A
         for case in ("2-True", "3-True", "3-False")
     },
     "0013": {

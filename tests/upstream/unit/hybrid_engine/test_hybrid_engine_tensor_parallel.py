@@ -65,8 +65,13 @@ class TestHybridEngineTensorParallelWithoutMpu(DistributedTest):
     def test_inference_tp_size_is_refused(self, zero_stage, pin_parameters):
         with pytest.MonkeyPatch.context() as monkeypatch:  # in the rank: the ranks may be spawned, not forked
             monkeypatch.setattr(gptneo, "DeepSpeedGPTInference", InferenceLayerStub)
-            with pytest.raises(ValueError, match="inference_tp_size"):
+            refusal = None
+            try:
                 initialize(gpt_neo(), zero_stage, pin_parameters)
+            except ValueError as exc:
+                refusal = str(exc)
+
+        assert refusal is not None and "inference_tp_size" in refusal
 
     # A model the Hybrid Engine has no inference container for keeps its own generate(): nothing to refuse.
     @pytest.mark.parametrize("zero_stage", [2, 3])
