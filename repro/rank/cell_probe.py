@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from .. import fixstatus, shim
+from .. import fixstatus, shim, tolerance
 from ..model_registry import DEFAULT_PROMPT_IDS
 from ..paths import write_json
 from . import fallbacks, he_faults, lora, measure, qkv_states
@@ -37,7 +37,9 @@ from .engine import ds_config, greedy
 from .lifecycle import finish, init_distributed, progress
 from .mpu import TensorParallelMpu
 
-TOL = 1e-3  # fp32: a correct Hybrid Engine differs from native by ~1e-6; a lost/misplaced delta by O(0.1)
+# The dtype the model, its native references and the Hybrid Engine run in (DeepSpeed's CPU accelerator offers
+# fp32 and bf16); tolerances per dtype: repro.tolerance.
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 # The call orders a caller can use: the first is DeepSpeed-Chat's (and the reproduction's); the others
 # are what a PyTorch loop that calls train() at its top, or a double eval(), does (patch 0004).
 ORDERS = {
@@ -64,6 +66,7 @@ DEFAULTS = {
     "lora_std": 0.1,
     "lora_dim": 8,
     "lora_alpha": 8.0,
+    "dtype": "fp32",
 }
 HYBRID_MEGATRON = "deepspeed.module_inject.containers.features.hybrid_megatron"
 
@@ -114,6 +117,7 @@ def run(spec: dict) -> dict:
         std=spec["lora_std"],
         arch=arch.name,
     )
+    model.to(TORCH_DTYPES[spec["dtype"]])  # LoRA too: DeepSpeed casts every parameter to the engine's dtype
     ids = torch.tensor([[i % model.config.vocab_size for i in DEFAULT_PROMPT_IDS]], dtype=torch.long)
     n = spec["new_tokens"]
     merged, base = lora.merged_reference(model), lora.base_reference(model)  # kept out of ZeRO's hands
@@ -147,7 +151,7 @@ def run(spec: dict) -> dict:
             "cycles": spec["cycles"],
             "lora": {k: spec[k] for k in ("lora_dim", "lora_alpha", "lora_std", "lora_seed")},
             "model": spec.get("weights") or f"random:{arch.name}:seed={spec['seed']}",
-            "dtype": "fp32",
+            "dtype": spec["dtype"],
         },
         "grouped_query_attention": getattr(model.config, "num_key_value_heads", None) not in (None, heads),
         "hidden_size": model.config.hidden_size,
@@ -176,7 +180,7 @@ def run(spec: dict) -> dict:
     try:
         config = ds_config(
             spec["pin"],
-            "fp32",
+            spec["dtype"],
             world,
             spec["threshold"],
             zero_stage=spec["zero_stage"],
@@ -228,7 +232,9 @@ def run(spec: dict) -> dict:
             engine, originals, heads, arch.fused_qkv
         )
         laps("he_order_generate_train")
-        result.update(_compare(he_tokens, he_logits, ids, merged, base, twins, ref_tokens, ref_logits, lora_names))
+        result.update(
+            _compare(he_tokens, he_logits, ids, merged, base, twins, ref_tokens, ref_logits, lora_names, spec["dtype"])
+        )
         phase = "cycles"
         cycle_tokens = []
         for _ in range(spec["cycles"]):
@@ -268,13 +274,14 @@ def _engine_generate(engine, ids: torch.Tensor, ref_tokens: list[int]) -> dict:
     return {"raised": None, "first_token_equal_native": tokens[:1] == ref_tokens[:1]}
 
 
-def _compare(he_tokens, he_logits, ids, merged, base, twins, ref_tokens, ref_logits, lora_names) -> dict:
+def _compare(he_tokens, he_logits, ids, merged, base, twins, ref_tokens, ref_logits, lora_names, dtype) -> dict:
     """The HE's first generate against native: tokens, and logits step by step, teacher-forced on the HE's
     tokens, against the model, the model without its LoRA and each twin."""
+    tol = tolerance.logits(dtype)
     steps = measure.stepwise_max_abs(he_logits, measure.teacher_forced(merged, ids, he_tokens))
     vs_base = measure.stepwise_max_abs(he_logits, measure.teacher_forced(base, ids, he_tokens))
     matches = [
-        "lora" if a <= TOL else ("base" if b <= TOL else "neither") for a, b in zip(steps, vs_base, strict=True)
+        "lora" if a <= tol else ("base" if b <= tol else "neither") for a, b in zip(steps, vs_base, strict=True)
     ]
     return {
         "he_tokens": he_tokens,

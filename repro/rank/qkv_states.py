@@ -7,9 +7,15 @@ from __future__ import annotations
 
 import torch
 
+from .. import tolerance
 from . import layout, measure
 
-STATE_TOL = 1e-5  # a weight "is" a candidate state only within this max abs
+STATE_TOL = 1e-5  # a weight "is" a candidate state only within this max abs (fp32; bf16: state_tol)
+
+
+def state_tol(t: torch.Tensor) -> float:
+    """Within what a tensor of t's dtype equals a candidate: a bf16 LoRA fuse rounds once more than ours may."""
+    return tolerance.weights("bf16") if t.dtype == torch.bfloat16 else STATE_TOL
 
 
 class ParamProbe:
@@ -51,7 +57,7 @@ def _compare(layer_id, call, name, p, is_qkv, originals, deltas, heads) -> dict:
     if p.numel() != w.numel():
         rec["state"] = f"not gathered (numel {p.numel()})"
         return rec
-    seen = p.detach().float().reshape(w.shape)
+    seen, tol = p.detach().float().reshape(w.shape), state_tol(p)
 
     def to_inf(x: torch.Tensor) -> torch.Tensor:
         return layout.to_inference(x, heads) if is_qkv else x
@@ -66,14 +72,14 @@ def _compare(layer_id, call, name, p, is_qkv, originals, deltas, heads) -> dict:
     for k, v in cands.items():
         rec[k] = (seen - v.float()).abs().max().item()
     best = min(cands, key=lambda k: rec[k])
-    rec["state"] = best if rec[best] <= STATE_TOL else f"none (nearest {best} {rec[best]:.3g})"
+    rec["state"] = best if rec[best] <= tol else f"none (nearest {best} {rec[best]:.3g})"
     return rec
 
 
 def qkv_state(held: torch.Tensor, w: torch.Tensor, heads: int) -> str:
     """Which layout of the original QKV weight `w` a tensor holds: the training layout, the inference layout,
     or one of the two a non-idempotent transform leaves (eval() twice; train() before the first eval())."""
-    held = held.detach().float().reshape(w.shape)
+    tol, held = state_tol(held), held.detach().float().reshape(w.shape)
     cands = {
         "training": w,
         "inference": layout.to_inference(w, heads),
@@ -82,7 +88,7 @@ def qkv_state(held: torch.Tensor, w: torch.Tensor, heads: int) -> str:
     }
     diffs = {k: (held - v.float()).abs().max().item() for k, v in cands.items()}
     best = min(diffs, key=lambda k: diffs[k])
-    return best if diffs[best] <= STATE_TOL else f"none (nearest {best} {diffs[best]:.3g})"
+    return best if diffs[best] <= tol else f"none (nearest {best} {diffs[best]:.3g})"
 
 
 def gathered_vs_originals(engine, originals: dict, heads: int, fused_qkv: str | None) -> dict:

@@ -15,7 +15,8 @@ PROBE = "repro.rank.cell_probe"
 
 def _slug(axes: dict) -> str:
     cell = f"{axes['arch']}-{axes['configuration']}-{axes['scenario']}-z{axes['zero_stage']}-ws{axes['world_size']}"
-    return f"{cell}-transformers{axes['transformers']}"
+    dtype = axes.get("dtype", "fp32")
+    return f"{cell}-transformers{axes['transformers']}" + (f"-{dtype}" if dtype != "fp32" else "")
 
 
 def run_cell(
@@ -26,7 +27,8 @@ def run_cell(
     out.parent.mkdir(parents=True, exist_ok=True)
     spec = out.with_suffix(".spec.json")  # repro.rank.cell_probe.spec_path
     settings = {"arch": axes["arch"], "targets": axes["lora"], "pin": axes["pin"], "order": axes["order"],
-                "zero_stage": axes["zero_stage"], "config": axes["config"], **axes.get("probe", {})}  # fmt: skip
+                "zero_stage": axes["zero_stage"], "config": axes["config"], "dtype": axes.get("dtype", "fp32"),
+                **axes.get("probe", {})}  # fmt: skip
     spec.write_text(json.dumps(settings))
     try:
         return probe(PROBE, out, root, ranks=axes["world_size"], timeout_s=timeout_s)

@@ -3,6 +3,7 @@ named bug shown by positive evidence, or the crash."""
 
 from __future__ import annotations
 
+from ... import tolerance
 from ...verdict import worst
 from ..family import diagnosis as family
 
@@ -53,13 +54,13 @@ REFUSED_TP = "refused by name: tensor-parallel generation without an mpu (0012)"
 REFUSAL = "DeepSpeed kernel injection cannot serve"  # how DeepSpeed's refusals begin (0010, scaled rotary)
 REFUSAL_TP = "hybrid_engine.inference_tp_size="  # how 0012's refusal begins
 REFUSALS = (REFUSED, REFUSED_TP)
-# Per-step tolerance of a correct cell (repro.rank.cell_probe.TOL, the probe's own): fp32 HE vs native
-# differ by <= 2e-7 in every correct family cell (results/reference/family); 1e-3 leaves 3 orders of
-# magnitude above that noise and stays 2 orders below the smallest bug measured there (0.3).
-TOL = 1e-3
-# A weight train() hands back may differ from before by the fp32 rounding of a LoRA fuse/unfuse round trip
-# ((W + d) - d: ~1e-8 measured); a lost transform or an unremoved delta is O(0.01) or more.
-WEIGHTS_TOL = 1e-5
+# Per-step tolerance of a correct cell, per dtype (repro.tolerance, the probe's too): fp32 HE vs native differ
+# by <= 2e-7 in every correct family cell (results/reference/family); 1e-3 leaves 3 orders of magnitude above
+# that noise and stays 2 orders below the smallest bug measured there (0.3).
+TOL = tolerance.logits("fp32")
+# A weight train() hands back may differ from before by the rounding of a LoRA fuse/unfuse round trip
+# ((W + d) - d: ~1e-8 measured in fp32); a lost transform or an unremoved delta is O(0.01) or more.
+WEIGHTS_TOL = tolerance.weights("fp32")
 
 
 def diagnose(cell: dict) -> list[str]:
@@ -68,6 +69,7 @@ def diagnose(cell: dict) -> list[str]:
     weights show by positive evidence; else its logits against native within TOL."""
     if "error" in cell:
         return [f"crash: {cell['error']}"]
+    tol, weights_tol = tolerance.logits(cell.get("dtype")), tolerance.weights(cell.get("dtype"))
     unsliced = _tp_unsliced(cell)
     if unsliced:
         return [unsliced]
@@ -92,24 +94,24 @@ def diagnose(cell: dict) -> list[str]:
     steps = cell["per_step_logits_vs_native"]
     bugs = []
     for twin, twin_steps in (cell.get("per_step_logits_vs_twin") or {}).items():
-        if worst(twin_steps) <= TOL < worst(steps):  # the HE computed the twin, not the model
+        if worst(twin_steps) <= tol < worst(steps):  # the HE computed the twin, not the model
             bugs.append(TWIN_BUGS.get(twin) or f"{BUG_UNSERVABLE}: computed as {twin.replace('_', ' ')}")
     if (cell.get("qkv_bias_on_bias_free_model") or {}).get("calls"):  # a bias handed to the QKV GEMM: measured
         bugs.append(BUG_QKV_BIAS)
     without_lora = cell.get("per_step_logits_vs_without_lora")
-    if without_lora and worst(without_lora) <= TOL < worst(steps):  # the HE's logits are the model's sans LoRA
+    if without_lora and worst(without_lora) <= tol < worst(steps):  # the HE's logits are the model's sans LoRA
         bugs.append(BUG_LORA_NOT_FOUND)
-    elif without_lora and len(steps) > 1 and steps[0] <= TOL and worst(without_lora[1:]) <= TOL < worst(steps[1:]):
+    elif without_lora and len(steps) > 1 and steps[0] <= tol and worst(without_lora[1:]) <= tol < worst(steps[1:]):
         bugs.append(family.BUG_DECODE)  # the prompt's forward had LoRA, every decode step the model without it
     restored = cell.get("restore_after_first_generate") or {}
     changed = worst([restored.get(kind, {}).get("max_abs", 0.0) for kind in ("base", "lora")])
-    if not changed <= WEIGHTS_TOL:
+    if not changed <= weights_tol:
         bugs.append(f"training weights not restored by train() (max abs change {changed:.3g})")
     if bugs:
         return bugs
     if not cell["logits_finite"]:
         return ["non-finite HE logits (cause not established)"]
-    if cell["tokens_equal_native"] and worst(steps) <= TOL:
+    if cell["tokens_equal_native"] and worst(steps) <= tol:
         return [CORRECT]
     return [UNEXPLAINED]
 

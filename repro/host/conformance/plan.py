@@ -23,6 +23,9 @@ CONFIGS: dict[str, dict] = {
     "rotary-base-1e6": {"rotary_emb_base": 1_000_000},
     "layer-norm-eps-1e-3": {"layer_norm_eps": 1e-3},
 }
+# The dtypes a cell runs in: DeepSpeed-Chat trains in fp16, which DeepSpeed's CPU accelerator does not offer
+# (its supported_dtypes() are fp32 and bf16), so on CPU bf16 stands for the half-precision path.
+DTYPES = ("fp32", "bf16")
 ARCHS = ("gpt-neox", "gpt-neo", "llama", "opt")  # each has an adapter: repro.rank.archs (tiny default, LoRA, twins)
 # Per architecture, its configurations: overrides of its tiny default (GPT-NeoX: CONFIGS above). Why these
 # fields, and which were left out: report.CONFIG_NOTES / LEFT_OUT / LEFT_OUT_ARCHS.
@@ -101,11 +104,13 @@ def cell_axes(
     world_size: int,
     scenario: str,
     transformers: str | None = None,
+    dtype: str = "fp32",
 ) -> dict:
     """A cell's axes; `transformers`: its version (default: where the Hybrid Engine engages the architecture)."""
     return {
         "arch": arch,
         "transformers": transformers or ENGAGED_ON.get(arch, PINNED),
+        "dtype": dtype,
         "configuration": configuration,
         "config": ARCH_CONFIGS[arch][configuration],
         "build": build,
@@ -134,6 +139,7 @@ def plan(quick: bool = False) -> list[dict]:
             cell_axes("gpt-neox", "sequential-residual", "released", 2, 1, "reference"),  # #3453, on ZeRO-2 and 1 rank
             *(cell_axes("gpt-neox", "default", series, 3, 2, s) for s in SCENARIOS if s != "reference"),
             *(cell_axes(a, "default", series, 3, 2, "reference", _other(a)) for a in ARCHS),
+            cell_axes("gpt-neox", "default", series, 3, 2, "ds-chat", dtype="bf16"),
         ]
     cells = []
     for arch in ARCHS:
@@ -160,6 +166,12 @@ def plan(quick: bool = False) -> list[dict]:
     for arch in ARCHS:
         for build in ("released", "whole series"):
             cells += [cell_axes(arch, "default", build, z, w, "reference", _other(arch)) for z, w in ((2, 1), (3, 2))]
+    # bf16: with the series, DeepSpeed-Chat's call order and its own settings under ZeRO-2 and 3; released, the
+    # reference scenario under ZeRO-3. Its tolerance comes from these cells' measured noise (diagnosis.TOLS).
+    for arch in ARCHS:
+        cells += [cell_axes(arch, "default", "whole series", z, 2, s, dtype="bf16")
+                  for s in ("reference", "ds-chat") for z in (2, 3)]  # fmt: skip
+        cells.append(cell_axes(arch, "default", "released", 3, 2, "reference", dtype="bf16"))
     return cells
 
 
@@ -172,7 +184,7 @@ def _other(arch: str) -> str:
 def key(cell: dict) -> tuple:
     """A cell's identity in the plan: what a resume or a merge matches on."""
     axes = ("arch", "configuration", "build", "zero_stage", "world_size", "scenario")
-    return (*(cell[k] for k in axes), cell.get("transformers", PINNED))
+    return (*(cell[k] for k in axes), cell.get("transformers", PINNED), cell.get("dtype", "fp32"))
 
 
 def plan_of(quick: bool, archs: tuple[str, ...] | None) -> list[dict]:

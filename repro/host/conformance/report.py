@@ -9,6 +9,7 @@ import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
+from ... import tolerance
 from ..family import diagnosis as family
 from ..tables import num
 from ..upstream import issue_scripts
@@ -412,7 +413,14 @@ def write_reports(out: Path, data: dict) -> None:
 def _where(c: dict) -> str:
     config = f" {c['configuration']}" if c["configuration"] != "default" else ""
     version = c.get("transformers", PINNED)
-    return f"{c['arch']}{config}, {c['scenario']}" + (f", Transformers {version}" if version != PINNED else "")
+    where = f"{c['arch']}{config}, {_scenario(c)}"
+    return where + (f", Transformers {version}" if version != PINNED else "")
+
+
+def _scenario(c: dict) -> str:
+    """The scenario, with the dtype where it is not fp32."""
+    dtype = c.get("dtype", "fp32")
+    return c["scenario"] + (f", {dtype}" if dtype != "fp32" else "")
 
 
 def issue_text(data: dict, bug: str) -> str:
@@ -484,17 +492,22 @@ def _fixed(fixed: list[dict]) -> str:
     refused = sum(any(d in REFUSALS for d in c["diagnosis"]) for c in fixed)
     return (
         f"With it (our whole series), {sum(CORRECT in c['diagnosis'] for c in fixed)} of {len(fixed)} such cells are "
-        f"correct (every step within {TOL:g} of native)"
+        f"correct (every step within {TOL:g} of native in fp32, {tolerance.logits('bf16'):g} in bf16)"
         + (f" and {refused} refuse the configuration by name." if refused else ".")
     )
 
 
 def _noise(cells: list[dict]) -> str:
-    """Per architecture, the largest per-step difference among its correct cells: the measured fp32 noise."""
+    """Per architecture and dtype, the largest per-step difference among its correct cells: the measured noise."""
     out = []
-    for arch in dict.fromkeys(c["arch"] for c in cells):
-        ok = [worst(steps_vs_native(c) or [0.0]) for c in cells if c["arch"] == arch and c["diagnosis"] == [CORRECT]]
-        out.append(f"{arch} <= {num(max(ok))}" if ok else f"{arch}: no correct cell")
+    for arch, dtype in dict.fromkeys((c["arch"], c.get("dtype", "fp32")) for c in cells):
+        ok = [
+            worst(steps_vs_native(c) or [0.0])
+            for c in cells
+            if (c["arch"], c.get("dtype", "fp32")) == (arch, dtype) and c["diagnosis"] == [CORRECT]
+        ]
+        name = arch if dtype == "fp32" else f"{arch} {dtype}"
+        out.append(f"{name} <= {num(max(ok))}" if ok else f"{name}: no correct cell")
     return ", ".join(out)
 
 
@@ -532,13 +545,16 @@ def render(data: dict) -> str:
         f"# Hybrid Engine conformance: {_names(cells)} vs native Hugging Face",
         "",
         f"Regenerate: `{data['command']}` ({len(cells)} cells in {data['duration_s']:.0f} s here). CPU evidence, not "
-        "GPU or AMD evidence: tiny models with random weights, fp32, gloo, DeepSpeed's PyTorch fallbacks "
+        "GPU or AMD evidence: tiny models with random weights, fp32 (and bf16 where the scenario says so), gloo, "
+        "DeepSpeed's PyTorch fallbacks "
         "(`repro/rank/fallbacks.py` completes GPT-NeoX's attention and parallel-residual MLP, the MLP's ReLU and the "
         f"post-LayerNorm QKV linear for OPT). Transformers {_versions(cells)}. A cell is correct when generate ran "
         "the injected layers (else: not engaged), every generated step's "
-        f"logits are within {TOL:g} of native (teacher-forced on the HE's tokens, LoRA merged), the tokens are "
-        f"equal and train() gives the training weights back (within {WEIGHTS_TOL:g}: a LoRA fuse/unfuse round "
-        "trip leaves fp32 rounding). Measured noise of the correct cells, per step: "
+        f"logits are within {TOL:g} of native in fp32, {tolerance.logits('bf16'):g} in bf16 (teacher-forced on the "
+        "HE's tokens, LoRA merged), the tokens are equal and train() gives the training weights back (within "
+        f"{WEIGHTS_TOL:g} in fp32, {tolerance.weights('bf16'):g} in bf16: a LoRA fuse/unfuse round trip leaves "
+        "one rounding; each tolerance from measured noise, `repro/tolerance.py`). Measured noise of the correct "
+        "cells, per step: "
         f"{_noise(cells)} (GPT-Neo: its gelu_new against the fallback's exact GELU). Otherwise a cell names the "
         "bug its measurements show by positive evidence, or its crash.",
         "",
@@ -603,7 +619,7 @@ def render(data: dict) -> str:
         for c in (c for c in cells if c["arch"] == arch):
             equal = {True: "yes", False: "no", None: "-"}[c.get("tokens_equal_native")]
             lines.append(
-                f"| {c['configuration']} | {c['scenario']} | {c['build']} | {c.get('transformers', PINNED)} | "
+                f"| {c['configuration']} | {_scenario(c)} | {c['build']} | {c.get('transformers', PINNED)} | "
                 f"{c['zero_stage']} | {c['world_size']} | {_worst_steps(c)} | {equal} | "
                 f"{'; '.join(c['diagnosis']).replace('|', '/')} |"
             )

@@ -263,3 +263,15 @@ def test_lora_present_at_the_prompt_and_gone_at_every_decode_step_is_0003_for_an
     assert dx.diagnose(lost) == [dx.family.BUG_DECODE]
     partly = {**lost, "per_step_logits_vs_without_lora": [0.9, 6e-7, 0.4]}
     assert dx.diagnose(partly) == [dx.UNEXPLAINED]
+
+
+def test_bf16_is_judged_against_its_own_measured_noise_and_fp32_is_not():
+    """bf16 noise (0.006-0.026 per step, measured) is a bug in fp32; a bf16 bug (0.6) stays a bug."""
+    noise = arch_cell(dtype="bf16", per_step_logits_vs_native=[0.0264, 0.0117])
+    assert dx.diagnose(noise) == ["correct"]
+    assert dx.diagnose({**noise, "dtype": "fp32"}) == [dx.UNEXPLAINED]
+    assert dx.diagnose({k: v for k, v in noise.items() if k != "dtype"}) == [dx.UNEXPLAINED]  # older JSON: fp32
+    assert dx.diagnose({**noise, "per_step_logits_vs_native": [0.63, 0.79]}) == [dx.UNEXPLAINED]
+    rounded = {**noise, "restore_after_first_generate": {"base": {"max_abs": 9.77e-4}}}
+    assert dx.diagnose(rounded) == ["correct"]
+    assert dx.diagnose({**rounded, "dtype": "fp32"})[0].startswith("training weights not restored")

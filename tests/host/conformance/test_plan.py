@@ -30,7 +30,8 @@ def test_quick_has_one_cell_per_axis_value_and_stays_small():
     for arch, configs in plan.ARCH_CONFIGS.items():
         assert {c["configuration"] for c in quick if c["arch"] == arch} == set(configs)
     assert {c["build"] for c in quick} == {"released", "whole series"}
-    assert len(quick) <= 34
+    assert {c["dtype"] for c in quick} == set(plan.DTYPES)
+    assert len(quick) <= 35
 
 
 def test_each_architecture_runs_where_the_hybrid_engine_engages_it_and_on_the_other_transformers():
@@ -51,3 +52,18 @@ def test_the_transformers_version_is_part_of_a_cells_identity():
     old = {k: v for k, v in plan.cell_axes("llama", "default", "released", 3, 2, "reference").items()}
     del old["transformers"]  # a cell journaled before the axis existed ran on the pinned version
     assert plan.key(old) == plan.key(plan.cell_axes("llama", "default", "released", 3, 2, "reference"))
+
+
+def test_bf16_runs_every_architecture_in_deepspeed_chats_order_and_settings_and_is_part_of_the_identity():
+    """DeepSpeed-Chat trains in half precision; on CPU bf16 stands for it (DeepSpeed's CPU accelerator has no
+    fp16). With the series: the reference and ds-chat scenarios, ZeRO-2 and 3; released: the reference on ZeRO-3."""
+    bf16 = [c for c in plan.plan() if c["dtype"] == "bf16"]
+    assert plan.DTYPES == ("fp32", "bf16")
+    for arch in plan.ARCHS:
+        mine = [c for c in bf16 if c["arch"] == arch]
+        assert {(c["scenario"], c["zero_stage"]) for c in mine if c["build"] == "whole series"} == {
+            (s, z) for s in ("reference", "ds-chat") for z in (2, 3)}  # fmt: skip
+        assert [(c["scenario"], c["zero_stage"]) for c in mine if c["build"] == "released"] == [("reference", 3)]
+    fp32 = plan.cell_axes("gpt-neox", "default", "released", 3, 2, "reference")
+    assert plan.key(fp32) != plan.key({**fp32, "dtype": "bf16"})
+    assert plan.key(fp32) == plan.key({k: v for k, v in fp32.items() if k != "dtype"})  # older JSON: fp32
