@@ -196,6 +196,12 @@ def bench(c, full=False, out=""):
         "config": "check my model: a Hugging Face config.json or model directory; its tiny twin is run",
         "weights": "with --config DIR: the model itself with its model.safetensors",
         "allow-pickle": "with --weights: a pickled pytorch_model.bin may be loaded",
+        "backend": "cpu (default: DeepSpeed's PyTorch fallbacks), rocm (the ROCm image, or this host's ROCm torch) "
+        "or cuda (this host's CUDA torch): DeepSpeed's compiled kernels, refused (exit 2) where the GPUs are missing",
+        "engine": "auto (cpu, cuda: local; rocm: docker, then podman, else local), docker, podman, buildah, "
+        "apptainer or local",
+        "gpus": "GPUs to use, e.g. 0,1 (HIP_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES)",
+        "dry-run": "print the commands (build and run), run nothing",
     },
 )
 def conformance(
@@ -210,15 +216,16 @@ def conformance(
     config="",
     weights=False,
     allow_pickle=False,
+    backend="cpu",
+    engine="auto",
+    gpus="",
+    dry_run=False,
 ):
-    """The Hybrid Engine against native Hugging Face, cell by cell (python -m repro conformance)."""
-    from repro.cli import main as cli_main
-
-    if bool(out) == bool(resume):
-        print("error: give --out DIR (a new run) or --resume DIR (finish one), not both or neither", file=sys.stderr)
-        _exit(2)
-    args = ["conformance", *(["--resume", resume] if resume else ["--out", out])]
-    args += ["--quick"] * quick + ["--regenerate"] * regenerate + ["--isolated"] * isolated
-    args += (["--shard", shard] if shard else []) + (["--arch", arch] if arch else [])
-    args += (["--config", config] if config else []) + ["--weights"] * weights + ["--allow-pickle"] * allow_pickle
-    _exit(cli_main(args))
+    """The Hybrid Engine against native Hugging Face, cell by cell (python -m repro conformance), here or in
+    the ROCm image. Exit status: 0 every cell measured, 2 usage/environment, 3 a cell broken, 130 interrupted."""
+    suite = ["--quick"] * quick + ["--regenerate"] * regenerate + ["--isolated"] * isolated
+    suite += (["--shard", shard] if shard else []) + (["--arch", arch] if arch else [])
+    suite += (["--config", config] if config else []) + ["--weights"] * weights + ["--allow-pickle"] * allow_pickle
+    request = jobs.ConformanceRequest(out=out, resume=resume, backend=backend, engine=engine, gpus=gpus,
+                                      dry_run=dry_run, suite=suite)  # fmt: skip
+    _exit(_run(jobs.conformance, request))

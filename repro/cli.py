@@ -140,6 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
     conformance.add_argument("--arch", action="append", help="only this architecture's cells (repeatable)")
     conformance.add_argument("--merge", type=Path, nargs="+", metavar="DIR", help="join shard outputs into --out")
     conformance.add_argument(
+        "--backend",
+        choices=("cpu", "rocm", "cuda"),
+        help="cpu (default: DeepSpeed's PyTorch fallbacks, gloo), or rocm / cuda: DeepSpeed's compiled kernels, "
+        "nccl/rccl, one GPU per rank (refused, exit 2, unless the machine has what the cells need)",
+    )
+    conformance.add_argument(
         "--config",
         type=Path,
         metavar="PATH",
@@ -209,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "conformance":
             from .host.conformance import run as conformance
 
+            if args.backend and (args.render or args.merge or args.resume):
+                raise UsageError("--backend chooses where a new run measures (--out); --resume, --merge and "
+                                 "--render keep the backend the cells were measured on")  # fmt: skip
             if args.render:
                 return conformance.render_only(args.out or args.resume)
             if args.merge:
@@ -232,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
                 regenerate=args.regenerate,
                 shard=args.shard,
                 archs=tuple(args.arch) if args.arch else None,
+                backend=args.backend or "cpu",
             )
         if args.command == "issue-scripts":
             from .host.upstream import issue_scripts

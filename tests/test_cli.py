@@ -189,3 +189,13 @@ def test_tables_refuse_an_out_they_cannot_write_or_that_holds_results_in_one_lin
     assert code == 2 and f"--resume {used}" in err and "--regenerate" in err
     code, err = _run(capsys, "conformance", "--shard", "0/2", "--out", str(tmp_path / "s"))
     assert code == 2 and "K must be between 1 and N" in err
+
+
+def test_a_gpu_conformance_run_without_its_gpu_is_refused_in_one_line(tmp_path, capsys):
+    """This machine has no GPU: `--backend cuda` / `rocm` exit 2 naming it, and nothing is written."""
+    for backend in ("cuda", "rocm"):
+        code, err = _run(capsys, "conformance", "--quick", "--backend", backend, "--out", str(tmp_path / backend))
+        assert code == 2 and f"asks for {backend} but torch sees no" in err and len(err.strip().splitlines()) == 1
+        assert not (tmp_path / backend).exists()
+    code, err = _run(capsys, "conformance", "--backend", "cuda", "--resume", str(tmp_path))
+    assert code == 2 and "keep the backend the cells were measured on" in err

@@ -72,6 +72,8 @@ def test_rocm_dry_run_prints_every_command_with_the_rocm_intent_and_runs_nothing
         ["repro", "--backend", "quantum"],
         ["build", "--engine", "docker"],
         ["test", "--in-image", "--engine", "docker"],
+        ["conformance", "--backend", "cuda", "--engine", "docker", "--out", "results/runs/x"],
+        ["conformance", "--gpus", "0,1", "--out", "results/runs/x"],
     ],
 )
 def test_bad_input_is_one_line_and_status_2(args):

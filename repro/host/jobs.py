@@ -147,6 +147,73 @@ def repro(req: ReproRequest, log=print) -> int:
     return code
 
 
+@dataclass
+class ConformanceRequest:
+    """`invoke conformance`'s options: where (a new --out, or --resume), on what (backend, engine, GPUs), and
+    the suite's own options (--quick, --arch, ...), passed through to `python -m repro conformance`."""
+
+    out: str = ""
+    resume: str = ""
+    backend: str = "cpu"
+    engine: str = "auto"
+    gpus: str = ""
+    dry_run: bool = False
+    suite: list[str] = field(default_factory=list)
+
+
+GPU_VISIBILITY = {"rocm": "HIP_VISIBLE_DEVICES", "cuda": "CUDA_VISIBLE_DEVICES"}
+
+
+def conformance(req: ConformanceRequest, log=print) -> int:
+    """The conformance suite here (`--engine local`) or in the image of its backend, through the same engines as
+    `invoke repro`; the command is printed first. ROCm: the `before` image (the suite makes its own patched
+    copies), AMD's device flags, `--gpus` as HIP_VISIBLE_DEVICES. CUDA: this host's Python only (we ship no
+    CUDA image). Whether the GPUs are there is checked by the suite itself (exit 2, never a CPU run)."""
+    if bool(req.out) == bool(req.resume):
+        raise JobError("give --out DIR (a new run) or --resume DIR (finish one), not both or neither")
+    if req.backend not in ("cpu", "rocm", "cuda"):
+        raise JobError(f"--backend must be cpu, rocm or cuda, not {req.backend!r}")
+    if req.gpus and req.backend == "cpu":
+        raise JobError("--gpus chooses the GPUs of --backend rocm or cuda")
+    if req.backend == "cuda" and req.engine not in ("auto", "local"):
+        raise JobError("--backend cuda runs in this host's Python (we ship no CUDA image): use --engine local")
+    if req.resume:
+        _check_resumed_backend(Path(req.resume), req.backend)
+    engine = "local" if req.engine == "auto" and req.backend != "rocm" else req.engine
+    choice = containers.Choice(req.backend, "local", "CUDA: this host's Python") if req.backend == "cuda" else None
+    choice = choice or choose(req.backend, engine, req.dry_run, log)
+    try:
+        gpus = containers.gpu_ids(req.gpus, check_present=req.backend == "rocm" and not req.dry_run)
+    except containers.EngineError as exc:
+        raise JobError(str(exc)) from None
+    where = ["--resume", req.resume] if req.resume else ["--out", req.out]
+    backend = ["--backend", req.backend] if req.backend != "cpu" and not req.resume else []
+    if not choice.runner.runs_images:
+        visible = ["env", f"{GPU_VISIBILITY[req.backend]}={','.join(gpus)}"] if gpus else []
+        cmd = [*visible, sys.executable, "-m", "repro", "conformance", *where, *backend, *req.suite]
+        return choice.runner.execute(cmd, req.dry_run, log)
+    out = Path(where[1]).resolve()
+    if not out.is_relative_to(RESULTS_DIR):
+        raise JobError(f"{where[0]} must be under {RESULTS_DIR} for container runs (it is mounted there)")
+    ensure_images(choice, ["before"], req.dry_run, log)
+    inside = f"{containers.WORKDIR}/results/{out.relative_to(RESULTS_DIR)}"
+    inner = ["python", "-m", "repro", "conformance", where[0], inside, *backend, *req.suite]
+    image = choice.runner.image(choice.backend, "before")
+    flags = containers.RunFlags(gpus=gpus, digest=None if req.dry_run else choice.runner.digest(image))
+    cmd = choice.runner.run_command(choice.backend, image, inner, containers.default_mounts(RESULTS_DIR), flags)
+    return choice.runner.execute(cmd, req.dry_run, log)
+
+
+def _check_resumed_backend(out: Path, backend: str) -> None:
+    """A resumed run measures where it started: the backend (and so the image) must be the one it recorded."""
+    try:
+        started = json.loads((out / "run.json").read_text()).get("backend", "cpu")
+    except (OSError, json.JSONDecodeError):
+        return  # the suite itself says what is wrong with OUT
+    if started != backend:
+        raise JobError(f"--resume {out}: that run measures on {started}, not {backend}; pass --backend {started}")
+
+
 def _repro_in_images(req, choice, variants, out: Path, common: list[str], gpus: list[str], log) -> int:
     out = out.resolve()
     if not out.is_relative_to(RESULTS_DIR):

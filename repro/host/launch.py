@@ -99,8 +99,9 @@ def rank_env(backend: str, extra_pythonpath: Path | None) -> dict[str, str]:
     env.setdefault("THP_MEM_ALLOC_ENABLE", "1")
     env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
     env["PYTHONUNBUFFERED"] = "1"
-    if backend == "cpu":
-        env["DS_ACCELERATOR"] = "cpu"
+    # DeepSpeed's accelerator by name, never auto-detected: "cuda" is its name for CUDA and ROCm builds alike,
+    # and a DS_ACCELERATOR=cpu left in the caller's environment must not turn a GPU run into a CPU one.
+    env["DS_ACCELERATOR"] = "cpu" if backend == "cpu" else "cuda"
     if extra_pythonpath is not None:
         # JIT-built ops are keyed by include path: keep the patched copy's builds beside it.
         env["TORCH_EXTENSIONS_DIR"] = str(extra_pythonpath / "torch_extensions")
@@ -242,17 +243,17 @@ def run_variant(spec: LaunchSpec, out_dir: Path, patched_root: Path | None, prog
 
 
 def run_module(
-    module: str, args: list[str], deepspeed_root: Path | None, ranks: int, timeout_s: float
+    module: str, args: list[str], deepspeed_root: Path | None, ranks: int, timeout_s: float, backend: str = "cpu"
 ) -> tuple[int, str]:
-    """`python -m MODULE ARGS` on `ranks` CPU ranks under torchrun; returns the exit status and the output.
-    A timeout stops every rank and raises LaunchError."""
+    """`python -m MODULE ARGS` on `ranks` ranks under torchrun (on the CPU, or one GPU each); returns the exit
+    status and the output. A timeout stops every rank and raises LaunchError."""
     cmd = torchrun(module, ranks, free_port(), *args)
     proc = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env=rank_env("cpu", deepspeed_root),
+        env=rank_env(backend, deepspeed_root),
         cwd=REPO_ROOT,
         start_new_session=True,
     )
@@ -265,10 +266,15 @@ def run_module(
 
 
 def run_probe(
-    module: str, out_json: Path, deepspeed_root: Path | None, ranks: int = 2, timeout_s: float = 300
+    module: str,
+    out_json: Path,
+    deepspeed_root: Path | None,
+    ranks: int = 2,
+    timeout_s: float = 300,
+    backend: str = "cpu",
 ) -> dict:
-    """Runs a small rank script (`python -m MODULE OUT.json`) under torchrun on CPU; returns its JSON."""
-    returncode, output = run_module(module, [str(out_json)], deepspeed_root, ranks, timeout_s)
+    """Runs a small rank script (`python -m MODULE OUT.json`) under torchrun; returns its JSON."""
+    returncode, output = run_module(module, [str(out_json)], deepspeed_root, ranks, timeout_s, backend)
     if returncode != 0 or not out_json.exists():
         log = out_json.with_suffix(".log")
         log.write_text(output)

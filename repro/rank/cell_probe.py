@@ -31,7 +31,7 @@ import torch
 from .. import fixstatus, shim, tolerance
 from ..model_registry import DEFAULT_PROMPT_IDS
 from ..paths import write_json
-from . import fallbacks, he_faults, lora, measure, qkv_states
+from . import fallbacks, he_faults, lora, measure, placement, qkv_states
 from .archs import adapter
 from .engine import ds_config, greedy
 from .lifecycle import finish, init_distributed, progress
@@ -67,6 +67,7 @@ DEFAULTS = {
     "lora_dim": 8,
     "lora_alpha": 8.0,
     "dtype": "fp32",
+    "backend": "cpu",  # cpu (gloo, DeepSpeed's fallbacks), or rocm / cuda (nccl, each rank on its own GPU)
 }
 HYBRID_MEGATRON = "deepspeed.module_inject.containers.features.hybrid_megatron"
 
@@ -99,7 +100,8 @@ def run(spec: dict) -> dict:
     import transformers
 
     op_state = fallbacks.install()
-    init_distributed("gloo")
+    init_distributed(placement.dist_backend(spec["backend"]))
+    device = placement.rank_device(spec["backend"])
     laps("imports_and_init_distributed")
 
     arch = adapter(spec["arch"])
@@ -117,8 +119,10 @@ def run(spec: dict) -> dict:
         std=spec["lora_std"],
         arch=arch.name,
     )
-    model.to(TORCH_DTYPES[spec["dtype"]])  # LoRA too: DeepSpeed casts every parameter to the engine's dtype
-    ids = torch.tensor([[i % model.config.vocab_size for i in DEFAULT_PROMPT_IDS]], dtype=torch.long)
+    # LoRA too: DeepSpeed casts every parameter to the engine's dtype. The native references are copies of
+    # this model, so they run on the device the Hybrid Engine runs on.
+    model.to(device=device, dtype=TORCH_DTYPES[spec["dtype"]])
+    ids = torch.tensor([[i % model.config.vocab_size for i in DEFAULT_PROMPT_IDS]], dtype=torch.long, device=device)
     n = spec["new_tokens"]
     merged, base = lora.merged_reference(model), lora.base_reference(model)  # kept out of ZeRO's hands
     twins = arch.twins(merged)
@@ -152,7 +156,9 @@ def run(spec: dict) -> dict:
             "lora": {k: spec[k] for k in ("lora_dim", "lora_alpha", "lora_std", "lora_seed")},
             "model": spec.get("weights") or f"random:{arch.name}:seed={spec['seed']}",
             "dtype": spec["dtype"],
+            "backend": spec["backend"],
         },
+        "device": _device_name(device),
         "grouped_query_attention": getattr(model.config, "num_key_value_heads", None) not in (None, heads),
         "hidden_size": model.config.hidden_size,
         "deepspeed": {
@@ -215,6 +221,8 @@ def run(spec: dict) -> dict:
                     result["inference_containers"] = len(containers)
                     result["tensor_parallel"] = _tensor_parallel(containers)
                     result["injected_layer_calls"] = injected.remove()
+                    result["kernel_paths"] = fallbacks.kernel_paths(c.module for c in containers)
+                    result["approximations"] = approximations(model.config, result["kernel_paths"])
                     result["attention_prompt_flags"] = prompts.remove()
                 if layers_saw is not None:
                     layers_saw.remove()
@@ -251,6 +259,22 @@ def run(spec: dict) -> dict:
     result["duration_s"] = round(time.time() - laps.started, 2)
     result["timings_s"] = laps.timings
     return result
+
+
+def _device_name(device: torch.device) -> str:
+    """What the cell ran on, for the report: "cpu", or the GPU's own name."""
+    return "cpu" if device.type == "cpu" else f"{device}: {torch.cuda.get_device_name(device)}"
+
+
+def approximations(config, kernel_paths: dict[str, str]) -> list[str]:
+    """Where a compiled kernel computes other math than the model, named so a small difference is read as
+    that and not as a bug: DeepSpeed's compiled MLP applies tanh-approximate GELU (csrc gelu), where a model
+    whose activation is "gelu" computes the exact one (about 1e-4 apart in fp32)."""
+    activation = getattr(config, "hidden_act", None) or getattr(config, "activation_function", None)
+    compiled_mlp = any(k.startswith(("MLPGemmOp", "GELUGemmOp")) and v == "compiled" for k, v in kernel_paths.items())
+    if activation == "gelu" and compiled_mlp:
+        return ["the compiled MLP applies tanh-approximate GELU; the model's `gelu` is exact (about 1e-4 in fp32)"]
+    return []
 
 
 def _tensor_parallel(containers) -> dict | None:

@@ -175,7 +175,7 @@ def per_layer_divergence(native: Trace, he: Trace) -> list[dict]:
 def teacher_forced(model: torch.nn.Module, ids: torch.Tensor, tokens: list[int]) -> list[torch.Tensor]:
     """Native per-step logits for the given continuation (the same history the Hybrid Engine had), so every
     step compares like with like even after the greedy tokens part."""
-    seq = torch.cat([ids, torch.tensor([tokens[:-1]], dtype=ids.dtype)], dim=1)
+    seq = torch.cat([ids, torch.tensor([tokens[:-1]], dtype=ids.dtype, device=ids.device)], dim=1)
     logits = model(seq).logits[0].float()
     return [logits[ids.shape[1] - 1 + t] for t in range(len(tokens))]
 

@@ -17,17 +17,8 @@ import torch
 from .. import fixstatus, shim, verdict
 from ..options import REQUEST_FIELDS
 from ..paths import cache_root
-from . import environment, fallbacks, layout, lifecycle, measure, models, native_reference, zero3_fetches
+from . import environment, fallbacks, layout, lifecycle, measure, models, native_reference, placement, zero3_fetches
 from .engine import ds_config, greedy
-
-
-def _device(backend: str) -> torch.device:
-    """This rank's device: the CPU, or its own GPU (native and Hybrid Engine run on the same one)."""
-    from deepspeed.accelerator import get_accelerator
-
-    if backend != "cpu":
-        get_accelerator().set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    return torch.device(get_accelerator().current_device_name())
 
 
 def _fault_injection(rank: int) -> None:
@@ -206,7 +197,7 @@ def run(spec: dict, started: float) -> dict:
     _fault_injection(rank)
     _done("init_distributed")
 
-    device = _device(spec["backend"])
+    device = placement.rank_device(spec["backend"])
     loaded = models.build(spec["model"], spec["dtype"], spec["seed"], cache_dir=cache_root() / "models")
     model, heads = loaded.model.to(device), loaded.model.config.num_attention_heads
     ids = models.prompt_ids(loaded, spec.get("prompt")).to(device)

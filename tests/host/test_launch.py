@@ -83,6 +83,14 @@ def test_ranks_ask_for_huge_pages_unless_the_user_chose(monkeypatch):
     assert launch.rank_env("cpu", None)["THP_MEM_ALLOC_ENABLE"] == "0"
 
 
+def test_ranks_get_deepspeeds_accelerator_by_name_whatever_the_callers_environment(monkeypatch):
+    """A DS_ACCELERATOR=cpu left in the shell must not turn a GPU run into a CPU one (nor the reverse)."""
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    assert launch.rank_env("cuda", None)["DS_ACCELERATOR"] == launch.rank_env("rocm", None)["DS_ACCELERATOR"] == "cuda"
+    monkeypatch.setenv("DS_ACCELERATOR", "cuda")
+    assert launch.rank_env("cpu", None)["DS_ACCELERATOR"] == "cpu"
+
+
 def test_the_failing_rank_is_named_not_the_peer_that_lost_it():
     log = "\n".join(
         [

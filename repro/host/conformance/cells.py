@@ -20,18 +20,24 @@ def _slug(axes: dict) -> str:
 
 
 def run_cell(
-    work: Path, root: Path | None, axes: dict, timeout_s: float = 300, probe: Callable[..., dict] = launch.run_probe
+    work: Path,
+    root: Path | None,
+    axes: dict,
+    timeout_s: float = 300,
+    probe: Callable[..., dict] = launch.run_probe,
+    backend: str = "cpu",
 ) -> dict:
-    """The cell's measurements (raises on a failed or hung launch: the caller records it as the cell's error)."""
+    """The cell's measurements on `backend` (raises on a failed or hung launch: the caller records it as the
+    cell's error)."""
     out = work / axes["build"].replace(" ", "-") / f"{_slug(axes)}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     spec = out.with_suffix(".spec.json")  # repro.rank.cell_probe.spec_path
     settings = {"arch": axes["arch"], "targets": axes["lora"], "pin": axes["pin"], "order": axes["order"],
                 "zero_stage": axes["zero_stage"], "config": axes["config"], "dtype": axes.get("dtype", "fp32"),
-                **axes.get("probe", {})}  # fmt: skip
+                "backend": backend, **axes.get("probe", {})}  # fmt: skip
     spec.write_text(json.dumps(settings))
     try:
-        return probe(PROBE, out, root, ranks=axes["world_size"], timeout_s=timeout_s)
+        return probe(PROBE, out, root, ranks=axes["world_size"], timeout_s=timeout_s, backend=backend)
     finally:
         spec.unlink(missing_ok=True)
         out.unlink(missing_ok=True)

@@ -164,8 +164,16 @@ class Pools:
         self.work, self.pools = work, {}
 
     def run_probe(
-        self, module: str, out_json: Path, deepspeed_root: Path | None, ranks: int = 2, timeout_s: float = 300
+        self,
+        module: str,
+        out_json: Path,
+        deepspeed_root: Path | None,
+        ranks: int = 2,
+        timeout_s: float = 300,
+        backend: str = "cpu",
     ) -> dict:
+        if backend != "cpu":  # a child forked after the worker's imports must not touch CUDA/ROCm
+            raise ValueError(f"the warm pools run CPU cells only, not {backend}: one torchrun per GPU cell")
         if deepspeed_root not in self.pools:
             self.pools[deepspeed_root] = Pool(deepspeed_root, self.work / f"pool{len(self.pools)}")
         return self.pools[deepspeed_root].run_probe(module, out_json, deepspeed_root, ranks, timeout_s)

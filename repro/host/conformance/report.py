@@ -13,6 +13,7 @@ from ... import tolerance
 from ..family import diagnosis as family
 from ..tables import num
 from ..upstream import issue_scripts
+from . import evidence
 from .diagnosis import (
     BUG_3453,
     BUG_ENGINE_GENERATE,
@@ -451,7 +452,8 @@ def issue_text(data: dict, bug: str) -> str:
             *([NEOX_PREREQUISITE, ""] if meta.get("gpt_neox") else []),
             f"Scope: {SCOPES[meta['scope']]}.",
             "",
-            f"Measured (CPU, tiny models with random weights, fp32, DeepSpeed {ds} as released and with our patch "
+            f"Measured ({evidence.of(data)['evidence']}, tiny models with random weights, fp32, DeepSpeed {ds} as "
+            "released and with our patch "
             f"series): in {len(hits)} of the {len(shown)} cells below {meta['measured']}:",
             "",
             "| model, scenario | DeepSpeed | ZeRO | ranks | logits vs native (max abs, every step) | "
@@ -470,18 +472,16 @@ def issue_text(data: dict, bug: str) -> str:
             "**Expected behavior**",
             f"{meta['fix']} " + (meta["fixed"](fixed) if "fixed" in meta else _fixed(fixed)),
             "",
-            "**ds_report output** (`DS_ACCELERATOR=cpu ds_report`, taken by the run):",
+            f"**ds_report output** (`{evidence.ds_report_command(data)}`, taken by the run):",
             "```",
             data.get("ds_report", "not recorded by this run"),
             "```",
             "",
             "**System info**",
-            f"- Linux (Debian 12), CPU only, 2 cores, no GPU; Python {v.get('python', 'not recorded')}, torch "
-            f"{v['torch']}, Transformers {v['transformers']}, DeepSpeed {ds}.",
-            "- Launcher: torchrun (gloo), `DS_ACCELERATOR=cpu`; the inference ops are DeepSpeed's PyTorch fallbacks.",
+            *evidence.system_info(data, v.get("python", "not recorded"), v["torch"], v["transformers"], ds),
             "",
             "**Additional context**",
-            f"CPU evidence, not GPU evidence. {meta['context']}",
+            f"{evidence.scope(data).split(':')[0]}. {meta['context']}",
             "",
         ]
     )
@@ -542,13 +542,11 @@ def render(data: dict) -> str:
     series_refused = sum(c["diagnosis"][0] in REFUSALS for c in series)
     series_outside = sum(c["diagnosis"][0].startswith(OUTSIDE_CONTRACT) for c in series)
     lines = [
-        f"# Hybrid Engine conformance: {_names(cells)} vs native Hugging Face",
+        f"# Hybrid Engine conformance ({evidence.label(data)}): {_names(cells)} vs native Hugging Face",
         "",
-        f"Regenerate: `{data['command']}` ({len(cells)} cells in {data['duration_s']:.0f} s here). CPU evidence, not "
-        "GPU or AMD evidence: tiny models with random weights, fp32 (and bf16 where the scenario says so), gloo, "
-        "DeepSpeed's PyTorch fallbacks "
-        "(`repro/rank/fallbacks.py` completes GPT-NeoX's attention and parallel-residual MLP, the MLP's ReLU and the "
-        f"post-LayerNorm QKV linear for OPT). Transformers {_versions(cells)}. A cell is correct when generate ran "
+        f"Regenerate: `{data['command']}` ({len(cells)} cells in {data['duration_s']:.0f} s here). "
+        f"{evidence.scope(data)}. Tiny models with random weights, fp32 (and bf16 where the scenario says so). "
+        f"Transformers {_versions(cells)}. A cell is correct when generate ran "
         "the injected layers (else: not engaged), every generated step's "
         f"logits are within {TOL:g} of native in fp32, {tolerance.logits('bf16'):g} in bf16 (teacher-forced on the "
         "HE's tokens, LoRA merged), the tokens are equal and train() gives the training weights back (within "
@@ -557,6 +555,8 @@ def render(data: dict) -> str:
         "cells, per step: "
         f"{_noise(cells)} (GPT-Neo: its gelu_new against the fallback's exact GELU). Otherwise a cell names the "
         "bug its measurements show by positive evidence, or its crash.",
+        "",
+        evidence.kernels(cells),
         "",
         f"**With the whole series (`{' '.join(data['builds']['whole series'])}`), {series_ok} of {len(series)} "
         f"cells are correct, {series_refused} refuse by name a configuration DeepSpeed cannot serve (`0010`, "
@@ -657,6 +657,6 @@ def heatmap(data: dict, path: Path) -> None:
     handles = [plt.Rectangle((0, 0), 1, 1, color=colours[i]) for i in range(len(labels))]
     ax.legend(handles, [textwrap.shorten(t, 90) for t in labels], loc="upper left", bbox_to_anchor=(1.01, 1.0),
               fontsize=7, ncol=1)  # fmt: skip
-    ax.set_title("Hybrid Engine vs native Hugging Face (CPU evidence; blank: not run)", fontsize=9)
+    ax.set_title(f"Hybrid Engine vs native Hugging Face ({evidence.label(data)}; blank: not run)", fontsize=9)
     fig.savefig(path, dpi=100, bbox_inches="tight", metadata={"Software": None})
     plt.close(fig)

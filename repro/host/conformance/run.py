@@ -23,7 +23,7 @@ from .. import launch, table_dir, tables
 from ..cell_progress import Progress
 from ..upstream import patched_copy
 from ..upstream.ds_report import ds_report_text
-from . import my_model, pool, transformers_env
+from . import devices, my_model, pool, transformers_env
 from .cells import run_cell
 from .diagnosis import diagnose
 from .plan import ARCH_CONFIGS, BUILDS, COMMAND, SCENARIOS, key, plan_of, shard_of
@@ -41,27 +41,35 @@ def main(
     shard: tuple[int, int] | None = None,
     archs: tuple[str, ...] | None = None,
     model: dict | None = None,
+    backend: str = "cpu",
 ) -> int:
     """Runs the plan (or a shard of it; `archs`: only these architectures' cells), each finished cell
     journaled at once; `resume` runs only the cells OUT's journal lacks, with the options it was started
     with. Exit 0, 3 if a cell could not be measured, 130 on Ctrl-C / SIGTERM (every rank stopped; the
     finished cells kept). `model`: "check my model" ({"config": PATH, "weights": bool, "allow_pickle": bool}):
-    my_model's cells instead of the plan's."""
+    my_model's cells instead of the plan's. `backend`: cpu, or rocm / cuda: refused (exit 2) unless the machine
+    has what the cells need (`devices.check`); GPU cells run one torchrun per cell."""
     out = Path(out)
+    if not resume:  # refused before OUT is claimed: a --regenerate refused here has removed nothing
+        planned = _planned(model, quick, archs, shard)
+        evidence = devices.check(backend, planned)
     resumed = table_dir.claim(out, "conformance.json", "conformance", resume=resume, regenerate=regenerate)
     if resumed is not None:
         quick, isolated = resumed.get("quick", quick), resumed.get("isolated", isolated)
         shard = tuple(resumed["shard"]) if resumed.get("shard") else None
         archs = tuple(resumed["archs"]) if resumed.get("archs") else None
-        model = resumed.get("model")
-    else:
+        model, backend = resumed.get("model"), resumed.get("backend", "cpu")
+        planned = _planned(model, quick, archs, shard)
+        evidence = devices.check(backend, planned)
+    if backend != "cpu" and not isolated:
+        log(f"[conformance] --backend {backend}: one torchrun per cell (a warm pool forks its ranks after its "
+            "imports, which CUDA and ROCm do not survive)")  # fmt: skip
+        isolated = True
+    if resumed is None:
         table_dir.start(out, {"quick": quick, "isolated": isolated, "shard": list(shard) if shard else None,
-                              "archs": list(archs) if archs else None, "model": model})  # fmt: skip
+                              "archs": list(archs) if archs else None, "model": model, "backend": backend,
+                              "evidence": evidence})  # fmt: skip
     launch.interrupt_on_sigterm()
-    if model:
-        planned = shard_of(my_model.plan(Path(model["config"]), model["weights"], model["allow_pickle"]), shard)
-    else:
-        planned = shard_of(plan_of(quick, archs), shard)
     keys = {key(p) for p in planned}
     done = {key(c): c for c in table_dir.finished(out) if key(c) in keys}
     earlier = sum(c["duration_s"] for c in done.values())  # the resumed cells' own time
@@ -74,7 +82,7 @@ def main(
         with pools as warm:
             probe = launch.run_probe if warm is None else warm.run_probe
             for axes in todo:
-                cell = _measure(out, roots, axes, timeout_s, probe, progress)
+                cell = _measure(out, roots, axes, timeout_s, probe, progress, backend=backend)
                 table_dir.record(out, cell)
                 done[key(cell)] = cell
     except (KeyboardInterrupt, launch.Interrupted) as exc:
@@ -83,10 +91,16 @@ def main(
             f"{out / table_dir.JOURNAL}; `python -m repro conformance --resume {out}` runs the rest")  # fmt: skip
         return EXIT_INTERRUPTED
     cells = [done[key(axes)] for axes in planned]
-    write(out, cells, quick, shard, round(time.time() - started + earlier, 1), model)
+    write(out, cells, quick, shard, round(time.time() - started + earlier, 1), model, evidence)
     log(f"[conformance] {len(cells)} cells in {time.time() - started:.0f} s -> {out / 'CONFORMANCE.md'}; "
         + progress.summary(cells))  # fmt: skip
     return EXIT_BROKEN if any("error" in c for c in cells) else EXIT_OK
+
+
+def _planned(model: dict | None, quick: bool, archs: tuple[str, ...] | None, shard: tuple[int, int] | None) -> list:
+    if model:
+        return shard_of(my_model.plan(Path(model["config"]), model["weights"], model["allow_pickle"]), shard)
+    return shard_of(plan_of(quick, archs), shard)
 
 
 def prepare(cells: list[dict]) -> dict[tuple[str, str], tuple[Path | None, str | None]]:
@@ -124,7 +138,9 @@ def _on_intended_transformers(result: dict, axes: dict) -> dict:
     return result
 
 
-def _measure(out: Path, roots: dict, axes: dict, timeout_s: float, probe: Callable[..., dict], progress) -> dict:
+def _measure(
+    out: Path, roots: dict, axes: dict, timeout_s: float, probe: Callable[..., dict], progress, backend: str = "cpu"
+) -> dict:
     root, error = roots[(axes["build"], axes["transformers"])]
     label = (f"{axes['arch']} {axes['configuration']} {axes['scenario']} {axes['build']} zero{axes['zero_stage']} "
              f"ws{axes['world_size']} transformers {axes['transformers']}")  # fmt: skip
@@ -132,7 +148,9 @@ def _measure(out: Path, roots: dict, axes: dict, timeout_s: float, probe: Callab
     return tables.measure_cell(
         axes,
         # A cell takes seconds; a rank left waiting in a collective by its peer's crash is stopped within 5 min.
-        lambda: _on_intended_transformers(run_cell(out / "cells", root, axes, min(timeout_s, 300), probe=probe), axes),
+        lambda: _on_intended_transformers(
+            run_cell(out / "cells", root, axes, min(timeout_s, 300), probe=probe, backend=backend), axes
+        ),
         diagnose,
         label,
         progress.end,
@@ -148,10 +166,13 @@ def write(
     shard: tuple[int, int] | None,
     duration_s: float,
     model: dict | None = None,
+    evidence: dict | None = None,
 ) -> None:
     """conformance.json and the reports, rendered from the file as `--render` does (its sorted keys order the
     builds and scenarios), so a run, a resumed run, a merge and a re-render give the same reports."""
-    command = COMMAND + (" --quick" if quick else "")
+    evidence = evidence or devices.CPU_EVIDENCE
+    backend = evidence["backend"]
+    command = COMMAND + (" --quick" if quick else "") + (f" --backend {backend}" if backend != "cpu" else "")
     configs = ARCH_CONFIGS
     if model:
         flags = " --weights" * model["weights"] + " --allow-pickle" * model["allow_pickle"]
@@ -164,7 +185,9 @@ def write(
         "builds": {name: list(patches) for name, patches in BUILDS.items()},
         "cells": cells,
         "duration_s": duration_s,
-        "ds_report": ds_report_text("cpu"),  # for the issue texts: DeepSpeed's template asks for it
+        "ds_report": ds_report_text("cpu" if backend == "cpu" else "cuda"),  # DeepSpeed's template asks for it
+        "backend": backend,
+        "evidence": evidence,
     }
     if shard is not None:
         data["shard"] = f"{shard[0]}/{shard[1]}"
@@ -178,11 +201,11 @@ def merge(out: Path, shards: list[Path], log: Callable[[str], None] = print, reg
     out = Path(out)
     table_dir.claim(out, "conformance.json", "conformance", regenerate=regenerate)
     options = [json.loads((d / table_dir.RUN).read_text()) if (d / table_dir.RUN).exists() else None for d in shards]
-    plans = {(o["quick"], tuple(o.get("archs") or ())) for o in options if o is not None}
+    plans = {(o["quick"], tuple(o.get("archs") or ()), o.get("backend", "cpu")) for o in options if o is not None}
     if None in options or len(plans) != 1:
-        raise UsageError("--merge takes shard directories of one plan (each with its run.json; the same --quick "
-                         "and --arch)")  # fmt: skip
-    quick, archs = plans.pop()
+        raise UsageError("--merge takes shard directories of one plan (each with its run.json; the same --quick, "
+                         "--arch and --backend)")  # fmt: skip
+    quick, archs, backend = plans.pop()
     planned = plan_of(quick, archs or None)
     found: dict[tuple, dict] = {}
     for directory in shards:
@@ -197,7 +220,8 @@ def merge(out: Path, shards: list[Path], log: Callable[[str], None] = print, reg
     cells = [found[key(a)] for a in planned]
     for cell in cells:
         table_dir.record(out, cell)
-    write(out, cells, quick, None, round(sum(c["duration_s"] for c in cells), 1))
+    evidence = options[0].get("evidence") or devices.CPU_EVIDENCE  # shards from before the backend option: CPU
+    write(out, cells, quick, None, round(sum(c["duration_s"] for c in cells), 1), evidence=evidence)
     log(f"[conformance] merged {len(shards)} shards: {len(cells)} cells -> {out / 'CONFORMANCE.md'}")
     return EXIT_BROKEN if any("error" in c for c in cells) else EXIT_OK
 

@@ -13,6 +13,10 @@ def test_a_real_sequential_residual_cell_shows_3453(tmp_path):
     assert result["settings"]["overrides"] == {"use_parallel_residual": False}
     assert diagnosis.diagnose({**axes, **result}) == [diagnosis.BUG_3453]
     assert max(result["per_step_logits_vs_twin"]["parallel_residual"]) < 1e-5
+    # CPU evidence, and it says so per op: every inference op ran DeepSpeed's PyTorch fallback.
+    assert result["device"] == "cpu" and result["settings"]["backend"] == "cpu"
+    assert result["kernel_paths"] and set(result["kernel_paths"].values()) == {"fallback"}
+    assert result["approximations"] == []
 
 
 @pytest.mark.distributed
@@ -64,13 +68,14 @@ def test_a_scenarios_probe_settings_reach_the_probe_and_the_spec_is_removed(tmp_
 
     seen = {}
 
-    def probe(module, out, root, ranks, timeout_s):
-        seen.update(json.loads(out.with_suffix(".spec.json").read_text()), module=module, ranks=ranks)
+    def probe(module, out, root, ranks, timeout_s, backend):
+        seen.update(json.loads(out.with_suffix(".spec.json").read_text()), module=module, ranks=ranks, via=backend)
         return {"ok": True}
 
     axes = plan.cell_axes("opt", "default", "released", 3, 2, "ds-chat")
     assert cells.run_cell(tmp_path, None, axes, probe=probe) == {"ok": True}
     assert seen["module"] == cells.PROBE and seen["ranks"] == 2 and seen["arch"] == "opt"
+    assert seen["backend"] == seen["via"] == "cpu"  # the probe and its launcher: one backend
     assert {k: seen[k] for k in ("threshold", "max_live", "lora_dim", "synced_gpus")} == {
         "threshold": 10_000, "max_live": 30_000_000, "lora_dim": 64, "synced_gpus": True}  # fmt: skip
     assert not list(tmp_path.rglob("*.spec.json"))

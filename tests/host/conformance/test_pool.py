@@ -111,3 +111,10 @@ def test_a_cell_measures_the_same_alone_and_after_another_cell_in_the_same_pool(
     assert "crash" not in only_b and only_b["per_step_logits_vs_native"]
     assert json.dumps(_measured(only_b), sort_keys=True) == json.dumps(_measured(after_a), sort_keys=True)
     assert json.dumps(_measured(only_b), sort_keys=True) == json.dumps(_measured(isolated), sort_keys=True)
+
+
+def test_the_pools_refuse_a_gpu_cell(tmp_path):
+    """A pool's children are forked after its imports, which CUDA and ROCm do not survive: GPU cells run isolated."""
+    with pool.Pools(tmp_path) as pools:
+        with pytest.raises(ValueError, match="CPU cells only, not cuda"):
+            pools.run_probe(cells.PROBE, tmp_path / "x.json", None, ranks=2, backend="cuda")

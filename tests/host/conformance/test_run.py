@@ -14,7 +14,7 @@ def test_main_records_a_build_that_cannot_be_prepared_on_each_of_its_cells(tmp_p
     def no_copy(patches):
         raise PatchError("0005 does not apply")
 
-    def fake_cell(work, root, axes, timeout_s=600, probe=None):
+    def fake_cell(work, root, axes, timeout_s=600, probe=None, backend="cpu"):
         return {
             "targets": axes["lora"], "qkv_layouts_after_eval": ["inference"],
             "weights_seen_by_inference_layers": [{"call": 0, "state": "correct_fused"}],
@@ -50,7 +50,7 @@ def test_a_cell_whose_ranks_ran_another_transformers_is_broken_and_an_uninstalla
         if version != plan.PINNED:
             raise OverlayError(f"pip could not install Transformers {version}: offline")
 
-    def fake_cell(work, root, axes, timeout_s=600, probe=None):
+    def fake_cell(work, root, axes, timeout_s=600, probe=None, backend="cpu"):
         return {"versions": {"transformers": "4.40.0"}, "deepspeed": {"version": "0.19.8"}}
 
     monkeypatch.setattr(run.transformers_env, "overlay", overlay)
@@ -71,7 +71,7 @@ def _fake_suite(monkeypatch, interrupt_at: int | None = None) -> list[tuple]:
     `interrupt_at`); returns the keys it measured, in order."""
     measured = []
 
-    def fake_measure(out, roots, axes, timeout_s, probe, progress):
+    def fake_measure(out, roots, axes, timeout_s, probe, progress, backend="cpu"):
         if interrupt_at is not None and len(measured) + 1 == interrupt_at:
             raise KeyboardInterrupt
         measured.append(plan.key(axes))
@@ -138,3 +138,72 @@ def test_a_merge_missing_a_shard_or_holding_one_twice_is_refused(tmp_path, monke
         run.merge(tmp_path / "m1", [tmp_path / "shard1"])
     with pytest.raises(UsageError, match="more than one shard"):
         run.merge(tmp_path / "m2", [tmp_path / "shard1", tmp_path / "shard1", tmp_path / "shard2"])
+
+
+def _gpu_machine(monkeypatch, found: dict | None = None):
+    """A machine that has (or, with `found`, lacks) what a CUDA run needs: torch's view and the device check's."""
+    facts = {"torch": "2.9.1+cu128", "hip": None, "cuda": "12.8", "accelerator": "cuda", "device_count": 2,
+             "devices": ["NVIDIA H200", "NVIDIA H200"], "dtypes": {"fp32": True, "bf16": True, "fp16": True},
+             "inference_op_error": None, **(found or {})}  # fmt: skip
+    monkeypatch.setattr(run.devices.preflight, "detect_backend", lambda: "cuda")
+    monkeypatch.setattr(run.devices, "device_facts", lambda backend: facts)
+
+
+def test_a_gpu_run_measures_every_cell_in_a_torchrun_of_its_own_on_that_backend(tmp_path, monkeypatch):
+    """No warm pool (it forks after its imports, which CUDA does not survive); each cell's probe and launcher are
+    told the backend; the JSON and the report's first line say CUDA evidence, with the devices."""
+    seen = []
+
+    def fake_cell(work, root, axes, timeout_s=600, probe=None, backend="cpu"):
+        seen.append((probe, backend))
+        return {"versions": {"transformers": axes["transformers"]}, "deepspeed": {"version": "0.19.8"}}
+
+    _gpu_machine(monkeypatch)
+    monkeypatch.setattr(run, "run_cell", fake_cell)
+    monkeypatch.setattr(run, "ds_report_text", lambda accelerator: f"ds_report {accelerator}")
+    monkeypatch.setattr(run.patched_copy, "prepare_patched_copy", lambda patches: None)
+    monkeypatch.setattr(run.transformers_env, "overlay", lambda version: None)
+    monkeypatch.setattr(report, "heatmap", lambda data, path: None)
+    lines = []
+    run.main(tmp_path, quick=True, backend="cuda", log=lines.append)
+    assert seen and all(p is run.launch.run_probe and b == "cuda" for p, b in seen)
+    assert "one torchrun per cell" in lines[0]
+    data = json.loads((tmp_path / "conformance.json").read_text())
+    assert data["backend"] == "cuda" and data["ds_report"] == "ds_report cuda"
+    assert data["evidence"]["devices"] == ["NVIDIA H200", "NVIDIA H200"] and data["command"].endswith("--backend cuda")
+    first = (tmp_path / "CONFORMANCE.md").read_text().splitlines()[0]
+    assert first.startswith("# Hybrid Engine conformance (CUDA evidence)")
+    assert json.loads((tmp_path / "run.json").read_text())["backend"] == "cuda"  # what a resume runs on
+
+
+@pytest.mark.parametrize(
+    "found, refusal",
+    [
+        ({"device_count": 1, "devices": ["NVIDIA H200"]}, "need 2 GPUs .* but 1 are visible"),
+        ({"inference_op_error": "ImportError: no transformer_inference_op"}, "transformer_inference op does not load"),
+        ({"dtypes": {"fp32": True, "bf16": False}}, "run bf16, which NVIDIA H200 does not support"),
+        ({"accelerator": "cpu"}, "accelerator is the CPU"),
+    ],
+)
+def test_a_gpu_run_the_machine_cannot_serve_is_refused_before_out_is_touched(tmp_path, monkeypatch, found, refusal):
+    """Each missing piece named (exit 2 from the CLI); an OUT with results asked to --regenerate keeps them."""
+    from repro.options import UsageError
+
+    (tmp_path / "conformance.json").write_text("{}")
+    (tmp_path / "cells.jsonl").write_text("{}\n")
+    _gpu_machine(monkeypatch, found)
+    monkeypatch.setattr(run, "run_cell", lambda *a, **k: pytest.fail("ran a cell"))
+    with pytest.raises(UsageError, match=refusal):
+        run.main(tmp_path, quick=True, regenerate=True, backend="cuda")
+    assert (tmp_path / "conformance.json").read_text() == "{}" and (tmp_path / "cells.jsonl").exists()
+
+
+def test_a_gpu_run_without_the_gpu_is_refused_not_run_on_the_cpu(tmp_path, monkeypatch):
+    from repro.options import UsageError
+
+    monkeypatch.setattr(run.devices.preflight, "detect_backend", lambda: "cpu")
+    monkeypatch.setattr(run.devices, "device_facts", lambda backend: pytest.fail("asked DeepSpeed"))
+    for backend, missing in (("cuda", "no CUDA GPU"), ("rocm", "no ROCM GPU")):
+        with pytest.raises(UsageError, match=f"asks for {backend} but torch sees {missing}"):
+            run.main(tmp_path / backend, quick=True, backend=backend)
+        assert not (tmp_path / backend).exists()

@@ -1,0 +1,30 @@
+"""A rank's device and process group, and the compiled kernels' own math that a cell names."""
+
+import types
+
+import pytest
+
+from repro.rank import cell_probe, placement
+
+
+def test_the_cpu_talks_gloo_and_a_gpu_nccl():
+    assert placement.dist_backend("cpu") == "gloo"
+    assert placement.dist_backend("rocm") == placement.dist_backend("cuda") == "nccl"
+
+
+def test_a_gpu_rank_whose_deepspeed_accelerator_is_the_cpu_refuses_rather_than_measure_the_cpu():
+    assert placement.rank_device("cpu").type == "cpu"  # this machine: DeepSpeed's accelerator is the CPU
+    with pytest.raises(RuntimeError, match="accelerator is the CPU"):
+        placement.rank_device("cuda")
+    with pytest.raises(ValueError, match="backend must be one of"):
+        placement.rank_device("tpu")
+
+
+def test_tanh_gelu_is_named_only_where_a_compiled_mlp_ran_an_exact_gelu_model():
+    gelu, relu = types.SimpleNamespace(hidden_act="gelu"), types.SimpleNamespace(activation_function="relu")
+    compiled, fallback = {"MLPGemmOp.mlp_gemm_func": "compiled"}, {"MLPGemmOp.mlp_gemm_func": "fallback"}
+    assert "tanh-approximate GELU" in cell_probe.approximations(gelu, compiled)[0]
+    assert cell_probe.approximations(gelu, fallback) == []  # the fallback computes the exact GELU
+    assert cell_probe.approximations(relu, compiled) == []
+    gelu_new = types.SimpleNamespace(activation_function="gelu_new")  # GPT-Neo's is tanh already
+    assert cell_probe.approximations(gelu_new, {"GELUGemmOp.fused_gemm_gelu": "compiled"}) == []
