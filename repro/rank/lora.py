@@ -105,7 +105,9 @@ def _replace_lora(model: torch.nn.Module, merge: bool) -> torch.nn.Module:
     with torch.no_grad():
         for name, m in lora_modules(out).items():
             out_features, in_features = m.weight.shape
-            linear = torch.nn.Linear(in_features, out_features, bias=m.bias is not None, dtype=m.weight.dtype)
+            linear = torch.nn.Linear(
+                in_features, out_features, bias=m.bias is not None, dtype=m.weight.dtype, device=m.weight.device
+            )
             linear.weight.copy_(m.weight + m.delta() if merge else m.weight)
             if m.bias is not None:
                 linear.bias.copy_(m.bias)

@@ -94,3 +94,12 @@ def test_attach_reaches_every_linear_of_the_other_architectures_and_merges_exact
         base_logits = lora.base_reference(model)(ids).logits
     assert (lora_logits - merged_logits).abs().max() < 1e-4
     assert (lora_logits - base_logits).abs().max() > 0.1  # the delta is visible: a lost LoRA cannot pass
+
+
+def test_references_live_on_the_models_device(tiny):
+    """On a GPU run the native references must sit on the rank's GPU; the meta device stands in for it here."""
+    model, _ = tiny
+    lora.attach(model, "qkv", seed=1)
+    model.to("meta")
+    for reference in (lora.merged_reference(model), lora.base_reference(model)):
+        assert {p.device.type for p in reference.parameters()} == {"meta"}

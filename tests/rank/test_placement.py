@@ -28,3 +28,18 @@ def test_tanh_gelu_is_named_only_where_a_compiled_mlp_ran_an_exact_gelu_model():
     assert cell_probe.approximations(relu, compiled) == []
     gelu_new = types.SimpleNamespace(activation_function="gelu_new")  # GPT-Neo's is tanh already
     assert cell_probe.approximations(gelu_new, {"GELUGemmOp.fused_gemm_gelu": "compiled"}) == []
+
+
+def test_every_twin_lives_on_the_models_device():
+    """The native twins of a GPU run sit on its GPU (the meta device stands in for it): a twin that builds a
+    module anew (GPT-NeoX's rotary embedding at base 10000) builds it there."""
+    from repro.rank.archs import adapter
+
+    arch = adapter("gpt-neox")
+    model = arch.build(1234, {"use_parallel_residual": False, "rotary_emb_base": 500.0, "layer_norm_eps": 1e-6})
+    model.to("meta")
+    twins = arch.twins(model)
+    assert {"parallel_residual", "rotary_base_10000"} <= set(twins)
+    for name, twin in twins.items():
+        tensors = [*twin.parameters(), *twin.buffers()]
+        assert {t.device.type for t in tensors} == {"meta"}, name

@@ -30,7 +30,7 @@ def default_rotary_base_twin(model: torch.nn.Module) -> torch.nn.Module:
     twin = copy.deepcopy(model)
     config = copy.deepcopy(twin.config)
     config.rotary_emb_base = config.rope_theta = DEFAULT_ROTARY_BASE
-    twin.gpt_neox.rotary_emb = GPTNeoXRotaryEmbedding(config=config)
+    twin.gpt_neox.rotary_emb = GPTNeoXRotaryEmbedding(config=config, device=next(model.parameters()).device)
     return twin
 
 
