@@ -201,6 +201,7 @@ def bench(c, full=False, out=""):
         "engine": "auto (cpu, cuda: local; rocm: docker, then podman, else local), docker, podman, buildah, "
         "apptainer or local",
         "gpus": "GPUs to use, e.g. 0,1 (HIP_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES)",
+        "ranks": "only the cells of this world size, 1 or 2 (a machine with one GPU: 1)",
         "dry-run": "print the commands (build and run), run nothing",
     },
 )
@@ -219,12 +220,14 @@ def conformance(
     backend="cpu",
     engine="auto",
     gpus="",
+    ranks=0,
     dry_run=False,
 ):
     """The Hybrid Engine against native Hugging Face, cell by cell (python -m repro conformance), here or in
     the ROCm image. Exit status: 0 every cell measured, 2 usage/environment, 3 a cell broken, 130 interrupted."""
     suite = ["--quick"] * quick + ["--regenerate"] * regenerate + ["--isolated"] * isolated
     suite += (["--shard", shard] if shard else []) + (["--arch", arch] if arch else [])
+    suite += ["--ranks", str(ranks)] if int(ranks) else []
     suite += (["--config", config] if config else []) + ["--weights"] * weights + ["--allow-pickle"] * allow_pickle
     request = jobs.ConformanceRequest(out=out, resume=resume, backend=backend, engine=engine, gpus=gpus,
                                       dry_run=dry_run, suite=suite)  # fmt: skip

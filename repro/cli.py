@@ -140,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     conformance.add_argument("--arch", action="append", help="only this architecture's cells (repeatable)")
     conformance.add_argument("--merge", type=Path, nargs="+", metavar="DIR", help="join shard outputs into --out")
     conformance.add_argument(
+        "--ranks", type=int, choices=(1, 2), help="only the cells of this world size (a machine with one GPU: 1)"
+    )
+    conformance.add_argument(
         "--backend",
         choices=("cpu", "rocm", "cuda"),
         help="cpu (default: DeepSpeed's PyTorch fallbacks, gloo), or rocm / cuda: DeepSpeed's compiled kernels, "
@@ -242,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
                 shard=args.shard,
                 archs=tuple(args.arch) if args.arch else None,
                 backend=args.backend or "cpu",
+                ranks=args.ranks,
             )
         if args.command == "issue-scripts":
             from .host.upstream import issue_scripts

@@ -42,24 +42,26 @@ def main(
     archs: tuple[str, ...] | None = None,
     model: dict | None = None,
     backend: str = "cpu",
+    ranks: int | None = None,
 ) -> int:
     """Runs the plan (or a shard of it; `archs`: only these architectures' cells), each finished cell
     journaled at once; `resume` runs only the cells OUT's journal lacks, with the options it was started
     with. Exit 0, 3 if a cell could not be measured, 130 on Ctrl-C / SIGTERM (every rank stopped; the
     finished cells kept). `model`: "check my model" ({"config": PATH, "weights": bool, "allow_pickle": bool}):
     my_model's cells instead of the plan's. `backend`: cpu, or rocm / cuda: refused (exit 2) unless the machine
-    has what the cells need (`devices.check`); GPU cells run one torchrun per cell."""
+    has what the cells need (`devices.check`); GPU cells run one torchrun per cell. `ranks`: only the cells of
+    this world size (a machine with one GPU)."""
     out = Path(out)
     if not resume:  # refused before OUT is claimed: a --regenerate refused here has removed nothing
-        planned = _planned(model, quick, archs, shard)
+        planned = _planned(model, quick, archs, shard, ranks)
         evidence = devices.check(backend, planned)
     resumed = table_dir.claim(out, "conformance.json", "conformance", resume=resume, regenerate=regenerate)
     if resumed is not None:
         quick, isolated = resumed.get("quick", quick), resumed.get("isolated", isolated)
         shard = tuple(resumed["shard"]) if resumed.get("shard") else None
         archs = tuple(resumed["archs"]) if resumed.get("archs") else None
-        model, backend = resumed.get("model"), resumed.get("backend", "cpu")
-        planned = _planned(model, quick, archs, shard)
+        model, backend, ranks = resumed.get("model"), resumed.get("backend", "cpu"), resumed.get("ranks")
+        planned = _planned(model, quick, archs, shard, ranks)
         evidence = devices.check(backend, planned)
     if backend != "cpu" and not isolated:
         log(f"[conformance] --backend {backend}: one torchrun per cell (a warm pool forks its ranks after its "
@@ -68,7 +70,7 @@ def main(
     if resumed is None:
         table_dir.start(out, {"quick": quick, "isolated": isolated, "shard": list(shard) if shard else None,
                               "archs": list(archs) if archs else None, "model": model, "backend": backend,
-                              "evidence": evidence})  # fmt: skip
+                              "ranks": ranks, "evidence": evidence})  # fmt: skip
     launch.interrupt_on_sigterm()
     keys = {key(p) for p in planned}
     done = {key(c): c for c in table_dir.finished(out) if key(c) in keys}
@@ -97,10 +99,16 @@ def main(
     return EXIT_BROKEN if any("error" in c for c in cells) else EXIT_OK
 
 
-def _planned(model: dict | None, quick: bool, archs: tuple[str, ...] | None, shard: tuple[int, int] | None) -> list:
+def _planned(model: dict | None, quick: bool, archs, shard: tuple[int, int] | None, ranks: int | None) -> list:
     if model:
-        return shard_of(my_model.plan(Path(model["config"]), model["weights"], model["allow_pickle"]), shard)
-    return shard_of(plan_of(quick, archs), shard)
+        cells = my_model.plan(Path(model["config"]), model["weights"], model["allow_pickle"])
+    else:
+        cells = plan_of(quick, archs)
+    if ranks is not None:
+        cells = [c for c in cells if c["world_size"] == ranks]
+        if not cells:
+            raise UsageError(f"--ranks {ranks}: no cell of this plan runs on {ranks} ranks")
+    return shard_of(cells, shard)
 
 
 def prepare(cells: list[dict]) -> dict[tuple[str, str], tuple[Path | None, str | None]]:
@@ -201,12 +209,13 @@ def merge(out: Path, shards: list[Path], log: Callable[[str], None] = print, reg
     out = Path(out)
     table_dir.claim(out, "conformance.json", "conformance", regenerate=regenerate)
     options = [json.loads((d / table_dir.RUN).read_text()) if (d / table_dir.RUN).exists() else None for d in shards]
-    plans = {(o["quick"], tuple(o.get("archs") or ()), o.get("backend", "cpu")) for o in options if o is not None}
+    plans = {(o["quick"], tuple(o.get("archs") or ()), o.get("backend", "cpu"), o.get("ranks")) for o in options
+             if o is not None}  # fmt: skip
     if None in options or len(plans) != 1:
         raise UsageError("--merge takes shard directories of one plan (each with its run.json; the same --quick, "
-                         "--arch and --backend)")  # fmt: skip
-    quick, archs, backend = plans.pop()
-    planned = plan_of(quick, archs or None)
+                         "--arch, --backend and --ranks)")  # fmt: skip
+    quick, archs, _, ranks = plans.pop()
+    planned = _planned(None, quick, archs or None, None, ranks)
     found: dict[tuple, dict] = {}
     for directory in shards:
         for cell in table_dir.finished(directory):

@@ -207,3 +207,17 @@ def test_a_gpu_run_without_the_gpu_is_refused_not_run_on_the_cpu(tmp_path, monke
         with pytest.raises(UsageError, match=f"asks for {backend} but torch sees {missing}"):
             run.main(tmp_path / backend, quick=True, backend=backend)
         assert not (tmp_path / backend).exists()
+
+
+def test_ranks_keeps_only_the_cells_of_that_world_size_through_a_resume(tmp_path, monkeypatch):
+    """A machine with one GPU runs the one-rank cells; the resumed run keeps the filter."""
+    from repro.options import UsageError
+
+    measured = _fake_suite(monkeypatch, interrupt_at=3)
+    assert run.main(tmp_path, ranks=1, log=print) == 130
+    rest = _fake_suite(monkeypatch)
+    assert run.main(tmp_path, resume=True, log=print) == 0
+    ones = [plan.key(c) for c in plan.plan() if c["world_size"] == 1]
+    assert ones and measured + rest == ones and {c["world_size"] for c in _cells(tmp_path)} == {1}
+    with pytest.raises(UsageError, match="no cell of this plan runs on 3 ranks"):
+        run.main(tmp_path / "none", quick=True, ranks=3)
