@@ -27,11 +27,17 @@ def _readme_invoke_lines() -> list[str]:
     return [ln for ln in lines if ln.startswith(".venv/bin/invoke ")]
 
 
-def _sbatch_invoke_line() -> str:
-    script = (ROOT / "scripts" / "slurm" / "repro.sbatch").read_text()
-    (line,) = [ln for ln in script.splitlines() if ln.startswith("exec srun ")]
-    invoke = line[line.index(".venv/bin/invoke ") :]
-    return invoke.replace('"$gpus"', "0,1").replace("${REPRO_ARGS:-}", "").strip()
+SBATCH_GPU = ("repro.sbatch", "conformance-gpu.sbatch")
+
+
+def _sbatch_invoke_lines(name: str) -> list[str]:
+    script = (ROOT / "scripts" / "slurm" / name).read_text()
+    lines = [ln.strip() for ln in script.splitlines() if ln.strip().startswith("exec srun ")]
+    invokes = [ln[ln.index(".venv/bin/invoke ") :] for ln in lines]
+    swap = {'"$gpus"': "0,1", "${REPRO_ARGS:-}": "", '"$out"': "results/runs/sbatch-dry-run"}
+    for old, new in swap.items():
+        invokes = [ln.replace(old, new) for ln in invokes]
+    return [ln.strip() for ln in invokes]
 
 
 def _dry_run(line: str) -> subprocess.CompletedProcess:
@@ -53,7 +59,7 @@ def test_the_section_has_the_commands_a_site_needs():
     assert "docker-archive://" in _section() and "oci-archive" in _section()
 
 
-@pytest.mark.parametrize("line", [*_readme_invoke_lines(), _sbatch_invoke_line()])
+@pytest.mark.parametrize("line", [*_readme_invoke_lines(), *(x for n in SBATCH_GPU for x in _sbatch_invoke_lines(n))])
 def test_each_command_dry_runs_without_docker(line):
     done = _dry_run(line)
     out = done.stdout + done.stderr
@@ -63,14 +69,30 @@ def test_each_command_dry_runs_without_docker(line):
     assert not any(c.startswith(("docker ", "podman ")) for c in commands), commands
     if "--engine apptainer" in line:
         assert all(c.startswith("apptainer ") for c in commands), commands
-        if line.split()[1] == "repro":
+        if line.split()[1] in ("repro", "conformance"):
             assert any(c.startswith("apptainer exec --rocm ") for c in commands), commands
     if "--launcher slurm" in line:
         assert any("--launcher slurm" in c for c in commands), commands
 
 
-def test_sbatch_script_is_valid_bash_for_one_node():
-    script = ROOT / "scripts" / "slurm" / "repro.sbatch"
+@pytest.mark.parametrize("name", SBATCH_GPU)
+def test_sbatch_script_is_valid_bash_for_one_node(name):
+    script = ROOT / "scripts" / "slurm" / name
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     text = script.read_text()
     assert "#SBATCH --nodes=1" in text and "#SBATCH --ntasks=1" in text
+
+
+def test_the_amd_sections_conformance_command_prints_the_rocm_image_run():
+    """The README's AMD section gives the conformance command beside the reproduction's; dry-run here, it prints
+    the ROCm image's run with the GPUs and the rocm backend (the run itself refuses without them)."""
+    text = (ROOT / "README.md").read_text()
+    start = text.index("## On an AMD host")
+    section = text[start : text.index("\n## ", start + 5)]
+    lines = [ln.split("#")[0].strip() for ln in section.splitlines()]
+    (line,) = [ln for ln in lines if ln.startswith(".venv/bin/invoke conformance")]
+    done = _dry_run(line)
+    runs = [ln for ln in done.stdout.splitlines() if ln.startswith("$ docker run")]
+    assert done.returncode == 0 and len(runs) == 1, done.stdout + done.stderr
+    assert "HIP_VISIBLE_DEVICES=0,1" in runs[0] and "conformance --out /workspace/results/conformance-rocm" in runs[0]
+    assert runs[0].endswith("--backend rocm --quick") and "--device /dev/kfd" in runs[0]
