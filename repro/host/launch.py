@@ -37,7 +37,7 @@ def interrupt_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def _wait(proc: subprocess.Popen, timeout_s: float, communicate: bool = False, relay=None):
+def wait(proc: subprocess.Popen, timeout_s: float, communicate: bool = False, relay=None):
     """Waits for the rank group; on Ctrl-C / SIGTERM stops every rank, then re-raises as Interrupted.
     `relay` is called every half second while waiting (progress lines from the log)."""
     try:
@@ -53,10 +53,10 @@ def _wait(proc: subprocess.Popen, timeout_s: float, communicate: bool = False, r
                 if time.monotonic() >= deadline:
                     raise
     except KeyboardInterrupt:
-        _kill_group(proc)
+        kill_group(proc)
         raise Interrupted("SIGINT") from None
     except Interrupted:
-        _kill_group(proc)
+        kill_group(proc)
         raise
 
 
@@ -222,10 +222,10 @@ def run_variant(spec: LaunchSpec, out_dir: Path, patched_root: Path | None, prog
         )
         relay = _ProgressRelay(log_file, f"[{spec.variant}]", progress)
         try:
-            code = _wait(proc, spec.timeout_s, relay=relay)
+            code = wait(proc, spec.timeout_s, relay=relay)
             relay()
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            kill_group(proc)
             raise LaunchError(
                 f"{spec.variant}: a rank did not finish within {spec.timeout_s:.0f} s (hung?); "
                 f"all ranks were stopped; see {log_file}"
@@ -258,9 +258,9 @@ def run_module(
         start_new_session=True,
     )
     try:
-        output = _wait(proc, timeout_s, communicate=True)
+        output = wait(proc, timeout_s, communicate=True)
     except subprocess.TimeoutExpired:
-        _kill_group(proc)
+        kill_group(proc)
         raise LaunchError(f"{module}: ranks did not finish within {timeout_s:.0f} s") from None
     return proc.returncode, output
 
@@ -321,7 +321,7 @@ def _signal_all(pids: list[int], sig: signal.Signals) -> None:
             pass
 
 
-def _kill_group(proc: subprocess.Popen, grace_s: float = 4.0) -> None:
+def kill_group(proc: subprocess.Popen, grace_s: float = 4.0) -> None:
     """SIGTERM to the launcher's group and every rank, SIGKILL after `grace_s` to every process of the tree
     (ranks included, found before the launcher dies and they are re-parented): done within ~2x grace."""
     tree = set(_descendants(proc.pid))

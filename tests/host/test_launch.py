@@ -129,7 +129,7 @@ def test_sigkill_reaches_ranks_in_sessions_of_their_own(tmp_path):
         time.sleep(0.05)
     rank_pid = int(pid_file.read_text())
     started = time.time()
-    launch._kill_group(proc, grace_s=1.0)
+    launch.kill_group(proc, grace_s=1.0)
     assert proc.poll() is not None and time.time() - started < 5
     for _ in range(50):  # the rank is killed, then reaped by init: gone from /proc or a zombie
         stat = Path(f"/proc/{rank_pid}/stat")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ...options import EXIT_BROKEN, EXIT_EXPECTATION, EXIT_OK
 from ...paths import REPO_ROOT, write_json
+from .. import launch
 
 UPSTREAM_DIR = REPO_ROOT / "tests" / "upstream"
 # The upstream-style tests of each patch (repro/patches/<number>-*.patch): each fails on released
@@ -83,31 +84,37 @@ def run_upstream_test(
     with tempfile.TemporaryDirectory() as tmp:
         xml = Path(tmp) / "junit.xml"
         try:
-            proc = subprocess.run(
-                [*cmd, f"--junitxml={xml}", *(str(UPSTREAM_DIR / t) for t in tests)],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                cwd=UPSTREAM_DIR,
-            )
+            returncode, output = _run_pytest([*cmd, f"--junitxml={xml}", *(str(UPSTREAM_DIR / t) for t in tests)],
+                                             env, timeout_s)  # fmt: skip
         except subprocess.TimeoutExpired as exc:
-            tail = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-            return _broken(f"pytest did not finish within {timeout_s:.0f} s", tail)
+            return _broken(f"pytest did not finish within {timeout_s:.0f} s", exc.output or "")
         try:
             cases = _cases(xml)
         except (OSError, ET.ParseError) as exc:
-            return _broken(f"pytest's junit result cannot be read ({type(exc).__name__}: {exc})", proc.stdout)
+            return _broken(f"pytest's junit result cannot be read ({type(exc).__name__}: {exc})", output)
     failed = {name: kind for name, kind in cases.items() if kind != "passed"}
-    passed = proc.returncode == 0 and bool(cases) and not failed
+    passed = returncode == 0 and bool(cases) and not failed
     return {
         "outcome": "pass" if passed else "fail",
-        "exit_code": proc.returncode,
+        "exit_code": returncode,
         "tests": cases,
         "failed_for_the_right_reason": bool(failed)
         and all(kind in {"AssertionError", DID_NOT_RAISE, *bug_errors} for kind in failed.values()),
-        "output_tail": proc.stdout[-2000:],
+        "output_tail": output[-2000:],
     }
+
+
+def _run_pytest(argv: list[str], env: dict[str, str], timeout_s: float) -> tuple[int, str]:
+    """pytest's exit status and output. It runs in a session of its own, so a timeout (TimeoutExpired, with the
+    output so far) or Ctrl-C stops pytest and every rank process it forked, not pytest alone."""
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=UPSTREAM_DIR, start_new_session=True)  # fmt: skip
+    try:
+        output = launch.wait(proc, timeout_s, communicate=True)
+    except subprocess.TimeoutExpired:
+        launch.kill_group(proc)
+        raise subprocess.TimeoutExpired(argv, timeout_s, output=proc.communicate()[0] or "") from None
+    return proc.returncode, output
 
 
 def _broken(why: str, output: str) -> dict:

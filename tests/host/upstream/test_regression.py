@@ -2,6 +2,7 @@
 on its assertions (the bug), and passes with that patch alone; all pass with every patch applied."""
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -128,34 +129,50 @@ def test_an_import_error_is_not_counted_as_reproducing_the_bug(tmp_path):
 
 
 def test_a_timeout_proves_nothing_and_says_so(monkeypatch):
-    def hang(cmd, **kwargs):
-        raise subprocess.TimeoutExpired(cmd, kwargs["timeout"], output=b"collected 2 items")
+    def hang(cmd, env, timeout_s):
+        raise subprocess.TimeoutExpired(cmd, timeout_s, output="collected 2 items")
 
-    monkeypatch.setattr(regression.subprocess, "run", hang)
+    monkeypatch.setattr(regression, "_run_pytest", hang)
     result = regression.run_upstream_test(timeout_s=7)
     assert result["outcome"] == "broken" and "within 7 s" in result["error"]
-    assert regression.outcome_code(result) == 3
+    assert result["output_tail"] == "collected 2 items" and regression.outcome_code(result) == 3
+
+
+def test_a_timeout_stops_pytest_and_every_process_it_forked(processes_mentioning):
+    """The series' tests fork their ranks; past the limit none of them may outlive the run (seen: orphaned ranks
+    after a CI timeout). A stand-in for pytest forks a child and both sleep."""
+    import sys
+    import time
+
+    marker = "repro-regression-timeout-test"
+    forks = f"import os, time; os.fork(); time.sleep(600)  # {marker}"
+    started = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        regression._run_pytest([sys.executable, "-c", forks], dict(os.environ), timeout_s=2)
+    assert time.monotonic() - started < 20
+    time.sleep(0.5)
+    assert processes_mentioning(marker) == []
 
 
 def test_an_unreadable_junit_result_proves_nothing(monkeypatch):
-    def garbage_junit(cmd, **kwargs):
+    def garbage_junit(cmd, env, timeout_s):
         xml = next(a for a in cmd if a.startswith("--junitxml=")).split("=", 1)[1]
         Path(xml).write_text("<testsuite><testcase")  # truncated
-        return subprocess.CompletedProcess(cmd, 1, "1 failed", "")
+        return 1, "1 failed"
 
-    monkeypatch.setattr(regression.subprocess, "run", garbage_junit)
+    monkeypatch.setattr(regression, "_run_pytest", garbage_junit)
     result = regression.run_upstream_test()
     assert result["outcome"] == "broken" and "junit" in result["error"]
     assert regression.outcome_code(result) == 3
 
 
 def test_exit_zero_with_no_test_collected_is_not_a_pass(monkeypatch):
-    def nothing_ran(cmd, **kwargs):
+    def nothing_ran(cmd, env, timeout_s):
         xml = next(a for a in cmd if a.startswith("--junitxml=")).split("=", 1)[1]
         Path(xml).write_text("<testsuites><testsuite tests='0'/></testsuites>")
-        return subprocess.CompletedProcess(cmd, 0, "", "")
+        return 0, ""
 
-    monkeypatch.setattr(regression.subprocess, "run", nothing_ran)
+    monkeypatch.setattr(regression, "_run_pytest", nothing_ran)
     assert regression.outcome_code(regression.run_upstream_test()) != 0
 
 
