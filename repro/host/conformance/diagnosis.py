@@ -20,6 +20,8 @@ BUG_UNSERVABLE = "Llama configuration the injected layer cannot compute, accepte
 BUG_NORM_EPS = "LayerNorm outside the layers computed with eps 1e-5, not the model's (0011)"
 BUG_OPT_ACTIVATION = "OPT's activation_function ignored by the Hybrid Engine: computed with ReLU"
 BUG_OPT_POST_LN = "post-LayerNorm OPT computed as pre-LayerNorm"
+BUG_NEOX_ACTIVATION = "GPT-NeoX's hidden_act ignored by the Hybrid Engine: computed with GELU"
+BUG_NEOX_ROPE_SCALING = "GPT-NeoX's rope_scaling ignored by the Hybrid Engine: rotated unscaled (0006 refuses it)"
 # A native twin the HE reproduces names its bug (repro.rank.archs: each adapter's twins); another twin is a
 # Llama setting the injected layer cannot compute (0010).
 TWIN_BUGS = {
@@ -28,6 +30,8 @@ TWIN_BUGS = {
     "rotary_base_10000": BUG_ROPE,
     "relu_activation": BUG_OPT_ACTIVATION,
     "pre_layer_norm": BUG_OPT_POST_LN,
+    "gelu_activation": BUG_NEOX_ACTIVATION,
+    "unscaled_rotary": BUG_NEOX_ROPE_SCALING,
 }
 UNEXPLAINED = "differs from native (cause not established)"
 # DeepSpeed found no injection policy for the model's layers (or generate went around them) and generate ran
@@ -51,9 +55,10 @@ BUG_TP_RELEASED = "tensor-parallel generation with an mpu hands the injected lay
 OUTSIDE_CONTRACT = "outside the Hybrid Engine's contract: an mpu over whole Hugging Face weights"
 REFUSED = "refused by name: outside what the injected layer computes (0010)"
 REFUSED_TP = "refused by name: tensor-parallel generation without an mpu (0012)"
+REFUSED_ROPE = "refused by name: a scaled rotary the injected attention cannot compute (0006)"
 REFUSAL = "DeepSpeed kernel injection cannot serve"  # how DeepSpeed's refusals begin (0010, scaled rotary)
 REFUSAL_TP = "hybrid_engine.inference_tp_size="  # how 0012's refusal begins
-REFUSALS = (REFUSED, REFUSED_TP)
+REFUSALS = (REFUSED, REFUSED_TP, REFUSED_ROPE)
 # Per-step tolerance of a correct cell, per dtype (repro.tolerance, the probe's too): fp32 HE vs native differ
 # by <= 2e-7 in every correct family cell (results/reference/family); 1e-3 leaves 3 orders of magnitude above
 # that noise and stays 2 orders below the smallest bug measured there (0.3).
@@ -142,7 +147,7 @@ def _crash(cell: dict) -> str:
     if no_in_features and c["at"].startswith("deepspeed/module_inject/containers/llama.py"):
         return BUG_LORA_NO_IN_FEATURES
     if c["type"] == "ValueError" and c["message"].startswith(REFUSAL) and c["at"].startswith("deepspeed/"):
-        return REFUSED
+        return REFUSED_ROPE if c["at"].startswith("deepspeed/module_inject/containers/gptneox.py") else REFUSED
     if c["type"] == "ValueError" and c["message"].startswith(REFUSAL_TP) and c["at"].startswith("deepspeed/runtime/"):
         return REFUSED_TP
     if cell.get("grouped_query_attention") and c["at"].startswith("deepspeed/"):  # accepted, then failed on

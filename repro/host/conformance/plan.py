@@ -23,6 +23,14 @@ CONFIGS: dict[str, dict] = {
     "rotary-base-1e6": {"rotary_emb_base": 1_000_000},
     "layer-norm-eps-1e-3": {"layer_norm_eps": 1e-3},
 }
+# GPT-NeoX's other fields that change the forward math: the other architectures' form (before and after the
+# series, two cells each).
+NEOX_MORE: dict[str, dict] = {
+    "relu": {"hidden_act": "relu"},
+    "no-attention-bias": {"attention_bias": False},
+    "rope-scaling-linear-2": {"rope_scaling": {"rope_type": "linear", "factor": 2.0}},
+    "tied-embeddings": {"tie_word_embeddings": True},
+}
 # The dtypes a cell runs in: DeepSpeed-Chat trains in fp16, which DeepSpeed's CPU accelerator does not offer
 # (its supported_dtypes() are fp32 and bf16), so on CPU bf16 stands for the half-precision path.
 DTYPES = ("fp32", "bf16")
@@ -30,7 +38,7 @@ ARCHS = ("gpt-neox", "gpt-neo", "llama", "opt")  # each has an adapter: repro.ra
 # Per architecture, its configurations: overrides of its tiny default (GPT-NeoX: CONFIGS above). Why these
 # fields, and which were left out: report.CONFIG_NOTES / LEFT_OUT / LEFT_OUT_ARCHS.
 ARCH_CONFIGS: dict[str, dict[str, dict]] = {
-    "gpt-neox": CONFIGS,
+    "gpt-neox": {**CONFIGS, **NEOX_MORE},
     "gpt-neo": {
         "default": {},
         "exact-gelu": {"activation_function": "gelu"},
@@ -44,6 +52,7 @@ ARCH_CONFIGS: dict[str, dict[str, dict]] = {
         "attention-bias": {"attention_bias": True},
         "mlp-bias": {"mlp_bias": True},
         "grouped-query": {"num_key_value_heads": 2},
+        "head-dim-32": {"head_dim": 32},
     },
     # Every OPTConfig field that changes the forward math, one value besides the tiny default's (post-LayerNorm
     # is opt-350m's; the projection dim is opt-350m's shape, word embeddings narrower than the layers).
@@ -57,6 +66,8 @@ ARCH_CONFIGS: dict[str, dict[str, dict]] = {
         "layer-norm-not-affine": {"layer_norm_elementwise_affine": False},
     },
 }
+# Configurations added for field coverage, not in the quick plan (not an axis; the quick plan's 3 minutes).
+COVERAGE_ONLY = (*NEOX_MORE, "head-dim-32")
 SERIES = ("0000", "0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010", "0011", "0012",
           "0013")  # fmt: skip
 # Released, the whole series, and the series without one patch where that patch's bug hides behind another
@@ -134,7 +145,7 @@ def plan(quick: bool = False) -> list[dict]:
                 cell_axes(a, c, series, 3, 2, "reference")
                 for a in ARCHS
                 for c in ARCH_CONFIGS[a]
-                if c != "sequential-residual"
+                if c != "sequential-residual" and c not in COVERAGE_ONLY
             ),
             cell_axes("gpt-neox", "sequential-residual", "released", 2, 1, "reference"),  # #3453, on ZeRO-2 and 1 rank
             *(cell_axes("gpt-neox", "default", series, 3, 2, s) for s in SCENARIOS if s != "reference"),
@@ -150,11 +161,12 @@ def plan(quick: bool = False) -> list[dict]:
                 if scenario != "reference":
                     stages = (2, 3) if settings["pin"] else (3,)
                     cells += [cell_axes(arch, "default", build, z, 2, scenario) for z in stages]
-    # The other architectures' configurations: the reference scenario, ZeRO-2 on 1 rank and ZeRO-3 on 2;
+    # The other configurations: the reference scenario, ZeRO-2 on 1 rank and ZeRO-3 on 2;
     # Llama as released crashes before any configuration matters (0008), so the series without 0010 stands in.
-    for arch in ("gpt-neo", "llama", "opt"):
+    for arch in ARCHS:
         before = "series without 0010" if arch == "llama" else "released"
-        for configuration in (c for c in ARCH_CONFIGS[arch] if c != "default"):
+        eight_cells = CONFIGS if arch == "gpt-neox" else ("default",)  # those already run above
+        for configuration in (c for c in ARCH_CONFIGS[arch] if c not in eight_cells):
             cells += [cell_axes(arch, configuration, before, 2, 1, "reference"),
                       cell_axes(arch, configuration, "whole series", 3, 2, "reference")]  # fmt: skip
     for build, scenarios, archs in LEAVE_ONE_OUT:

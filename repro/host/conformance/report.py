@@ -20,6 +20,7 @@ from .diagnosis import (
     BUG_LAYER_TUPLE,
     BUG_LORA_NO_IN_FEATURES,
     BUG_LORA_NOT_FOUND,
+    BUG_NEOX_ROPE_SCALING,
     BUG_NORM_EPS,
     BUG_QKV_BIAS,
     BUG_ROPE,
@@ -29,6 +30,7 @@ from .diagnosis import (
     OUTSIDE_CONTRACT,
     REFUSALS,
     REFUSED,
+    REFUSED_ROPE,
     REFUSED_TP,
     TOL,
     WEIGHTS_TOL,
@@ -43,13 +45,18 @@ CONFIG_NOTES = {
     "rotary_emb_base": "rotary frequency base (Pythia 10000); DeepSpeed reads rope_theta/rotary_emb_base",
     "layer_norm_eps": "1e-5 (Pythia) vs 1e-3: the container reads it for the layers; the HE replaces "
     "final_layer_norm (0011)",
+    "hidden_act": "gelu (Pythia) vs relu: GPTNEOXLayerPolicy does not read it (TransformerPolicy's GELU)",
+    "attention_bias": "QKV and output biases (default) vs none: the container hands on what the layer has",
+    "rope_scaling": "none (Pythia) vs linear x2: DeepSpeed's inference config has no field for a scaled rotary",
+    "tie_word_embeddings": "separate (Pythia) vs tied input/output embeddings: outside the layers the HE "
+    "replaces, one weight ZeRO-3 partitions once",
 }
 LEFT_OUT = {
-    "hidden_act": "DeepSpeed's inference MLP has a fixed GELU; Pythia uses gelu (not varied)",
-    "attention_bias": "a GPT-NeoX without attention bias may not run the sequential path at all (mlp_gemm adds "
-    "None; read, not run)",
-    "tie_word_embeddings": "outside the decoder layers the HE replaces (not varied)",
-    "rope_scaling": "not read by DeepSpeed's GPT-NeoX container (not varied)",
+    "hidden_dropout / attention_dropout / classifier_dropout": "training only: 0 in the tiny default, so train() "
+    "and eval() compute the same function",
+    "max_position_embeddings": "above every sequence the cells run (prompt + answer); no effect below it",
+    "initializer_range": "initialization only: every cell's weights are seeded",
+    "use_cache": "not math: the HE keeps its own KV cache either way",
 }
 ARCH_CONFIG_NOTES = {
     "gpt-neo `activation_function`": "gelu_new (default) vs exact gelu; DeepSpeed's MLP has one GELU",
@@ -59,6 +66,7 @@ ARCH_CONFIG_NOTES = {
     "llama `hidden_act`": "the kernel gates with SiLU whatever the config says",
     "llama `attention_bias` / `mlp_bias`": "the policy hands the kernel no biases",
     "llama `num_key_value_heads`": "grouped-query attention; the split-QKV merge assumes equal q/k/v sizes",
+    "llama `head_dim`": "a head size other than hidden / heads (32 vs 64): does the container derive it?",
     "opt `do_layer_norm_before`": "pre-LayerNorm (default) vs post-LayerNorm (opt-350m); the container reads it",
     "opt `activation_function`": "relu (every OPT checkpoint) vs gelu; the policy reads it from a class-wide "
     "config only `deepspeed.init_inference` sets",
@@ -73,7 +81,7 @@ LEFT_OUT_ARCHS = {
     "so on CPU that would measure the fallback, not the HE; the tiny model's window (256) covers every sequence",
     "gpt-neo `attention_types`": "all-local equals all-global while the window covers the sequence (above)",
     "llama `rope_scaling`": "DeepSpeed 0.19.8 refuses a scaled rotary for Llama with a clear error",
-    "llama `head_dim` / `pretraining_tp`": "not varied",
+    "llama `pretraining_tp`": "not read by Transformers 4.57's Llama: no effect on the forward math",
     "opt `dropout` / `attention_dropout` / `layerdrop`": "training only: 0 in the tiny default, so train() and "
     "eval() compute the same function",
     "opt `_remove_final_layer_norm`": "a loading flag for checkpoints older than Transformers 4.20",
@@ -177,11 +185,14 @@ ISSUES = {
         "file": "ISSUE-rotary-base.md",
         "scope": "injection",
         "gpt_neox": True,
-        "shown": lambda c: c["arch"] == "gpt-neox" and c["configuration"] == "rotary-base-1e6",
+        "shown": lambda c: c["arch"] == "gpt-neox"
+        and c["configuration"] in ("rotary-base-1e6", "rope-scaling-linear-2"),
         "evidence": (("vs the same weights rotated with base 10000 (max abs, every step)",
-                      _twin("rotary_base_10000")),),
+                      _twin("rotary_base_10000")),
+                     ("vs the same weights rotated unscaled (max abs, every step)", _twin("unscaled_rotary"))),
         "measured": "the Hybrid Engine's per-step logits equal, within fp32 noise, those of the same weights "
-        "rotated with base 10000, and differ from the real model's",
+        "rotated with base 10000 (with `rope_scaling` linear x2: rotated unscaled), and differ from the real "
+        "model's",
         "title": "GPT-NeoX's rotary base is ignored under kernel injection / the Hybrid Engine (rope_theta stays "
         "10000)",
         "cause": "`DS_GPTNEOXContainer.create_module()` never passes the model's rotary base (Transformers keeps it "
@@ -382,6 +393,8 @@ PATCH_OF = {
     BUG_LORA_NO_IN_FEATURES: "0009",
     BUG_UNSERVABLE: "0010",
     REFUSED: "0010",
+    REFUSED_ROPE: "0006",
+    BUG_NEOX_ROPE_SCALING: "0006",
     BUG_NORM_EPS: "0011",
     BUG_TP_UNSLICED: "0012",
     REFUSED_TP: "0012",
@@ -391,6 +404,8 @@ REFERENCE_OF = {
     family.BUG_8391: "upstream #8391 (PR #8392); `results/reference/cpu-pythia-410m/`",
     **{bug: "`results/reference/family/` (docs/bug-family.md)" for bug in family.BUGS if bug != family.BUG_8391},
     REFUSED: "`ISSUE-llama-unservable-config.md`",
+    REFUSED_ROPE: "`ISSUE-rotary-base.md`",
+    BUG_NEOX_ROPE_SCALING: "`ISSUE-rotary-base.md`",
     REFUSED_TP: "`ISSUE-tensor-parallel.md`",
 }
 
@@ -559,9 +574,9 @@ def render(data: dict) -> str:
         evidence.kernels(cells),
         "",
         f"**With the whole series (`{' '.join(data['builds']['whole series'])}`), {series_ok} of {len(series)} "
-        f"cells are correct, {series_refused} refuse by name a configuration DeepSpeed cannot serve (`0010`, "
-        f"`0012`) and {series_outside} are outside the Hybrid Engine's contract (an mpu over whole Hugging Face "
-        f"weights); {len(series) - series_ok - series_refused - series_outside} are none of these.**",
+        f"cells are correct, {series_refused} refuse by name a configuration DeepSpeed cannot serve (`0006`, "
+        f"`0010`, `0012`) and {series_outside} are outside the Hybrid Engine's contract (an mpu over whole Hugging "
+        f"Face weights); {len(series) - series_ok - series_refused - series_outside} are none of these.**",
         "",
         "Builds: "
         + "; ".join(f"`{b}`: {' '.join(p) or 'DeepSpeed as installed'}" for b, p in data["builds"].items())

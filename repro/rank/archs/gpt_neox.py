@@ -22,16 +22,36 @@ def parallel_residual_twin(model: torch.nn.Module) -> torch.nn.Module:
     return changed_layers(model, LAYERS, lambda layer: setattr(layer, "use_parallel_residual", True))
 
 
-def default_rotary_base_twin(model: torch.nn.Module) -> torch.nn.Module:
-    """The same weights rotated with base 10000: what the Hybrid Engine computes when the container does not
-    pass the model's rotary_emb_base to the inference config (patch 0006)."""
+def _rotary_twin(model: torch.nn.Module, **changes) -> torch.nn.Module:
+    """The same weights with the rotary embedding built from the config with `changes`, on the model's device."""
     from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXRotaryEmbedding
 
     twin = copy.deepcopy(model)
     config = copy.deepcopy(twin.config)
-    config.rotary_emb_base = config.rope_theta = DEFAULT_ROTARY_BASE
+    for key, value in changes.items():
+        setattr(config, key, value)
     twin.gpt_neox.rotary_emb = GPTNeoXRotaryEmbedding(config=config, device=next(model.parameters()).device)
     return twin
+
+
+def default_rotary_base_twin(model: torch.nn.Module) -> torch.nn.Module:
+    """The same weights rotated with base 10000: what the Hybrid Engine computes when the container does not
+    pass the model's rotary_emb_base to the inference config (patch 0006)."""
+    return _rotary_twin(model, rotary_emb_base=DEFAULT_ROTARY_BASE, rope_theta=DEFAULT_ROTARY_BASE)
+
+
+def unscaled_rotary_twin(model: torch.nn.Module) -> torch.nn.Module:
+    """The same weights rotated without the model's rope_scaling: what the Hybrid Engine computes when the
+    inference config, which has no field for a scaled rotary, drops it."""
+    return _rotary_twin(model, rope_scaling=None)
+
+
+def gelu_twin(model: torch.nn.Module) -> torch.nn.Module:
+    """The same weights with exact GELU in every MLP: what the Hybrid Engine computes when the policy does not
+    read `hidden_act` (GPTNEOXLayerPolicy leaves TransformerPolicy's GELU)."""
+    from transformers.activations import ACT2FN
+
+    return changed_layers(model, LAYERS, lambda layer: setattr(layer.mlp, "act", ACT2FN["gelu"]))
 
 
 def twins(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
@@ -40,6 +60,10 @@ def twins(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
         found["parallel_residual"] = parallel_residual_twin(model)
     if model.config.rotary_emb_base != DEFAULT_ROTARY_BASE:  # did the HE rotate with the default base?
         found["rotary_base_10000"] = default_rotary_base_twin(model)
+    if getattr(model.config, "rope_scaling", None):  # did the HE rotate without the scaling?
+        found["unscaled_rotary"] = unscaled_rotary_twin(model)
+    if model.config.hidden_act != "gelu":  # did the HE compute its one GELU?
+        found["gelu_activation"] = gelu_twin(model)
     return found
 
 

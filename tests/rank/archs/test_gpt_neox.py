@@ -43,3 +43,21 @@ def test_a_layer_norm_eps_other_than_1e5_has_its_outer_norm_twin():
     model = ARCH.build(1, {"layer_norm_eps": 1e-3})
     twin = ARCH.twins(model)["outer_layer_norm_at_eps_1e-5"]
     assert twin.gpt_neox.final_layer_norm.eps == 1e-5 and twin.gpt_neox.layers[0].input_layernorm.eps == 1e-3
+
+
+def test_a_relu_model_has_its_gelu_twin(logits):
+    model = ARCH.build(1, {"hidden_act": "relu"})
+    twins = ARCH.twins(model)
+    assert list(twins) == ["gelu_activation"]
+    default = ARCH.build(1)  # the same weights with Pythia's gelu
+    torch.testing.assert_close(logits(twins["gelu_activation"]), logits(default), rtol=0, atol=1e-5)
+    assert (logits(twins["gelu_activation"]) - logits(model)).abs().max() > 1e-3
+
+
+def test_a_scaled_rotary_has_its_unscaled_twin(logits):
+    model = ARCH.build(1, {"rope_scaling": {"rope_type": "linear", "factor": 2.0}, "rotary_pct": 1.0})
+    twins = ARCH.twins(model)
+    assert list(twins) == ["unscaled_rotary"]
+    default = ARCH.build(1, {"rotary_pct": 1.0})  # the same weights, rotated unscaled
+    torch.testing.assert_close(logits(twins["unscaled_rotary"]), logits(default), rtol=0, atol=1e-5)
+    assert (logits(twins["unscaled_rotary"]) - logits(model)).abs().max() > 1e-3
