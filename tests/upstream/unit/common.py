@@ -9,6 +9,7 @@ DeepSpeed checkout's ``tests/unit/`` where ``from unit.common import Distributed
   overrides it per test method.
 - Each test method runs in ``world_size`` forked processes, each in a process group made with a file store in
   pytest's tmpdir (no TCP port to collide on when tests run in parallel).
+- The parent keeps torch to one thread, so a forked rank never inherits a half-alive OpenMP team.
 - An exception in any rank fails the test with that rank's exception (``pytest.fail`` and a ``pytest.raises`` that
   saw nothing fail it as themselves); ``pytest.skip`` in a rank skips it; a rank
   that does not finish within ``exec_timeout`` seconds fails it, and every rank is killed.
@@ -20,6 +21,7 @@ import os
 import traceback
 
 import pytest
+import torch
 from _pytest.outcomes import Failed, Skipped
 
 import deepspeed
@@ -27,6 +29,9 @@ import deepspeed.comm as dist
 from deepspeed.accelerator import get_accelerator
 
 TIMEOUT_S = int(os.environ.get('DS_UNITTEST_TIMEOUT', '600'))
+# Ranks are forked from pytest, and libgomp does not survive a fork once the parent has run a parallel region:
+# such a rank waits forever in gomp_team_barrier_wait_end. One thread in the parent keeps every fork safe.
+torch.set_num_threads(1)
 
 
 class DistributedTest:
