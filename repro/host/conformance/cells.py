@@ -9,13 +9,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .. import launch
+from .plan import dtype_of
 
 PROBE = "repro.rank.cell_probe"
 
 
 def _slug(axes: dict) -> str:
     cell = f"{axes['arch']}-{axes['configuration']}-{axes['scenario']}-z{axes['zero_stage']}-ws{axes['world_size']}"
-    dtype = axes.get("dtype", "fp32")
+    dtype = dtype_of(axes)
     return f"{cell}-transformers{axes['transformers']}" + (f"-{dtype}" if dtype != "fp32" else "")
 
 
@@ -33,7 +34,7 @@ def run_cell(
     out.parent.mkdir(parents=True, exist_ok=True)
     spec = out.with_suffix(".spec.json")  # repro.rank.cell_probe.spec_path
     settings = {"arch": axes["arch"], "targets": axes["lora"], "pin": axes["pin"], "order": axes["order"],
-                "zero_stage": axes["zero_stage"], "config": axes["config"], "dtype": axes.get("dtype", "fp32"),
+                "zero_stage": axes["zero_stage"], "config": axes["config"], "dtype": dtype_of(axes),
                 "backend": backend, **axes.get("probe", {})}  # fmt: skip
     spec.write_text(json.dumps(settings))
     try:

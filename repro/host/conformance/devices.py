@@ -16,6 +16,7 @@ from ...options import UsageError
 from ...paths import REPO_ROOT
 from .. import preflight
 from ..launch import rank_env
+from .plan import dtype_of
 
 CHECK = "repro.rank.device_check"
 CHECK_TIMEOUT_S = 900.0  # loading the inference op builds it first where DeepSpeed JIT-compiles it
@@ -63,7 +64,7 @@ def check(backend: str, cells: list[dict], facts: Callable[[str], dict] | None =
             f"({found['inference_op_error']}); install DeepSpeed with DS_BUILD_TRANSFORMER_INFERENCE=1 (our images "
             "do), or run the CPU evidence with --backend cpu"
         )
-    dtypes = sorted({c.get("dtype", "fp32") for c in cells})
+    dtypes = sorted({dtype_of(c) for c in cells})
     unsupported = [d for d in dtypes if not found["dtypes"].get(d)]
     if unsupported:
         raise UsageError(

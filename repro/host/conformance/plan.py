@@ -193,10 +193,15 @@ def _other(arch: str) -> str:
     return PINNED if arch in ENGAGED_ON else OLDER
 
 
+def dtype_of(cell: dict) -> str:
+    """A cell's dtype; cells from before the dtype axis ran in fp32."""
+    return cell.get("dtype", "fp32")
+
+
 def key(cell: dict) -> tuple:
     """A cell's identity in the plan: what a resume or a merge matches on."""
     axes = ("arch", "configuration", "build", "zero_stage", "world_size", "scenario")
-    return (*(cell[k] for k in axes), cell.get("transformers", PINNED), cell.get("dtype", "fp32"))
+    return (*(cell[k] for k in axes), cell.get("transformers", PINNED), dtype_of(cell))
 
 
 def plan_of(quick: bool, archs: tuple[str, ...] | None) -> list[dict]:

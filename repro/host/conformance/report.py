@@ -36,7 +36,7 @@ from .diagnosis import (
     WEIGHTS_TOL,
     worst,
 )
-from .plan import PINNED
+from .plan import PINNED, dtype_of
 
 # Why these GPT-NeoX fields were varied, and which were left out (the configurations: conformance.CONFIGS).
 CONFIG_NOTES = {
@@ -435,7 +435,7 @@ def _where(c: dict) -> str:
 
 def _scenario(c: dict) -> str:
     """The scenario, with the dtype where it is not fp32."""
-    dtype = c.get("dtype", "fp32")
+    dtype = dtype_of(c)
     return c["scenario"] + (f", {dtype}" if dtype != "fp32" else "")
 
 
@@ -515,11 +515,11 @@ def _fixed(fixed: list[dict]) -> str:
 def _noise(cells: list[dict]) -> str:
     """Per architecture and dtype, the largest per-step difference among its correct cells: the measured noise."""
     out = []
-    for arch, dtype in dict.fromkeys((c["arch"], c.get("dtype", "fp32")) for c in cells):
+    for arch, dtype in dict.fromkeys((c["arch"], dtype_of(c)) for c in cells):
         ok = [
             worst(steps_vs_native(c) or [0.0])
             for c in cells
-            if (c["arch"], c.get("dtype", "fp32")) == (arch, dtype) and c["diagnosis"] == [CORRECT]
+            if (c["arch"], dtype_of(c)) == (arch, dtype) and c["diagnosis"] == [CORRECT]
         ]
         name = arch if dtype == "fp32" else f"{arch} {dtype}"
         out.append(f"{name} <= {num(max(ok))}" if ok else f"{name}: no correct cell")
