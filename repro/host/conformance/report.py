@@ -1,19 +1,16 @@
-"""The conformance suite's reports, from conformance.json only: CONFORMANCE.md, the heatmap and one
-upstream issue text per confirmed bug."""
+"""The conformance suite's reports, from conformance.json only: CONFORMANCE.md and the heatmap; one upstream
+issue text per confirmed bug is `issue_texts`'s."""
 
 from __future__ import annotations
 
 import json
-import math
 import textwrap
-from collections.abc import Callable
 from pathlib import Path
 
 from ... import tolerance
 from ..family import diagnosis as family
 from ..tables import num
-from ..upstream import issue_scripts
-from . import evidence
+from . import evidence, issue_texts, labels
 from .diagnosis import (
     BUG_3453,
     BUG_ENGINE_GENERATE,
@@ -36,6 +33,7 @@ from .diagnosis import (
     WEIGHTS_TOL,
     worst,
 )
+from .issue_texts import ISSUES
 from .plan import PINNED, dtype_of
 
 # Why these GPT-NeoX fields were varied, and which were left out (the configurations: conformance.CONFIGS).
@@ -86,300 +84,6 @@ LEFT_OUT_ARCHS = {
     "eval() compute the same function",
     "opt `_remove_final_layer_norm`": "a loading flag for checkpoints older than Transformers 4.20",
 }
-ISSUE_3453 = "ISSUE-3453.md"
-
-
-def steps_vs_native(cell: dict) -> list[float] | None:
-    """Per generated step, max abs of the HE's logits against native (LoRA merged), teacher-forced."""
-    return cell.get("per_step_logits_vs_native")
-
-
-def _worst_steps(cell: dict) -> str:
-    steps = steps_vs_native(cell)
-    return num(worst(steps)) if steps else "-"
-
-
-def _twin(name: str) -> Callable[[dict], str]:
-    """Max abs of the HE's logits against the native twin `name` (repro.rank.archs), over every step."""
-    return lambda c: num(worst((c.get("per_step_logits_vs_twin") or {}).get(name) or [math.nan]))
-
-
-def _bias(cell: dict) -> str:
-    probe = cell.get("qkv_bias_on_bias_free_model") or {}
-    return f"{probe['calls']} calls, max abs {num(probe['max_abs'])}" if probe.get("calls") else "none"
-
-
-def _crash(cell: dict) -> str:
-    c = cell.get("crash")
-    return f"{c['type']}: {c['message']} ({c['at']})" if c else "no crash"
-
-
-def _engine_generate(cell: dict) -> str:
-    found = cell.get("engine_generate_without_containers") or {}
-    if found.get("raised"):
-        return f"{found['raised']['type']}: {found['raised']['message']}"
-    if "first_token_equal_native" in found:
-        return (
-            "generated; first token "
-            + ("equal to" if found["first_token_equal_native"] else "differs from")
-            + (" native's")
-        )
-    return "generated" if found else "not called"
-
-
-def _engine_generate_fixed(fixed: list[dict]) -> str:
-    ran = [(c.get("engine_generate_without_containers") or {}) for c in fixed]
-    generated = [r for r in ran if r and not r.get("raised")]
-    equal = sum(r.get("first_token_equal_native") is True for r in generated)
-    return (
-        f"With it (our whole series), `engine.generate()` generates in {len(generated)} of {len(fixed)} such "
-        f"cells, its first token equal to native's in {equal}."
-    )
-
-
-def _tp_shapes(cell: dict) -> str:
-    """What the tensor-parallel layers were built for, and the QKV weights they were handed."""
-    tp = cell.get("tensor_parallel") or {}
-    shapes = cell.get("qkv_weight_shapes") or cell.get("split_qkv_weight_shapes")
-    if not tp or not shapes:
-        return "not reached" if "crash" in cell else "not recorded"
-    kind = "QKV" if cell.get("qkv_weight_shapes") else "Q, K, V"
-    return f"{tp['heads_per_rank']} heads per rank; {kind} {', '.join(str(s) for s in shapes)}"
-
-
-TP_RELEASES = (
-    "Affected releases, read from DeepSpeed's git history (not run): 0.9.0 and 0.9.1 call "
-    "`apply_tensor_parallelism()` on the pinned ZeRO-3 path with or without an mpu; #3191 (first in 0.9.2) makes the "
-    "call `if self.mpu is not None` and inverts the same test in `create_inference_module()`, so 0.9.2 fails at "
-    "initialize without an mpu (`self.mpu.get_model_parallel_group()` on None); #3497 (0.9.3) fixes only the "
-    "latter, so from 0.9.3 to 0.19.8 no release slices without an mpu. ZeRO-2 and non-pinned ZeRO-3 have had no "
-    "tensor-parallel path in `generate()` since the Hybrid Engine's first release, 0.9.0. Run here: 0.19.8."
-)
-
-
-# Each bug the suite confirms, for its upstream issue text (DeepSpeed's bug template): the cells that show it
-# (`shown`), what each such cell measured (`evidence`), the cause as read in DeepSpeed 0.19.8, and the fix.
-ISSUES = {
-    BUG_3453: {
-        "file": ISSUE_3453,
-        "scope": "injection",
-        "gpt_neox": True,
-        "shown": lambda c: c["arch"] == "gpt-neox" and c["configuration"] == "sequential-residual",
-        "evidence": (("vs the same weights computed as a parallel-residual model (max abs, every step)",
-                      _twin("parallel_residual")),),
-        "measured": "the Hybrid Engine's per-step logits equal, within fp32 noise, those of the same weights "
-        "computed as a parallel-residual model, and differ from the real model's",
-        "title": "GPT-NeoX with use_parallel_residual=False runs as a parallel-residual model under kernel "
-        "injection / the Hybrid Engine (cause of #3453)",
-        "cause": "`BaseTransformerContainer` sets `mlp_after_attn` from the rotary dim alone "
-        "(`deepspeed/module_inject/containers/base.py`: `rotary_dim is None or rotary_dim < 0`), and "
-        "`GPTNEOXLayerPolicy` / `DS_GPTNEOXContainer` never read `use_parallel_residual`. Every GPT-NeoX layer is "
-        "injected as parallel residual, `x + attn(ln1 x) + mlp(ln2 x)`; a model with `use_parallel_residual=False` "
-        "(`x = x + attn(ln1 x); x = x + mlp(ln2 x)`) generates wrong text.",
-        "fix": "The injected layer computes the model's own residual: `mlp_after_attn = not use_parallel_residual` "
-        "(patch `0005`).",
-        "context": "The CUDA/ROCm kernels branch on `mlp_after_attn` the same way (`pt_binding.cpp` `ds_mlp_gemm`, "
-        "`fused_bias_residual`). The reporter of #3453 uses `use_parallel_residual: false`.",
-    },
-    BUG_ROPE: {
-        "file": "ISSUE-rotary-base.md",
-        "scope": "injection",
-        "gpt_neox": True,
-        "shown": lambda c: c["arch"] == "gpt-neox"
-        and c["configuration"] in ("rotary-base-1e6", "rope-scaling-linear-2"),
-        "evidence": (("vs the same weights rotated with base 10000 (max abs, every step)",
-                      _twin("rotary_base_10000")),
-                     ("vs the same weights rotated unscaled (max abs, every step)", _twin("unscaled_rotary"))),
-        "measured": "the Hybrid Engine's per-step logits equal, within fp32 noise, those of the same weights "
-        "rotated with base 10000 (with `rope_scaling` linear x2: rotated unscaled), and differ from the real "
-        "model's",
-        "title": "GPT-NeoX's rotary base is ignored under kernel injection / the Hybrid Engine (rope_theta stays "
-        "10000)",
-        "cause": "`DS_GPTNEOXContainer.create_module()` never passes the model's rotary base (Transformers keeps it "
-        "in `rope_parameters['rope_theta']` since 5.0, in `rope_theta` / `rotary_emb_base` before) to the "
-        "`DeepSpeedInferenceConfig`, whose `rope_theta` keeps its default, 10000 (the LLaMA container does pass "
-        "it). A GPT-NeoX with another rotary base is rotated with the wrong frequencies.",
-        "fix": "The inference config's `rope_theta` is read where Transformers reads it, and a scaled rotary "
-        "(`rope_scaling`) is refused by name, since the kernel takes a base only (patch `0006`).",
-        "context": "The compiled attention kernels build their rotary embedding from `rope_theta` as well, so we "
-        "expect GPUs to show it too; not run by us.",
-    },
-    BUG_QKV_BIAS: {
-        "file": "ISSUE-zero3-qkv-bias.md",
-        "scope": "hybrid-engine",
-        "shown": lambda c: c["arch"] != "gpt-neox" and c["zero_stage"] == 3 and c["lora"] == "none"
-        and c["order"] == "eval-generate-train",
-        "evidence": (("bias handed to the QKV GEMM", _bias),),
-        "measured": "the QKV GEMM was handed a bias although the model has none: DeepSpeed's never-written "
-        "`torch.empty` bias buffer",
-        "title": "ZeRO-3 Hybrid Engine adds an uninitialised QKV bias to models without QKV bias (Llama, GPT-Neo): "
-        "garbage or NaN, different per rank (consistent with #4788)",
-        "cause": "Under ZeRO-3 the Hybrid Engine leaves `attn_qkvw` unset and `DeepSpeedSelfAttention._merge_qkv()` "
-        "(`deepspeed/ops/transformer/inference/ds_attention.py`) merges q/k/v into the class-wide `_qkv_buffers` on "
-        "every forward. It writes the bias buffer only when the model has QKV biases but always returns it, so "
-        "`QKVGemmOp` (`add_bias = bias is not None`) adds a `torch.empty` buffer to every query, key and value of a "
-        "model without them. Its content decides the output: correct, ~1.0 off, NaN, and different on each rank. "
-        "PR #4711 (closed, not merged) pointed at the same buffer in 2023.",
-        "fix": "`_merge_qkv()` returns no bias when the model has none (patch `0007`).",
-        "context": "The compiled `qkv_gemm` kernels add the bias the same way (`add_bias`), so we expect GPUs to be "
-        "affected too (not run by us); what the buffer holds decides what a user sees, which is consistent with "
-        "#4788 and DeepSpeedExamples #864 (Llama-2, ZeRO-3 + Hybrid Engine: gibberish that differs per rank; "
-        "ZeRO-2 fine). On released "
-        "DeepSpeed with Transformers >= 4.54 the Llama crash (0008) comes first: the Llama cells here run the "
-        "series without `0007`.",
-    },
-    BUG_LAYER_TUPLE: {
-        "file": "ISSUE-llama-layer-tuple.md",
-        "scope": "injection",
-        "shown": lambda c: c["arch"] == "llama" and c["scenario"] == "reference",
-        "evidence": (("the Hybrid Engine's first generate", _crash),),
-        "measured": "the Hybrid Engine's first generate fails in the second decoder layer",
-        "title": "Injected Llama layers return a tuple; with Transformers >= 4.54 every Hybrid Engine / kernel "
-        "injection generate fails (`'tuple' object has no attribute 'size'`)",
-        "cause": "Since Transformers 4.54, `LlamaModel` passes what a `LlamaDecoderLayer` returns straight to the "
-        "next layer and to the final norm. `DS_LLAMAContainer` builds `DeepSpeedGPTInference` with the inference "
-        "config's default `return_tuple=True`, so the second layer receives a tuple and fails at "
-        "`input.size()` (`deepspeed/model_implementations/transformers/ds_transformer.py`).",
-        "fix": "The Llama inference layer is built with `return_tuple=False` when the installed Transformers "
-        "expects a tensor (patch `0008`).",
-        "context": "Not kernel-specific: the failure is in Python before any kernel runs.",
-    },
-    BUG_LORA_NO_IN_FEATURES: {
-        "file": "ISSUE-llama-lora.md",
-        "scope": "hybrid-engine",
-        "shown": lambda c: c["arch"] == "llama" and c["lora"] != "none",
-        "evidence": (("what the Hybrid Engine did", lambda c: _crash(c) if "crash" in c else _twins(c)),),
-        "measured": "`deepspeed.initialize` with the Hybrid Engine fails on the model with DeepSpeed-Chat's LoRA",
-        "title": "Hybrid Engine cannot take DeepSpeed-Chat's LoRA on Llama: initialize fails on `in_features`, and "
-        "the LoRA lookup never finds LoRA",
-        "cause": "DeepSpeed-Chat adds LoRA by replacing each `nn.Linear` with a `LinearLayer_LoRA` module, which has "
-        "the base `weight` and `bias` and the factors `lora_right_weight` / `lora_left_weight`, but no `in_features` "
-        "or `out_features`. `LLAMALayerPolicy.get_hidden_heads()` reads `q_proj.in_features` and "
-        "`gate_proj.out_features`, so `deepspeed.initialize` fails with an `AttributeError` when LoRA covers them "
-        "(DeepSpeed-Chat's Llama-2 step 3 puts it on every Linear of the layers). Behind it, "
-        "`DS_LLAMAContainer.set_lora_params()` hands `maybe_get_lora()` the `.weight` tensors, where it looks for "
-        "`lora_right_weight` on the module (as the GPT-NeoX, GPT-J and GPT-Neo containers pass it): it finds no "
-        "LoRA, and the Hybrid Engine would generate with the base weights, silently. `DS_InternLMContainer` and "
-        "`DS_LLAMA2Container` have the same lookup.",
-        "fix": "The policy reads the sizes from the layer's config, and the containers pass the modules (patch "
-        "`0009`).",
-        "context": "Not kernel-specific: both happen in Python. The lookup half is shown by the patch's test "
-        "(`tests/unit/hybrid_engine/test_llama_internlm_lora.py`: on 0.19.8 no LoRA target of 7 is found, and the "
-        "inference module never sees the fused weights).",
-    },
-    BUG_UNSERVABLE: {
-        "file": "ISSUE-llama-unservable-config.md",
-        "scope": "injection",
-        "shown": lambda c: c["arch"] == "llama" and c["configuration"] in UNSERVABLE_CONFIGS,
-        "evidence": (("what the Hybrid Engine computed instead", lambda c: _crash(c) if "crash" in c else _twins(c)),),
-        "measured": "the Llama container accepted a configuration its injected layer does not compute: the Hybrid "
-        "Engine's per-step logits equal those of a native twin with the setting the kernel hard-codes (SiLU "
-        "gating; no layer biases), or grouped-query attention crashes",
-        "title": "Llama kernel injection / Hybrid Engine silently computes a different model for hidden_act != "
-        "silu, attention_bias, mlp_bias, and crashes for grouped-query attention",
-        "cause": "`LLAMALayerPolicy` fixes the MLP activation to `GATED_SILU`, returns `None` for the q/k/v, o_proj "
-        "and MLP biases (`attention()`, `mlp()`; the split-QKV path sets `qb = kb = vb = None`), and the split-QKV "
-        "merge assumes q, k and v of equal size. `DS_LLAMAContainer` accepts any `LlamaConfig` nevertheless, so a "
-        "model outside that set generates wrong text without an error, or fails with a shape error inside the "
-        "attention (grouped-query attention).",
-        "fix": "The container refuses such a configuration by name with a ValueError, as `_get_rope_theta` "
-        "already does for scaled rotary (patch `0010`); serving them would need the kernel to take biases, "
-        "another gating and grouped K/V.",
-        "context": "The activation and the biases are dropped in Python before any kernel runs. Grouped-query "
-        "attention fails in the ZeRO-3 q/k/v merge (Python) on any device; under ZeRO-2 it failed here in the "
-        "attention's CPU fallback, and the compiled kernel was not run.",
-    },
-    BUG_NORM_EPS: {
-        "file": "ISSUE-layer-norm-eps.md",
-        "scope": "hybrid-engine",
-        "shown": lambda c: "layer-norm-eps" in c["configuration"] and c["scenario"] == "reference",
-        "evidence": (("vs the same weights with the final LayerNorm at eps 1e-5 (max abs, every step)",
-                      _twin("outer_layer_norm_at_eps_1e-5")),),
-        "measured": "the Hybrid Engine's per-step logits equal, within the fallbacks' noise, those of the same "
-        "weights with the final LayerNorm at eps 1e-5, and differ from the model's own",
-        "title": "Hybrid Engine computes the final LayerNorm with eps 1e-5 whatever the model's layer_norm_epsilon",
-        "cause": "`DeepSpeedHybridEngine.create_inference_containers()` replaces every `nn.LayerNorm` outside the "
-        "transformer layers (GPT-Neo's `ln_f`, GPT-NeoX's `final_layer_norm`, ...) with "
-        "`Normalize(weight=..., bias=...)` (`deepspeed/runtime/hybrid_engine.py`), whose `eps` defaults to 1e-5: "
-        "the model's own epsilon is dropped for every generate.",
-        "fix": "The replacement keeps the LayerNorm's `eps` (patch `0011`).",
-        "context": "Not kernel-specific: `Normalize` is plain PyTorch. Models at eps 1e-5 (Pythia, GPT-Neo's "
-        "default) are unaffected.",
-    },
-    BUG_ENGINE_GENERATE: {
-        "file": "ISSUE-engine-generate.md",
-        "scope": "hybrid-engine",
-        "shown": lambda c: "engine_generate_without_containers" in c,
-        "evidence": (("inference containers", lambda c: str(c.get("inference_containers", 0))),
-                     ("`engine.generate()`", _engine_generate)),
-        "measured": "DeepSpeed built no inference container (it logs that rollout uses the model's native "
-        "`generate()`), and `engine.generate()` raised",
-        "title": "Hybrid Engine: engine.generate() fails with AttributeError '_generate' when no inference container "
-        "was built (OPT with Transformers >= 4.49)",
-        "cause": "`DeepSpeedHybridEngine.create_inference_module()` (`deepspeed/runtime/hybrid_engine.py`) sets "
-        "`self._generate` only `if len(self._inference_containers) > 0`, and `generate()` calls it "
-        "unconditionally. When no policy matches the model's layers (any model without a container; OPT with "
-        "Transformers >= 4.49, which 0.19.8 keeps native on purpose, warning that rollout will use the model's "
-        "native `generate()`), the engine's own `generate()` fails: `'DeepSpeedHybridEngine' object has no "
-        "attribute '_generate'`. The test came with #3191 (first in 0.9.2); 0.9.0 and 0.9.1 set `_generate` for "
-        "every model (read from DeepSpeed's git history, not run; run here: 0.19.8).",
-        "fix": "`generate()` runs the model's own `generate()` when there is no container (patch `0013`).",
-        "fixed": _engine_generate_fixed,
-        "context": "Not kernel-specific: no layer is injected on this path. DeepSpeed-Chat calls "
-        "`engine.module.generate()` and gets the native `generate()` silently (see our not-engaged cells); other "
-        "callers of the Hybrid Engine's documented `engine.generate()` crash.",
-    },
-    BUG_TP_UNSLICED: {
-        "file": "ISSUE-tensor-parallel.md",
-        "scope": "hybrid-engine",
-        "gpt_neox": True,
-        "shown": lambda c: c["scenario"] == "tp2",
-        "evidence": (("layers built for / QKV weights handed (each rank's slice: 3 x hidden / 2 rows fused, "
-                      "hidden / 2 each separate)", _tp_shapes),
-                     ("crash", _crash)),
-        "measured": "the injected layers were built for 2 of the 4 heads per rank and handed weights that are not "
-        "the rank's slice: the whole weights (ZeRO-2) or a released ZeRO-3 partition of 0 elements (pinned ZeRO-3)",
-        "title": "Hybrid Engine tensor-parallel generation (inference_tp_size > 1, no mpu, as DeepSpeed-Chat's "
-        "OPT-13B/66B scripts) hands the injected layers unsliced weights (consistent with #3998, #4345, #5656)",
-        "cause": "With `hybrid_engine.inference_tp_size` > 1 and no mpu, the Hybrid Engine builds each inference "
-        "layer for its rank's share of the heads (`set_tensor_parallel_config(inference_tp_size, mp_group)`), but "
-        "no path hands it its rank's slice (`deepspeed/runtime/hybrid_engine.py`): ZeRO-2 and non-pinned ZeRO-3 "
-        "have no tensor-parallel path in `generate()`; pinned ZeRO-3 calls `apply_tensor_parallelism()` only `if "
-        "self.mpu is not None`, and the layers keep views of weights its gather has released by the time "
-        "`_generate()` runs. Where `apply_tensor_parallelism()` runs, it cannot slice either: "
-        "`set_params_wo_copy()` makes the layer's weights the training weights themselves, so `strided_copy()` and "
-        "`copy()` see equal shapes and copy them whole; the split-QKV containers' `attention_qkv_mp()` and "
-        "`release_memory()`'s `_release_params()` assign to local names only.",
-        "fix": "Until the layers get per-rank slices, `inference_tp_size` > 1 without an mpu is refused by name at "
-        "initialize, before any training step, for models the Hybrid Engine builds inference layers for (patch "
-        "`0012`; the commit message says why refuse rather than slice).",
-        "context": "Which weights the layers get is decided in Python before any kernel runs, so we expect GPUs to "
-        "show the same (not run by us). DeepSpeed-Chat asserts ZeRO-3 for tensor-parallel generation and passes "
-        "no mpu (DeepSpeedExamples #628). " + TP_RELEASES + " With an mpu DeepSpeed takes the training weights for "
-        "the mpu's slices: our `tp2-mpu` cells hand it whole Hugging Face weights, so they are outside its "
-        "contract and not counted here, except where a layer holds a released partition (separate Q, K, V on "
-        "pinned ZeRO-3), which is a bug with any weights and is not patched yet.",
-    },
-}  # fmt: skip
-UNSERVABLE_CONFIGS = ("gelu-gating", "attention-bias", "mlp-bias", "grouped-query")
-NEOX_PREREQUISITE = (
-    "Prerequisite: with current Transformers (4.57 here), GPT-NeoX injection fails before this bug is reached, in "
-    "`GPTNEOXLayerPolicy.get_hidden_heads()`: `'GPTNeoXAttention' object has no attribute 'hidden_size'` (patch "
-    "`0000` reads both sizes from the config). The released cells below run with a compatibility shim that adds "
-    "the two attributes; the whole series carries `0000` instead."
-)
-# Which DeepSpeed paths a bug is on: the containers' layer (built by kernel injection and the Hybrid Engine
-# alike), or the Hybrid Engine alone (its ZeRO-3 merge, its LoRA fusion, its replacement of outer LayerNorms).
-SCOPES = {
-    "injection": "kernel injection (`deepspeed.init_inference(..., replace_with_kernel_inject=True)`) and the Hybrid "
-    "Engine, which builds its layers through the same containers",
-    "hybrid-engine": "the Hybrid Engine only; `deepspeed.init_inference` does not take this path",
-}
-
-
-def _twins(cell: dict) -> str:
-    found = cell.get("per_step_logits_vs_twin") or {}
-    return "; ".join(f"{n.replace('_', ' ')}: {num(worst(v))}" for n, v in found.items()) or "-"
 
 
 # Each named bug's patch in repro/patches/; where its issue text lives when it is not one of ours above.
@@ -421,95 +125,8 @@ def _issue_of(bug: str) -> str:
 
 def write_reports(out: Path, data: dict) -> None:
     (out / "CONFORMANCE.md").write_text(render(data))
-    for bug, meta in ISSUES.items():
-        (out / meta["file"]).write_text(issue_text(data, bug))
+    issue_texts.write(out, data)
     heatmap(data, out / "conformance.png")
-
-
-def _where(c: dict) -> str:
-    config = f" {c['configuration']}" if c["configuration"] != "default" else ""
-    version = c.get("transformers", PINNED)
-    where = f"{c['arch']}{config}, {_scenario(c)}"
-    return where + (f", Transformers {version}" if version != PINNED else "")
-
-
-def _scenario(c: dict) -> str:
-    """The scenario, with the dtype where it is not fp32."""
-    dtype = dtype_of(c)
-    return c["scenario"] + (f", {dtype}" if dtype != "fp32" else "")
-
-
-def issue_text(data: dict, bug: str) -> str:
-    """The upstream issue text for `bug` in DeepSpeed's bug template, from the measured cells only."""
-    meta = ISSUES[bug]
-    measured = [c for c in data["cells"] if "error" not in c]
-    shown = [c for c in measured if meta["shown"](c)]
-    hits = [c for c in shown if any(d.startswith(bug) for d in c["diagnosis"])]
-    if not hits:
-        return f"# {bug}\n\nNo measured cell shows it; nothing to report.\n"
-    fixed = [c for c in shown if c["build"] == "whole series"]
-    pinned = next((c for c in hits if c.get("transformers", PINNED) == PINNED), hits[0])  # where the scripts run
-    ds, v = pinned["deepspeed"]["version"], pinned["versions"]
-    heads = [h for h, _ in meta["evidence"]]
-    rows = [
-        f"| {_where(c)} | {c['build']} | {c['zero_stage']} | {c['world_size']} | {_worst_steps(c)} | "
-        + " | ".join(f(c) for _, f in meta["evidence"])
-        + f" | {'; '.join(c['diagnosis'])} |"
-        for c in shown
-    ]
-    return "\n".join(
-        [
-            f"# [BUG] {meta['title']}",
-            "",
-            "**Describe the bug**",
-            meta["cause"],
-            "",
-            *([NEOX_PREREQUISITE, ""] if meta.get("gpt_neox") else []),
-            f"Scope: {SCOPES[meta['scope']]}.",
-            "",
-            f"Measured ({evidence.of(data)['evidence']}, tiny models with random weights, fp32, DeepSpeed {ds} as "
-            "released and with our patch "
-            f"series): in {len(hits)} of the {len(shown)} cells below {meta['measured']}:",
-            "",
-            "| model, scenario | DeepSpeed | ZeRO | ranks | logits vs native (max abs, every step) | "
-            + " | ".join(heads)
-            + " | diagnosis |",
-            "|---|---|---|---|---|" + "---|" * len(heads) + "---|",
-            *rows,
-            "",
-            "**To Reproduce**",
-            *issue_scripts.section(
-                meta["file"], f"DeepSpeed {ds}, torch {v['torch']}, Transformers {v['transformers']}"
-            ),
-            "",
-            f"The table above is `{data['command']}` in our repository (after `scripts/bootstrap.sh`).",
-            "",
-            "**Expected behavior**",
-            f"{meta['fix']} " + (meta["fixed"](fixed) if "fixed" in meta else _fixed(fixed)),
-            "",
-            f"**ds_report output** (`{evidence.ds_report_command(data)}`, taken by the run):",
-            "```",
-            data.get("ds_report", "not recorded by this run"),
-            "```",
-            "",
-            "**System info**",
-            *evidence.system_info(data, v.get("python", "not recorded"), v["torch"], v["transformers"], ds),
-            "",
-            "**Additional context**",
-            f"{evidence.scope(data).split(':')[0]}. {meta['context']}",
-            "",
-        ]
-    )
-
-
-def _fixed(fixed: list[dict]) -> str:
-    """How the cells that show a bug end with the whole series: correct, or refused by name."""
-    refused = sum(any(d in REFUSALS for d in c["diagnosis"]) for c in fixed)
-    return (
-        f"With it (our whole series), {sum(CORRECT in c['diagnosis'] for c in fixed)} of {len(fixed)} such cells are "
-        f"correct (every step within {TOL:g} of native in fp32, {tolerance.logits('bf16'):g} in bf16)"
-        + (f" and {refused} refuse the configuration by name." if refused else ".")
-    )
 
 
 def _noise(cells: list[dict]) -> str:
@@ -517,7 +134,7 @@ def _noise(cells: list[dict]) -> str:
     out = []
     for arch, dtype in dict.fromkeys((c["arch"], dtype_of(c)) for c in cells):
         ok = [
-            worst(steps_vs_native(c) or [0.0])
+            worst(labels.steps_vs_native(c) or [0.0])
             for c in cells
             if (c["arch"], dtype_of(c)) == (arch, dtype) and c["diagnosis"] == [CORRECT]
         ]
@@ -634,8 +251,8 @@ def render(data: dict) -> str:
         for c in (c for c in cells if c["arch"] == arch):
             equal = {True: "yes", False: "no", None: "-"}[c.get("tokens_equal_native")]
             lines.append(
-                f"| {c['configuration']} | {_scenario(c)} | {c['build']} | {c.get('transformers', PINNED)} | "
-                f"{c['zero_stage']} | {c['world_size']} | {_worst_steps(c)} | {equal} | "
+                f"| {c['configuration']} | {labels.scenario(c)} | {c['build']} | {c.get('transformers', PINNED)} | "
+                f"{c['zero_stage']} | {c['world_size']} | {labels.worst_steps(c)} | {equal} | "
                 f"{'; '.join(c['diagnosis']).replace('|', '/')} |"
             )
     return "\n".join(lines) + "\n"
@@ -651,26 +268,26 @@ def heatmap(data: dict, path: Path) -> None:
     from matplotlib.colors import ListedColormap
 
     cells = data["cells"]
-    rows = list(dict.fromkeys(_where(c) for c in cells))
+    rows = list(dict.fromkeys(labels.where(c) for c in cells))
     conditions = list(dict.fromkeys((c["build"], c["zero_stage"], c["world_size"]) for c in cells))
-    labels = sorted({c["diagnosis"][0] for c in cells}, key=lambda d: (d != CORRECT, d))
-    kinds = {label: i for i, label in enumerate(labels)}
+    legend = sorted({c["diagnosis"][0] for c in cells}, key=lambda d: (d != CORRECT, d))
+    kinds = {label: i for i, label in enumerate(legend)}
     grid = [[float("nan")] * len(conditions) for _ in rows]
     for c in cells:
-        grid[rows.index(_where(c))][conditions.index((c["build"], c["zero_stage"], c["world_size"]))] = kinds[
+        grid[rows.index(labels.where(c))][conditions.index((c["build"], c["zero_stage"], c["world_size"]))] = kinds[
             c["diagnosis"][0]
         ]
     colours = ["#4caf50", "#e53935", "#fb8c00", "#8e24aa", "#1e88e5", "#757575", "#6d4c41", "#00897b", "#fdd835",
                "#d81b60", "#3949ab", "#00acc1", "#c0ca33", "#5e35b1", "#f4511e", "#546e7a"]  # fmt: skip
-    colours = [colours[i % len(colours)] for i in range(max(1, len(labels)))]
+    colours = [colours[i % len(colours)] for i in range(max(1, len(legend)))]
     fig, ax = plt.subplots(figsize=(4.0 + 0.6 * len(conditions), 3.0 + 0.4 * len(rows)))
-    ax.imshow(grid, cmap=ListedColormap(colours), vmin=-0.5, vmax=len(labels) - 0.5,
+    ax.imshow(grid, cmap=ListedColormap(colours), vmin=-0.5, vmax=len(legend) - 0.5,
               aspect="auto")  # fmt: skip
     ax.set_xticks(range(len(conditions)), [f"{b}, ZeRO-{z}, {w} rank(s)" for b, z, w in conditions], fontsize=7,
                   rotation=40, ha="right")  # fmt: skip
     ax.set_yticks(range(len(rows)), rows, fontsize=8)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=colours[i]) for i in range(len(labels))]
-    ax.legend(handles, [textwrap.shorten(t, 90) for t in labels], loc="upper left", bbox_to_anchor=(1.01, 1.0),
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colours[i]) for i in range(len(legend))]
+    ax.legend(handles, [textwrap.shorten(t, 90) for t in legend], loc="upper left", bbox_to_anchor=(1.01, 1.0),
               fontsize=7, ncol=1)  # fmt: skip
     ax.set_title(f"Hybrid Engine vs native Hugging Face ({evidence.label(data)}; blank: not run)", fontsize=9)
     fig.savefig(path, dpi=100, bbox_inches="tight", metadata={"Software": None})

@@ -4,7 +4,7 @@ and say when nothing shows a bug."""
 import json
 
 from repro.host import table_dir
-from repro.host.conformance import diagnosis, plan, report
+from repro.host.conformance import diagnosis, issue_texts, plan, report
 
 VERSIONS = {"deepspeed": {"version": "0.19.8"}, "versions": {"torch": "2.13.0+cpu", "transformers": "4.57.6"}}
 
@@ -65,15 +65,15 @@ def test_each_issue_text_is_the_bug_template_filled_from_the_cells_that_show_it(
     fixed = neox("sequential-residual")
     crash = llama(crash=TUPLE)
     report.write_reports(tmp_path, data([bug, fixed, crash]))
-    issue = (tmp_path / report.ISSUE_3453).read_text()
+    issue = (tmp_path / issue_texts.ISSUE_3453).read_text()
     for section in ("**Describe the bug**", "**To Reproduce**", "**Expected behavior**", "**System info**"):
         assert section in issue
     assert "in 1 of the 2 cells below the Hybrid Engine" in issue and "1 of 1 such cells are correct" in issue
-    assert report.NEOX_PREREQUISITE in issue and "Scope: kernel injection" in issue
+    assert issue_texts.NEOX_PREREQUISITE in issue and "Scope: kernel injection" in issue
     assert "| gpt-neox sequential-residual, reference | released | 3 | 2 | 1.13 | 6e-07 |" in issue
     tuple_issue = (tmp_path / "ISSUE-llama-layer-tuple.md").read_text()
     assert "'tuple' object has no attribute 'size'" in tuple_issue and "in 1 of the 1 cells below" in tuple_issue
-    assert report.NEOX_PREREQUISITE not in tuple_issue
+    assert issue_texts.NEOX_PREREQUISITE not in tuple_issue
     # The table's cells are the ones counted: a cell outside the table never adds to "in N of M".
     rows = [line for line in issue.splitlines() if line.startswith("| gpt-neox")]
     assert len(rows) == 2

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from repro.host.conformance import plan, report
+from repro.host.conformance import issue_texts, plan
 from repro.host.family import pr_comment
 from repro.host.upstream import issue_scripts
 from repro.host.upstream.issue_scripts import SCRIPTS, judge, series_without
@@ -25,7 +25,7 @@ def test_a_script_imports_only_torch_deepspeed_transformers_and_the_standard_lib
 
 
 def test_every_issue_text_and_the_pr_comment_carry_a_script():
-    texts = {meta["file"] for meta in report.ISSUES.values()} | {pr_comment.FILE_NAME}
+    texts = {meta["file"] for meta in issue_texts.ISSUES.values()} | {pr_comment.FILE_NAME}
     assert texts == {s.text for s in SCRIPTS}
     assert all(s.fixed_by in plan.SERIES for s in SCRIPTS)
 
