@@ -28,7 +28,7 @@ from ..options import (
     variants_of,
 )
 from ..paths import RESULTS_DIR, RUNS_DIR, cache_root
-from . import summary
+from . import summary, table_dir
 from .images import amd, containers, engines
 from .rundir import new_run_dir
 from .upstream import regression
@@ -179,9 +179,11 @@ def conformance(req: ConformanceRequest, log=print) -> int:
         raise JobError("--backend cuda runs in this host's Python (we ship no CUDA image): use --engine local")
     if req.resume:
         _check_resumed_backend(Path(req.resume), req.backend)
-    engine = "local" if req.engine == "auto" and req.backend != "rocm" else req.engine
-    choice = containers.Choice(req.backend, "local", "CUDA: this host's Python") if req.backend == "cuda" else None
-    choice = choice or choose(req.backend, engine, req.dry_run, log)
+    if req.backend == "cuda":
+        choice = containers.Choice("cuda", "local", "CUDA: this host's Python")
+    else:
+        choice = choose(req.backend, "local" if req.engine == "auto" and req.backend == "cpu" else req.engine,
+                        req.dry_run, log)  # fmt: skip
     try:
         gpus = containers.gpu_ids(req.gpus, check_present=req.backend == "rocm" and not req.dry_run)
     except containers.EngineError as exc:
@@ -207,7 +209,7 @@ def conformance(req: ConformanceRequest, log=print) -> int:
 def _check_resumed_backend(out: Path, backend: str) -> None:
     """A resumed run measures where it started: the backend (and so the image) must be the one it recorded."""
     try:
-        started = json.loads((out / "run.json").read_text()).get("backend", "cpu")
+        started = json.loads((out / table_dir.RUN).read_text()).get("backend", "cpu")
     except (OSError, json.JSONDecodeError):
         return  # the suite itself says what is wrong with OUT
     if started != backend:

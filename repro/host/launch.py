@@ -87,6 +87,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def ds_accelerator(backend: str) -> str:
+    """DeepSpeed's accelerator name for a backend: "cuda" is its name for CUDA and ROCm builds alike."""
+    return "cpu" if backend == "cpu" else "cuda"
+
+
 def rank_env(backend: str, extra_pythonpath: Path | None) -> dict[str, str]:
     env = dict(os.environ)
     paths = [str(extra_pythonpath)] if extra_pythonpath else []
@@ -99,9 +104,9 @@ def rank_env(backend: str, extra_pythonpath: Path | None) -> dict[str, str]:
     env.setdefault("THP_MEM_ALLOC_ENABLE", "1")
     env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
     env["PYTHONUNBUFFERED"] = "1"
-    # DeepSpeed's accelerator by name, never auto-detected: "cuda" is its name for CUDA and ROCm builds alike,
-    # and a DS_ACCELERATOR=cpu left in the caller's environment must not turn a GPU run into a CPU one.
-    env["DS_ACCELERATOR"] = "cpu" if backend == "cpu" else "cuda"
+    # DeepSpeed's accelerator by name, never auto-detected: a DS_ACCELERATOR=cpu left in the caller's
+    # environment must not turn a GPU run into a CPU one.
+    env["DS_ACCELERATOR"] = ds_accelerator(backend)
     if extra_pythonpath is not None:
         # JIT-built ops are keyed by include path: keep the patched copy's builds beside it.
         env["TORCH_EXTENSIONS_DIR"] = str(extra_pythonpath / "torch_extensions")
@@ -248,20 +253,23 @@ def run_module(
     """`python -m MODULE ARGS` on `ranks` ranks under torchrun (on the CPU, or one GPU each); returns the exit
     status and the output. A timeout stops every rank and raises LaunchError."""
     cmd = torchrun(module, ranks, free_port(), *args)
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=rank_env(backend, deepspeed_root),
-        cwd=REPO_ROOT,
-        start_new_session=True,
-    )
+    try:
+        return run_bounded(cmd, rank_env(backend, deepspeed_root), REPO_ROOT, timeout_s)
+    except subprocess.TimeoutExpired:
+        raise LaunchError(f"{module}: ranks did not finish within {timeout_s:.0f} s") from None
+
+
+def run_bounded(argv: list[str], env: dict[str, str], cwd: Path, timeout_s: float) -> tuple[int, str]:
+    """`argv`'s exit status and output (stderr in it). It runs in a session of its own, so a timeout
+    (TimeoutExpired, carrying the output so far) or Ctrl-C / SIGTERM (Interrupted) stops it and every process it
+    started, not it alone."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd,
+                            start_new_session=True)  # fmt: skip
     try:
         output = wait(proc, timeout_s, communicate=True)
     except subprocess.TimeoutExpired:
         kill_group(proc)
-        raise LaunchError(f"{module}: ranks did not finish within {timeout_s:.0f} s") from None
+        raise subprocess.TimeoutExpired(argv, timeout_s, output=proc.communicate()[0] or "") from None
     return proc.returncode, output
 
 

@@ -4,6 +4,9 @@ from conformance.json's `evidence` (`devices.check`); a file from before the bac
 
 from __future__ import annotations
 
+from collections import Counter
+
+from ..launch import ds_accelerator
 from .devices import CPU_EVIDENCE
 
 
@@ -29,18 +32,22 @@ def scope(data: dict) -> str:
             "completes GPT-NeoX's attention and parallel-residual MLP, the MLP's ReLU and the post-LayerNorm QKV "
             "linear for OPT)"
         )
-    devices = ", ".join(dict.fromkeys(e.get("devices", [])))
     amd = "" if e["backend"] == "rocm" else ", not AMD evidence"
     return (
-        f"{e['evidence']} evidence, not CPU evidence{amd}: {devices} ({len(e.get('devices', []))} ranks, one GPU "
+        f"{e['evidence']} evidence, not CPU evidence{amd}: {_devices(e)} ({len(e.get('devices', []))} ranks, one GPU "
         "each), "
         f"torch {e.get('torch')}, {e.get('gpu_runtime')}, nccl, DeepSpeed's compiled kernels (each cell records per "
         "op whether the compiled kernel or a fallback ran)"
     )
 
 
+def _devices(e: dict) -> str:
+    """The GPU names the ranks ran on, each once."""
+    return ", ".join(dict.fromkeys(e.get("devices", [])))
+
+
 def ds_report_command(data: dict) -> str:
-    return f"DS_ACCELERATOR={'cpu' if is_cpu(data) else 'cuda'} ds_report"
+    return f"DS_ACCELERATOR={ds_accelerator(of(data)['backend'])} ds_report"
 
 
 def system_info(data: dict, python: str, torch: str, transformers: str, deepspeed: str) -> list[str]:
@@ -53,7 +60,7 @@ def system_info(data: dict, python: str, torch: str, transformers: str, deepspee
         ]
     e = of(data)
     return [
-        f"- {', '.join(dict.fromkeys(e.get('devices', [])))}; {e.get('gpu_runtime')}; {versions}.",
+        f"- {_devices(e)}; {e.get('gpu_runtime')}; {versions}.",
         "- Launcher: torchrun (nccl), one GPU per rank, `DS_ACCELERATOR=cuda`; DeepSpeed's compiled inference op.",
     ]
 
@@ -61,22 +68,15 @@ def system_info(data: dict, python: str, torch: str, transformers: str, deepspee
 def kernels(cells: list[dict]) -> str:
     """Per inference op, in how many cells the compiled kernel ran and in how many a fallback did, and the
     compiled kernels' own math where it differs from the model's (named per cell)."""
-    counts: dict[str, dict[str, int]] = {}
-    for c in cells:
-        for op, path in (c.get("kernel_paths") or {}).items():
-            counts.setdefault(op, {}).setdefault(path, 0)
-            counts[op][path] += 1
+    counts = Counter(pair for c in cells for pair in (c.get("kernel_paths") or {}).items())
     if not any("kernel_paths" in c for c in cells):
         return "Kernels per op: not recorded by this run (its cells were measured before the probe recorded them)."
     if not counts:
         return "Kernels per op: none ran (no cell's generate went through the Hybrid Engine's layers)."
     ops = "; ".join(
-        f"`{op}` " + ", ".join(f"{path} in {n}" for path, n in sorted(paths.items()))
-        for op, paths in sorted(counts.items())
+        f"`{op}` " + ", ".join(f"{path} in {n}" for (o, path), n in sorted(counts.items()) if o == op)
+        for op in dict.fromkeys(op for op, _ in sorted(counts))
     )
-    approx: dict[str, int] = {}
-    for c in cells:
-        for a in c.get("approximations") or []:
-            approx[a] = approx.get(a, 0) + 1
+    approx = Counter(a for c in cells for a in c.get("approximations") or [])
     named = "".join(f" In {n} cells {a}." for a, n in sorted(approx.items()))
     return f"Kernels per op (cells): {ops}.{named}"

@@ -193,7 +193,7 @@ def write(
         "builds": {name: list(patches) for name, patches in BUILDS.items()},
         "cells": cells,
         "duration_s": duration_s,
-        "ds_report": ds_report_text("cpu" if backend == "cpu" else "cuda"),  # DeepSpeed's template asks for it
+        "ds_report": ds_report_text(launch.ds_accelerator(backend)),  # DeepSpeed's template asks for it
         "backend": backend,
         "evidence": evidence,
     }

@@ -108,16 +108,9 @@ def run_upstream_test(
 
 
 def _run_pytest(argv: list[str], env: dict[str, str], timeout_s: float) -> tuple[int, str]:
-    """pytest's exit status and output. It runs in a session of its own, so a timeout (TimeoutExpired, with the
-    output so far) or Ctrl-C stops pytest and every rank process it forked, not pytest alone."""
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            cwd=UPSTREAM_DIR, start_new_session=True)  # fmt: skip
-    try:
-        output = launch.wait(proc, timeout_s, communicate=True)
-    except subprocess.TimeoutExpired:
-        launch.kill_group(proc)
-        raise subprocess.TimeoutExpired(argv, timeout_s, output=proc.communicate()[0] or "") from None
-    return proc.returncode, output
+    """pytest's exit status and output, bounded: a timeout (TimeoutExpired, with the output so far) or Ctrl-C
+    stops pytest and every rank process it forked, not pytest alone."""
+    return launch.run_bounded(argv, env, UPSTREAM_DIR, timeout_s)
 
 
 def _broken(why: str, output: str) -> dict:
