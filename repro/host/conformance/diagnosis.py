@@ -20,7 +20,12 @@ BUG_UNSERVABLE = "Llama configuration the injected layer cannot compute, accepte
 BUG_NORM_EPS = "LayerNorm outside the layers computed with eps 1e-5, not the model's (0011)"
 BUG_OPT_ACTIVATION = "OPT's activation_function ignored by the Hybrid Engine: computed with ReLU"
 BUG_OPT_POST_LN = "post-LayerNorm OPT computed as pre-LayerNorm"
-BUG_NEOX_ACTIVATION = "GPT-NeoX's hidden_act ignored by the Hybrid Engine: computed with GELU"
+BUG_NEOX_ACTIVATION = "GPT-NeoX's hidden_act ignored by the Hybrid Engine: computed with GELU (0014)"
+# Positive evidence: DeepSpeed's QKV layout transform read the shape of the QKV bias a GPT-NeoX without attention
+# biases does not have (hybrid_megatron.py's _align_qkv).
+BUG_NEOX_NO_ATTENTION_BIAS = (
+    "GPT-NeoX without attention biases crashes the Hybrid Engine on the missing QKV bias (0015)"
+)
 BUG_NEOX_ROPE_SCALING = "GPT-NeoX's rope_scaling ignored by the Hybrid Engine: rotated unscaled (0006 refuses it)"
 # A native twin the HE reproduces names its bug (repro.rank.archs: each adapter's twins); another twin is a
 # Llama setting the injected layer cannot compute (0010).
@@ -56,9 +61,14 @@ OUTSIDE_CONTRACT = "outside the Hybrid Engine's contract: an mpu over whole Hugg
 REFUSED = "refused by name: outside what the injected layer computes (0010)"
 REFUSED_TP = "refused by name: tensor-parallel generation without an mpu (0012)"
 REFUSED_ROPE = "refused by name: a scaled rotary the injected attention cannot compute (0006)"
-REFUSAL = "DeepSpeed kernel injection cannot serve"  # how DeepSpeed's refusals begin (0010, scaled rotary)
+REFUSED_NEOX_ACTIVATION = "refused by name: a GPT-NeoX activation the injected MLP cannot compute (0014)"
+REFUSED_NEOX_ATTENTION_BIAS = "refused by name: GPT-NeoX without the attention biases the injected layer adds (0015)"
+REFUSAL = "DeepSpeed kernel injection cannot serve"  # how DeepSpeed's refusals begin (0006, 0010, 0014, 0015)
 REFUSAL_TP = "hybrid_engine.inference_tp_size="  # how 0012's refusal begins
-REFUSALS = (REFUSED, REFUSED_TP, REFUSED_ROPE)
+# gptneox.py's refusals, told apart by the setting they name.
+NEOX_REFUSALS = {"rope_type=": REFUSED_ROPE, "hidden_act=": REFUSED_NEOX_ACTIVATION,
+                 "attention_bias=False": REFUSED_NEOX_ATTENTION_BIAS}  # fmt: skip
+REFUSALS = (REFUSED, REFUSED_TP, REFUSED_ROPE, REFUSED_NEOX_ACTIVATION, REFUSED_NEOX_ATTENTION_BIAS)
 # Per-step tolerance of a correct cell, per dtype (repro.tolerance, the probe's too): fp32 HE vs native differ
 # by <= 2e-7 in every correct family cell (results/reference/family); 1e-3 leaves 3 orders of magnitude above
 # that noise and stays 2 orders below the smallest bug measured there (0.3).
@@ -146,8 +156,14 @@ def _crash(cell: dict) -> str:
     no_in_features = c["type"] == "AttributeError" and "object has no attribute 'in_features'" in c["message"]
     if no_in_features and c["at"].startswith("deepspeed/module_inject/containers/llama.py"):
         return BUG_LORA_NO_IN_FEATURES
+    no_shape = c["type"] == "AttributeError" and c["message"] == "'NoneType' object has no attribute 'shape'"
+    if no_shape and c["at"].startswith("deepspeed/module_inject/containers/features/hybrid_megatron.py"):
+        return BUG_NEOX_NO_ATTENTION_BIAS
     if c["type"] == "ValueError" and c["message"].startswith(REFUSAL) and c["at"].startswith("deepspeed/"):
-        return REFUSED_ROPE if c["at"].startswith("deepspeed/module_inject/containers/gptneox.py") else REFUSED
+        if not c["at"].startswith("deepspeed/module_inject/containers/gptneox.py"):
+            return REFUSED
+        named = [refused for setting, refused in NEOX_REFUSALS.items() if setting in c["message"]]
+        return named[0] if len(named) == 1 else f"crash in the Hybrid Engine: {c['type']}: {c['message']} ({c['at']})"
     if c["type"] == "ValueError" and c["message"].startswith(REFUSAL_TP) and c["at"].startswith("deepspeed/runtime/"):
         return REFUSED_TP
     if cell.get("grouped_query_attention") and c["at"].startswith("deepspeed/"):  # accepted, then failed on

@@ -16,6 +16,8 @@ from .diagnosis import (
     BUG_ENGINE_GENERATE,
     BUG_LAYER_TUPLE,
     BUG_LORA_NO_IN_FEATURES,
+    BUG_NEOX_ACTIVATION,
+    BUG_NEOX_NO_ATTENTION_BIAS,
     BUG_NORM_EPS,
     BUG_QKV_BIAS,
     BUG_ROPE,
@@ -291,6 +293,49 @@ ISSUES = {
         "the mpu's slices: our `tp2-mpu` cells hand it whole Hugging Face weights, so they are outside its "
         "contract and not counted here, except where a layer holds a released partition (separate Q, K, V on "
         "pinned ZeRO-3), which is a bug with any weights and is not patched yet.",
+    },
+    BUG_NEOX_ACTIVATION: {
+        "file": "ISSUE-gptneox-activation.md",
+        "scope": "injection",
+        "gpt_neox": True,
+        "shown": lambda c: c["arch"] == "gpt-neox" and c["configuration"] == "relu",
+        "evidence": (("vs the same weights with a GELU MLP (max abs, every step)", _twin("gelu_activation")),),
+        "measured": "the Hybrid Engine's per-step logits equal, within fp32 noise, those of the same weights with "
+        "a GELU MLP, and differ from the real (ReLU) model's",
+        "title": "GPT-NeoX's hidden_act is ignored under kernel injection / the Hybrid Engine: every model is "
+        "computed with GELU",
+        "cause": "`GPTNEOXLayerPolicy.__init__()` (`deepspeed/module_inject/containers/gptneox.py`) never sets "
+        "`mlp_act_func_type`, so the injected MLP keeps `TransformerPolicy`'s default, `ActivationFuncType.GELU` "
+        "(`deepspeed/module_inject/policy.py`), whatever the model's `hidden_act`. A GPT-NeoX with "
+        "`hidden_act='relu'` is computed with GELU and generates wrong text; an activation the kernel lacks (silu, "
+        "say) is computed with GELU too, without an error. `HFOPTLayerPolicy` reads its activation, but from "
+        "`TransformerPolicy.hf_model_config`, which only `init_inference()` sets, never the Hybrid Engine.",
+        "fix": "The policy reads `hidden_act` from the config the layer's attention was built with: every GELU "
+        "variant maps to GELU (the kernel's tanh approximation), relu to ReLU, any other activation is refused "
+        "by name (patch `0014`).",
+        "context": "The activation type is chosen in Python before any kernel runs, and the compiled `ds_mlp_gemm` "
+        "applies the one it is given (GELU or ReLU), so we expect GPUs to show it too; not run by us. Pythia "
+        "(gelu) is unaffected.",
+    },
+    BUG_NEOX_NO_ATTENTION_BIAS: {
+        "file": "ISSUE-gptneox-attention-bias.md",
+        "scope": "injection",
+        "gpt_neox": True,
+        "shown": lambda c: c["arch"] == "gpt-neox" and c["configuration"] == "no-attention-bias",
+        "evidence": (("what the Hybrid Engine did", _crash),),
+        "measured": "the Hybrid Engine's first `eval()` fails in the QKV layout transform on the missing QKV bias",
+        "title": "GPT-NeoX with attention_bias=False crashes the Hybrid Engine: AttributeError 'NoneType' object "
+        "has no attribute 'shape' (hybrid_megatron.py)",
+        "cause": "Transformers' GPT-NeoX can be built without the `query_key_value` and `dense` biases "
+        "(`attention_bias=False`). `GPTNEOXLayerPolicy.attention()` hands the container `None` for both, and "
+        "`HybridMegatronContainer._align_qkv()` / `_partition_qkv()` "
+        "(`deepspeed/module_inject/containers/features/hybrid_megatron.py`) read the QKV bias's shape on the first "
+        "`eval()`. The injected layer could not run without them either: the attention adds the QKV bias and "
+        "`DeepSpeedTransformerInference.forward()` hands the dense bias to the MLP as a tensor.",
+        "fix": "Such a model is refused by name with a ValueError at the container's policy, before the Hybrid "
+        "Engine builds anything (patch `0015`); serving it would need zero biases or bias-free kernels.",
+        "context": "The crash is in Python before any kernel runs, so we expect GPUs to show it too; not run by "
+        "us.",
     },
 }  # fmt: skip
 

@@ -17,6 +17,8 @@ from .diagnosis import (
     BUG_LAYER_TUPLE,
     BUG_LORA_NO_IN_FEATURES,
     BUG_LORA_NOT_FOUND,
+    BUG_NEOX_ACTIVATION,
+    BUG_NEOX_NO_ATTENTION_BIAS,
     BUG_NEOX_ROPE_SCALING,
     BUG_NORM_EPS,
     BUG_QKV_BIAS,
@@ -27,6 +29,8 @@ from .diagnosis import (
     OUTSIDE_CONTRACT,
     REFUSALS,
     REFUSED,
+    REFUSED_NEOX_ACTIVATION,
+    REFUSED_NEOX_ATTENTION_BIAS,
     REFUSED_ROPE,
     REFUSED_TP,
     TOL,
@@ -43,8 +47,8 @@ CONFIG_NOTES = {
     "rotary_emb_base": "rotary frequency base (Pythia 10000); DeepSpeed reads rope_theta/rotary_emb_base",
     "layer_norm_eps": "1e-5 (Pythia) vs 1e-3: the container reads it for the layers; the HE replaces "
     "final_layer_norm (0011)",
-    "hidden_act": "gelu (Pythia) vs relu: GPTNEOXLayerPolicy does not read it (TransformerPolicy's GELU)",
-    "attention_bias": "QKV and output biases (default) vs none: the container hands on what the layer has",
+    "hidden_act": "gelu (Pythia) vs relu: GPTNEOXLayerPolicy does not read it (TransformerPolicy's GELU; 0014)",
+    "attention_bias": "QKV and output biases (default) vs none: the container hands on what the layer has (0015)",
     "rope_scaling": "none (Pythia) vs linear x2: DeepSpeed's inference config has no field for a scaled rotary",
     "tie_word_embeddings": "separate (Pythia) vs tied input/output embeddings: outside the layers the HE "
     "replaces, one weight ZeRO-3 partitions once",
@@ -103,6 +107,10 @@ PATCH_OF = {
     BUG_TP_UNSLICED: "0012",
     REFUSED_TP: "0012",
     BUG_ENGINE_GENERATE: "0013",
+    BUG_NEOX_ACTIVATION: "0014",
+    REFUSED_NEOX_ACTIVATION: "0014",
+    BUG_NEOX_NO_ATTENTION_BIAS: "0015",
+    REFUSED_NEOX_ATTENTION_BIAS: "0015",
 }
 REFERENCE_OF = {
     family.BUG_8391: "upstream #8391 (PR #8392); `results/reference/cpu-pythia-410m/`",
@@ -111,6 +119,8 @@ REFERENCE_OF = {
     REFUSED_ROPE: "`ISSUE-rotary-base.md`",
     BUG_NEOX_ROPE_SCALING: "`ISSUE-rotary-base.md`",
     REFUSED_TP: "`ISSUE-tensor-parallel.md`",
+    REFUSED_NEOX_ACTIVATION: "`ISSUE-gptneox-activation.md`",
+    REFUSED_NEOX_ATTENTION_BIAS: "`ISSUE-gptneox-attention-bias.md`",
 }
 
 

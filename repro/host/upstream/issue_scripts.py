@@ -27,7 +27,7 @@ SERIES = tuple(sorted(TESTS_BY_PATCH))  # every patch of the series comes with i
 # Where the bug shows before DeepSpeed needs a kernel, so the script shows it on a plain CPU install too.
 BEFORE_KERNELS = {"0009": "`deepspeed.initialize` fails before any kernel is needed"}
 # The patches that make DeepSpeed refuse a configuration by name (their scripts' OK).
-REFUSING = ("0010", "0012")
+REFUSING = ("0010", "0012", "0014", "0015")
 # Where no kernel is ever needed: no layer is injected, so the script runs on a plain CPU install as it is.
 NO_KERNELS = {"0013": "no layer is injected on this path"}
 
@@ -64,6 +64,8 @@ SCRIPTS = (
     IssueScript("ISSUE-layer-norm-eps.md", "layer_norm_eps.py", 1, "0011"),
     IssueScript("ISSUE-tensor-parallel.md", "tensor_parallel_generate.py", 2, "0012"),
     IssueScript("ISSUE-engine-generate.md", "engine_generate_without_containers.py", 1, "0013"),
+    IssueScript("ISSUE-gptneox-activation.md", "gptneox_config.py", 1, "0014", ("--setting", "relu")),
+    IssueScript("ISSUE-gptneox-attention-bias.md", "gptneox_config.py", 1, "0015", ("--setting", "attention_bias")),
     IssueScript("PR-8392-COMMENT.md", "zero3_qkv_layout.py", 2, "0001"),
     IssueScript("PR-8392-COMMENT.md", "zero3_qkv_layout.py", 2, "0004", ("--order", "train-first")),
 )

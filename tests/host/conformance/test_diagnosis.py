@@ -139,6 +139,28 @@ def test_a_refusal_by_name_is_not_a_bug_and_a_grouped_query_crash_is():
     assert dx.diagnose({"crash": shape, "grouped_query_attention": False})[0].startswith("crash in the")
 
 
+def test_gpt_neox_refusals_are_told_apart_by_the_setting_they_name():
+    at = "deepspeed/module_inject/containers/gptneox.py:60"
+    named = {
+        "rope_type='linear'": dx.REFUSED_ROPE,
+        "hidden_act='silu'": dx.REFUSED_NEOX_ACTIVATION,
+        "attention_bias=False": dx.REFUSED_NEOX_ATTENTION_BIAS,
+    }
+    for setting, refused in named.items():
+        refusal = {"type": "ValueError", "at": at, "message": f"{dx.REFUSAL} GPT-NeoX with {setting}: ..."}
+        assert dx.diagnose({"crash": refusal}) == [refused]
+    unknown = {"type": "ValueError", "at": at, "message": f"{dx.REFUSAL} GPT-NeoX with something else"}
+    assert dx.diagnose({"crash": unknown})[0].startswith("crash in the Hybrid Engine")
+
+
+def test_a_crash_on_the_missing_qkv_bias_is_0015_only_in_the_qkv_layout_transform():
+    crash = {"type": "AttributeError", "message": "'NoneType' object has no attribute 'shape'",
+             "at": "deepspeed/module_inject/containers/features/hybrid_megatron.py:19"}  # fmt: skip
+    assert dx.diagnose({"crash": crash}) == [dx.BUG_NEOX_NO_ATTENTION_BIAS]
+    elsewhere = {**crash, "at": "deepspeed/ops/transformer/inference/ds_mlp.py:100"}
+    assert dx.diagnose({"crash": elsewhere})[0].startswith("crash in the Hybrid Engine")
+
+
 def test_a_llama_twin_the_he_reproduces_names_the_setting_it_ignored():
     gelu = arch_cell(tokens_equal_native=False, per_step_logits_vs_native=[0.07, 0.05],
                      per_step_logits_vs_twin={"silu_gating": [1e-6, 7e-7]})  # fmt: skip
