@@ -18,7 +18,9 @@ BUG_LORA_NO_IN_FEATURES = (
 )
 BUG_UNSERVABLE = "Llama configuration the injected layer cannot compute, accepted silently (0010)"
 BUG_NORM_EPS = "LayerNorm outside the layers computed with eps 1e-5, not the model's (0011)"
-BUG_OPT_ACTIVATION = "OPT's activation_function ignored by the Hybrid Engine: computed with ReLU"
+BUG_OPT_ACTIVATION = "OPT's activation_function ignored by the Hybrid Engine: computed with ReLU (0016)"
+# Positive evidence: the OPT policy concatenated q/k/v biases an OPT with enable_bias=False does not have.
+BUG_OPT_NO_BIAS = "OPT without biases crashes kernel injection on the missing q/k/v biases (0017)"
 BUG_OPT_POST_LN = "post-LayerNorm OPT computed as pre-LayerNorm"
 BUG_NEOX_ACTIVATION = "GPT-NeoX's hidden_act ignored by the Hybrid Engine: computed with GELU (0014)"
 # Positive evidence: DeepSpeed's QKV layout transform read the shape of the QKV bias a GPT-NeoX without attention
@@ -63,12 +65,19 @@ REFUSED_TP = "refused by name: tensor-parallel generation without an mpu (0012)"
 REFUSED_ROPE = "refused by name: a scaled rotary the injected attention cannot compute (0006)"
 REFUSED_NEOX_ACTIVATION = "refused by name: a GPT-NeoX activation the injected MLP cannot compute (0014)"
 REFUSED_NEOX_ATTENTION_BIAS = "refused by name: GPT-NeoX without the attention biases the injected layer adds (0015)"
-REFUSAL = "DeepSpeed kernel injection cannot serve"  # how DeepSpeed's refusals begin (0006, 0010, 0014, 0015)
+REFUSED_OPT_BIAS = "refused by name: OPT without the biases the injected layer adds (0017)"
+REFUSAL = "DeepSpeed kernel injection cannot serve"  # how DeepSpeed's refusals begin (0006, 0010, 0014, 0015, 0017)
 REFUSAL_TP = "hybrid_engine.inference_tp_size="  # how 0012's refusal begins
-# gptneox.py's refusals, told apart by the setting they name.
-NEOX_REFUSALS = {"rope_type=": REFUSED_ROPE, "hidden_act=": REFUSED_NEOX_ACTIVATION,
-                 "attention_bias=False": REFUSED_NEOX_ATTENTION_BIAS}  # fmt: skip
-REFUSALS = (REFUSED, REFUSED_TP, REFUSED_ROPE, REFUSED_NEOX_ACTIVATION, REFUSED_NEOX_ATTENTION_BIAS)
+# The containers' refusals, told apart by the file that raised and the setting they name (any other DeepSpeed
+# refusal is 0010's, from llama.py).
+CONTAINERS = "deepspeed/module_inject/containers/"
+NAMED_REFUSALS = {
+    ("gptneox.py", "rope_type="): REFUSED_ROPE,
+    ("gptneox.py", "hidden_act="): REFUSED_NEOX_ACTIVATION,
+    ("gptneox.py", "attention_bias=False"): REFUSED_NEOX_ATTENTION_BIAS,
+    ("opt.py", "enable_bias=False"): REFUSED_OPT_BIAS,
+}
+REFUSALS = (REFUSED, REFUSED_TP, *NAMED_REFUSALS.values())
 # Per-step tolerance of a correct cell, per dtype (repro.tolerance, the probe's too): fp32 HE vs native differ
 # by <= 2e-7 in every correct family cell (results/reference/family); 1e-3 leaves 3 orders of magnitude above
 # that noise and stays 2 orders below the smallest bug measured there (0.3).
@@ -157,13 +166,19 @@ def _crash(cell: dict) -> str:
     if no_in_features and c["at"].startswith("deepspeed/module_inject/containers/llama.py"):
         return BUG_LORA_NO_IN_FEATURES
     no_shape = c["type"] == "AttributeError" and c["message"] == "'NoneType' object has no attribute 'shape'"
-    if no_shape and c["at"].startswith("deepspeed/module_inject/containers/features/hybrid_megatron.py"):
+    if no_shape and c["at"].startswith(CONTAINERS + "features/hybrid_megatron.py"):
         return BUG_NEOX_NO_ATTENTION_BIAS
+    no_bias = c["type"] == "TypeError" and c["message"].endswith("but got NoneType")
+    if no_bias and c["at"].startswith(CONTAINERS + "opt.py"):
+        return BUG_OPT_NO_BIAS
     if c["type"] == "ValueError" and c["message"].startswith(REFUSAL) and c["at"].startswith("deepspeed/"):
-        if not c["at"].startswith("deepspeed/module_inject/containers/gptneox.py"):
+        files = {file for file, _ in NAMED_REFUSALS}
+        if not any(c["at"].startswith(CONTAINERS + file) for file in files):
             return REFUSED
-        named = [refused for setting, refused in NEOX_REFUSALS.items() if setting in c["message"]]
-        return named[0] if len(named) == 1 else f"crash in the Hybrid Engine: {c['type']}: {c['message']} ({c['at']})"
+        named = [refused for (file, setting), refused in NAMED_REFUSALS.items()
+                 if c["at"].startswith(CONTAINERS + file) and setting in c["message"]]  # fmt: skip
+        if len(named) == 1:
+            return named[0]
     if c["type"] == "ValueError" and c["message"].startswith(REFUSAL_TP) and c["at"].startswith("deepspeed/runtime/"):
         return REFUSED_TP
     if cell.get("grouped_query_attention") and c["at"].startswith("deepspeed/"):  # accepted, then failed on

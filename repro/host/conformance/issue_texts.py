@@ -19,6 +19,8 @@ from .diagnosis import (
     BUG_NEOX_ACTIVATION,
     BUG_NEOX_NO_ATTENTION_BIAS,
     BUG_NORM_EPS,
+    BUG_OPT_ACTIVATION,
+    BUG_OPT_NO_BIAS,
     BUG_QKV_BIAS,
     BUG_ROPE,
     BUG_TP_UNSLICED,
@@ -336,6 +338,47 @@ ISSUES = {
         "Engine builds anything (patch `0015`); serving it would need zero biases or bias-free kernels.",
         "context": "The crash is in Python before any kernel runs, so we expect GPUs to show it too; not run by "
         "us.",
+    },
+    BUG_OPT_ACTIVATION: {
+        "file": "ISSUE-opt-activation.md",
+        "scope": "hybrid-engine",
+        "shown": lambda c: c["arch"] == "opt" and c["configuration"] == "gelu",
+        "evidence": (("vs the same weights with a ReLU MLP (max abs, every step)", _twin("relu_activation")),),
+        "measured": "the Hybrid Engine's per-step logits equal, within fp32 noise, those of the same weights with "
+        "a ReLU MLP, and differ from the real (GELU) model's",
+        "title": "Hybrid Engine computes OPT with ReLU whatever its activation_function (the policy reads a "
+        "class-wide config only init_inference sets)",
+        "cause": "`HFOPTLayerPolicy.__init__()` (`deepspeed/module_inject/containers/opt.py`) reads "
+        "`activation_function` from `TransformerPolicy.hf_model_config`, a class attribute that only "
+        "`deepspeed.init_inference()` sets (`deepspeed/inference/engine.py`). The Hybrid Engine never sets it, so "
+        "the policy falls back to ReLU: an OPT with `activation_function='gelu'` is computed with ReLU and "
+        "generates wrong text. After an `init_inference()` of another model in the same process, the policy reads "
+        "that model's activation instead.",
+        "fix": "The policy reads the activation from the config the layer's attention was built with "
+        "(`OPTAttention.config`), falling back to `hf_model_config`, then ReLU, as before (patch `0016`).",
+        "context": "The activation type is chosen in Python before any kernel runs, so we expect GPUs to show it "
+        "too; not run by us. Every released OPT checkpoint uses ReLU, so DeepSpeed-Chat's OPT runs are "
+        "unaffected. DeepSpeed 0.19.8 keeps OPT on the native path with Transformers >= 4.49 (Cache-based "
+        "decoders): the cells run on Transformers 4.48.3.",
+    },
+    BUG_OPT_NO_BIAS: {
+        "file": "ISSUE-opt-bias.md",
+        "scope": "injection",
+        "shown": lambda c: c["arch"] == "opt" and c["configuration"] == "no-bias",
+        "evidence": (("what the Hybrid Engine did", _crash),),
+        "measured": "`deepspeed.initialize` with the Hybrid Engine fails in the OPT policy on the missing q/k/v "
+        "biases",
+        "title": "OPT with enable_bias=False crashes kernel injection / the Hybrid Engine: TypeError expected "
+        "Tensor ... but got NoneType (opt.py)",
+        "cause": "Transformers' OPT can be built without the q/k/v, out_proj, fc1 and fc2 biases "
+        "(`enable_bias=False`). `HFOPTLayerPolicy.attention()` (`deepspeed/module_inject/containers/opt.py`) "
+        "concatenates the q/k/v biases with `torch.cat` and fails on `None`; the injected attention and MLP add "
+        "every one of those biases as well.",
+        "fix": "Such a model is refused by name with a ValueError in the policy (patch `0017`); serving it would "
+        "need zero biases or bias-free kernels.",
+        "context": "The crash is in Python before any kernel runs, so we expect GPUs to show it too; not run by "
+        "us. DeepSpeed 0.19.8 keeps OPT on the native path with Transformers >= 4.49: the cells run on "
+        "Transformers 4.48.3.",
     },
 }  # fmt: skip
 

@@ -69,7 +69,7 @@ ARCH_CONFIGS: dict[str, dict[str, dict]] = {
 # Configurations added for field coverage, not in the quick plan (not an axis; the quick plan's 3 minutes).
 COVERAGE_ONLY = (*NEOX_MORE, "head-dim-32")
 SERIES = ("0000", "0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010", "0011", "0012",
-          "0013", "0014", "0015")  # fmt: skip
+          "0013", "0014", "0015", "0016", "0017")  # fmt: skip
 # Released, the whole series, and the series without one patch where that patch's bug hides behind another
 # on released DeepSpeed (the Llama crash, 0008, comes first there): each such patch shown necessary.
 BUILDS = {

@@ -21,6 +21,8 @@ from .diagnosis import (
     BUG_NEOX_NO_ATTENTION_BIAS,
     BUG_NEOX_ROPE_SCALING,
     BUG_NORM_EPS,
+    BUG_OPT_ACTIVATION,
+    BUG_OPT_NO_BIAS,
     BUG_QKV_BIAS,
     BUG_ROPE,
     BUG_TP_UNSLICED,
@@ -31,6 +33,7 @@ from .diagnosis import (
     REFUSED,
     REFUSED_NEOX_ACTIVATION,
     REFUSED_NEOX_ATTENTION_BIAS,
+    REFUSED_OPT_BIAS,
     REFUSED_ROPE,
     REFUSED_TP,
     TOL,
@@ -71,8 +74,8 @@ ARCH_CONFIG_NOTES = {
     "llama `head_dim`": "a head size other than hidden / heads (32 vs 64): does the container derive it?",
     "opt `do_layer_norm_before`": "pre-LayerNorm (default) vs post-LayerNorm (opt-350m); the container reads it",
     "opt `activation_function`": "relu (every OPT checkpoint) vs gelu; the policy reads it from a class-wide "
-    "config only `deepspeed.init_inference` sets",
-    "opt `enable_bias`": "the policy concatenates the q/k/v biases",
+    "config only `deepspeed.init_inference` sets (0016)",
+    "opt `enable_bias`": "the policy concatenates the q/k/v biases (0017)",
     "opt `ffn_dim`": "4x hidden (default) vs 2x: the policy reports no intermediate size",
     "opt `word_embed_proj_dim`": "embeddings narrower than the layers (opt-350m): project_in/out Linears outside "
     "the layers",
@@ -111,6 +114,9 @@ PATCH_OF = {
     REFUSED_NEOX_ACTIVATION: "0014",
     BUG_NEOX_NO_ATTENTION_BIAS: "0015",
     REFUSED_NEOX_ATTENTION_BIAS: "0015",
+    BUG_OPT_ACTIVATION: "0016",
+    BUG_OPT_NO_BIAS: "0017",
+    REFUSED_OPT_BIAS: "0017",
 }
 REFERENCE_OF = {
     family.BUG_8391: "upstream #8391 (PR #8392); `results/reference/cpu-pythia-410m/`",
@@ -121,6 +127,7 @@ REFERENCE_OF = {
     REFUSED_TP: "`ISSUE-tensor-parallel.md`",
     REFUSED_NEOX_ACTIVATION: "`ISSUE-gptneox-activation.md`",
     REFUSED_NEOX_ATTENTION_BIAS: "`ISSUE-gptneox-attention-bias.md`",
+    REFUSED_OPT_BIAS: "`ISSUE-opt-bias.md`",
 }
 
 

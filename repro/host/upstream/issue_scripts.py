@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ...options import EXIT_BROKEN, EXIT_EXPECTATION, EXIT_OK
 from .. import launch
+from ..conformance import transformers_env
 from . import patched_copy
 from .regression import PREREQUISITES, TESTS_BY_PATCH
 
@@ -27,9 +28,10 @@ SERIES = tuple(sorted(TESTS_BY_PATCH))  # every patch of the series comes with i
 # Where the bug shows before DeepSpeed needs a kernel, so the script shows it on a plain CPU install too.
 BEFORE_KERNELS = {"0009": "`deepspeed.initialize` fails before any kernel is needed"}
 # The patches that make DeepSpeed refuse a configuration by name (their scripts' OK).
-REFUSING = ("0010", "0012", "0014", "0015")
+REFUSING = ("0010", "0012", "0014", "0015", "0017")
 # Where no kernel is ever needed: no layer is injected, so the script runs on a plain CPU install as it is.
 NO_KERNELS = {"0013": "no layer is injected on this path"}
+OPT_TRANSFORMERS = "4.48.3"
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class IssueScript:
     ranks: int
     fixed_by: str  # the patch whose absence the script shows
     args: tuple[str, ...] = ()
+    transformers: str | None = None  # the Transformers it runs on here, when not the pinned one
 
     @property
     def path(self) -> Path:
@@ -66,6 +69,9 @@ SCRIPTS = (
     IssueScript("ISSUE-engine-generate.md", "engine_generate_without_containers.py", 1, "0013"),
     IssueScript("ISSUE-gptneox-activation.md", "gptneox_config.py", 1, "0014", ("--setting", "relu")),
     IssueScript("ISSUE-gptneox-attention-bias.md", "gptneox_config.py", 1, "0015", ("--setting", "attention_bias")),
+    # DeepSpeed 0.19.8 injects OPT only for decoders without Cache objects (Transformers < 4.49).
+    IssueScript("ISSUE-opt-activation.md", "opt_config.py", 1, "0016", ("--setting", "gelu"), OPT_TRANSFORMERS),
+    IssueScript("ISSUE-opt-bias.md", "opt_config.py", 1, "0017", ("--setting", "no_bias"), OPT_TRANSFORMERS),
     IssueScript("PR-8392-COMMENT.md", "zero3_qkv_layout.py", 2, "0001"),
     IssueScript("PR-8392-COMMENT.md", "zero3_qkv_layout.py", 2, "0004", ("--order", "train-first")),
 )
@@ -107,6 +113,8 @@ def judge(returncode: int, output: str) -> Outcome:
 
 def run(script: IssueScript, patches: tuple[str, ...], timeout_s: float = 300) -> Outcome:
     root = patched_copy.prepare_patched_copy(patches=patches) if patches else None
+    if script.transformers is not None:
+        root = transformers_env.joined(root, transformers_env.overlay(script.transformers))
     returncode, output = launch.run_module(RUNNER, [str(script.path), *script.args], root, script.ranks, timeout_s)
     return judge(returncode, output)
 

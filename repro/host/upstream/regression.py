@@ -41,11 +41,13 @@ TESTS_BY_PATCH = {
     "0013": ("unit/hybrid_engine/test_hybrid_engine_without_containers.py",),
     "0014": ("unit/module_inject/test_gptneox_activation.py",),
     "0015": ("unit/module_inject/test_gptneox_attention_bias.py",),
+    "0016": ("unit/module_inject/test_opt_activation.py",),
+    "0017": ("unit/module_inject/test_opt_bias.py",),
 }
 # Earlier patches of the series a patch's tests need beside it: 0004 reads the QKV layout record 0002 adds,
 # and its ZeRO-3 cases show only once 0001 makes transforms persist; 0005/0006/0014/0015 build a GPT-NeoX
 # container, which needs 0000 on current Transformers (0014/0015 edit gptneox.py beside 0006's lines); 0010's hunk
-# sits next to 0008's lines.
+# sits next to 0008's lines, 0017's next to 0016's.
 PREREQUISITES = {
     "0004": ("0001", "0002"),
     "0005": ("0000",),
@@ -53,19 +55,22 @@ PREREQUISITES = {
     "0010": ("0008",),
     "0014": ("0000", "0006"),
     "0015": ("0000", "0006", "0014"),
+    "0017": ("0016",),
 }
 # A test's `pytest.raises` that saw nothing raised: the test's own check failed.
 DID_NOT_RAISE = "DID NOT RAISE"
 # Where the bug is an exception rather than a wrong value, that exception is the test's failure:
 # GPTNeoXAttention has no hidden_size (0000), LlamaModel hands the next layer a tuple (0008), Llama's policy
 # reads in_features, which DeepSpeed-Chat's LoRA modules lack (0009), engine.generate() finds no _generate (0013),
-# the QKV layout transform reads the shape of a GPT-NeoX's missing QKV bias (0015).
+# the QKV layout transform reads the shape of a GPT-NeoX's missing QKV bias (0015), the OPT policy concatenates
+# missing q/k/v biases (0017).
 BUG_ERRORS = {
     "0000": ("AttributeError",),
     "0008": ("AttributeError",),
     "0009": ("AttributeError",),
     "0013": ("AttributeError",),
     "0015": ("AttributeError",),
+    "0017": ("TypeError",),
 }
 
 

@@ -78,3 +78,10 @@ def test_each_script_shows_its_bug_without_its_patch_and_is_correct_with_the_ser
     assert without.verdict == "bug", without
     fixed = issue_scripts.run(script, issue_scripts.SERIES)
     assert fixed.verdict == "ok", fixed
+
+
+def test_a_script_pinned_to_other_transformers_names_one_the_project_pins():
+    from repro.host.conformance import transformers_env
+
+    pinned = {s.transformers for s in SCRIPTS if s.transformers is not None}
+    assert pinned and pinned <= set(transformers_env.others())

@@ -71,6 +71,11 @@ EXPECTED_FAILURES = {
         "test_an_activation_the_kernel_lacks_is_refused_by_name[silu]": regression.DID_NOT_RAISE,
     },
     "0015": {"test_a_model_without_attention_biases_is_refused_by_name": "AttributeError"},
+    "0016": {
+        "test_inference_config_uses_the_models_activation[gelu-1]": A,
+        "test_the_layers_own_activation_wins_over_another_models_config": A,
+    },
+    "0017": {"test_a_model_without_biases_is_refused_by_name": "TypeError"},
 }
 
 
