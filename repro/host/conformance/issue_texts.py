@@ -317,7 +317,10 @@ ISSUES = {
         "by name (patch `0014`).",
         "context": "The activation type is chosen in Python before any kernel runs, and the compiled `ds_mlp_gemm` "
         "applies the one it is given (GELU or ReLU), so we expect GPUs to show it too; not run by us. Pythia "
-        "(gelu) is unaffected.",
+        "(gelu) is unaffected. Affected releases, read from DeepSpeed's git history (not run): every release that "
+        "injects Hugging Face's GPT-NeoX, from 0.6.7 (#2087; until 0.7.0 the kernel took no activation and applied "
+        "GELU; `mlp_act_func_type` came in 0.7.1 with OPT, #2205, and no GPT-NeoX policy has set it since), and "
+        "the Hybrid Engine since its first release, 0.9.0. Run here: 0.19.8.",
     },
     BUG_NEOX_NO_ATTENTION_BIAS: {
         "file": "ISSUE-gptneox-attention-bias.md",
@@ -337,7 +340,10 @@ ISSUES = {
         "fix": "Such a model is refused by name with a ValueError at the container's policy, before the Hybrid "
         "Engine builds anything (patch `0015`); serving it would need zero biases or bias-free kernels.",
         "context": "The crash is in Python before any kernel runs, so we expect GPUs to show it too; not run by "
-        "us.",
+        "us. Affected releases, read from DeepSpeed's git history (not run): the Hybrid Engine reorders the QKV "
+        "bias whatever it is since 0.9.2 (#3191; in `HybridMegatronContainer` since 0.9.3, #3425), and Transformers "
+        "added `attention_bias` to GPT-NeoX in 4.37.0: every DeepSpeed from 0.9.2 with Transformers >= 4.37. Run "
+        "here: 0.19.8.",
     },
     BUG_OPT_ACTIVATION: {
         "file": "ISSUE-opt-activation.md",
@@ -359,7 +365,11 @@ ISSUES = {
         "context": "The activation type is chosen in Python before any kernel runs, so we expect GPUs to show it "
         "too; not run by us. Every released OPT checkpoint uses ReLU, so DeepSpeed-Chat's OPT runs are "
         "unaffected. DeepSpeed 0.19.8 keeps OPT on the native path with Transformers >= 4.49 (Cache-based "
-        "decoders): the cells run on Transformers 4.48.3.",
+        "decoders): the cells run on Transformers 4.48.3. Affected releases, read from DeepSpeed's git history "
+        "(not run): from OPT's first release in DeepSpeed, 0.7.1 (#2205), to 0.9.0 the policy hard-codes ReLU "
+        "for kernel injection and the Hybrid Engine alike; since 0.9.1 (#3278) it reads the class-wide config, "
+        "which only `init_inference()` sets, so the Hybrid Engine has computed OPT with ReLU since its first "
+        "release, 0.9.0. Run here: 0.19.8.",
     },
     BUG_OPT_NO_BIAS: {
         "file": "ISSUE-opt-bias.md",
@@ -378,7 +388,9 @@ ISSUES = {
         "need zero biases or bias-free kernels.",
         "context": "The crash is in Python before any kernel runs, so we expect GPUs to show it too; not run by "
         "us. DeepSpeed 0.19.8 keeps OPT on the native path with Transformers >= 4.49: the cells run on "
-        "Transformers 4.48.3.",
+        "Transformers 4.48.3. Affected releases: the policy concatenates the q/k/v biases in the Hybrid Engine's "
+        "first release, 0.9.0, and in 0.19.8 (read from DeepSpeed's git history; run here: 0.19.8); which "
+        "Transformers release added `enable_bias` was not checked.",
     },
 }  # fmt: skip
 
