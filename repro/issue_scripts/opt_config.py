@@ -1,12 +1,13 @@
-"""Hybrid Engine computes OPT with ReLU whatever its activation_function, and crashes on enable_bias=False
-(TypeError: expected Tensor as element 0 in argument 0, but got NoneType).
+"""Hybrid Engine computes OPT with ReLU whatever its activation_function, crashes on enable_bias=False (TypeError:
+expected Tensor as element 0 in argument 0, but got NoneType), and computes post-LayerNorm OPT (opt-350m) with its
+LayerNorms swapped (and, where DeepSpeed's PyTorch attention runs, takes its decode steps for prompts).
 
 A tiny OPT with `--setting` (default activation_function=gelu), random weights: greedy generate through the
 Hybrid Engine against Hugging Face on the same weights. Exit status 1: the bug (the logits differ, or a crash
 inside DeepSpeed), 0: the logits agree or DeepSpeed refuses the configuration by name, 2: this Transformers
 keeps OPT on the native path (DeepSpeed injects OPT only for decoders without Cache objects: Transformers < 4.49).
 
-GPU: deepspeed --num_gpus 1 opt_config.py [--setting no_bias]
+GPU: deepspeed --num_gpus 1 opt_config.py [--setting no_bias|post_layer_norm]
 CPU: DS_ACCELERATOR=cpu torchrun --nproc-per-node 1 opt_config.py (DeepSpeed's CPU build has no
      transformer_inference kernels; see the issue text for what stands in for them)
 """
@@ -25,6 +26,7 @@ TOLERANCE = 1e-3  # fp32: max abs logit difference
 SETTINGS = {
     "gelu": {"activation_function": "gelu"},
     "no_bias": {"enable_bias": False},
+    "post_layer_norm": {"do_layer_norm_before": False},
 }
 
 
@@ -65,6 +67,10 @@ def main():
         **SETTINGS[setting],
     )
     model = transformers.OPTForCausalLM(config).to(device).eval()
+    with torch.no_grad():  # Transformers initialises every LayerNorm to 1 and 0: swapped ones would go unseen
+        for name, p in model.named_parameters():
+            if "layer_norm" in name:
+                p.normal_(1.0 if name.endswith("weight") else 0.0, 0.1)
     ids = torch.arange(10, 74, device=device).unsqueeze(0)
     with torch.no_grad():
         expected_tokens, expected = greedy(model, ids)
@@ -87,8 +93,8 @@ def main():
     try:
         with torch.no_grad():
             tokens, logits = greedy(engine, ids)
-    except TypeError as exc:
-        print(f"BUG: the Hybrid Engine accepted {setting} and its generate fails: TypeError: {exc}")
+    except (TypeError, ValueError) as exc:
+        print(f"BUG: the Hybrid Engine accepted {setting} and its generate fails: {type(exc).__name__}: {exc}")
         return 1
     diff = (logits - expected).abs().max().item()
     print(

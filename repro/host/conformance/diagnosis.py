@@ -21,7 +21,7 @@ BUG_NORM_EPS = "LayerNorm outside the layers computed with eps 1e-5, not the mod
 BUG_OPT_ACTIVATION = "OPT's activation_function ignored by the Hybrid Engine: computed with ReLU (0016)"
 # Positive evidence: the OPT policy concatenated q/k/v biases an OPT with enable_bias=False does not have.
 BUG_OPT_NO_BIAS = "OPT without biases crashes kernel injection on the missing q/k/v biases (0017)"
-BUG_OPT_POST_LN = "post-LayerNorm OPT computed as pre-LayerNorm"
+BUG_OPT_POST_LN = "post-LayerNorm OPT computed with its two LayerNorms swapped (0019)"
 BUG_NEOX_ACTIVATION = "GPT-NeoX's hidden_act ignored by the Hybrid Engine: computed with GELU (0014)"
 # Positive evidence: DeepSpeed's QKV layout transform read the shape of the QKV bias a GPT-NeoX without attention
 # biases does not have (hybrid_megatron.py's _align_qkv).
@@ -36,7 +36,7 @@ TWIN_BUGS = {
     "parallel_residual": BUG_3453,
     "rotary_base_10000": BUG_ROPE,
     "relu_activation": BUG_OPT_ACTIVATION,
-    "pre_layer_norm": BUG_OPT_POST_LN,
+    "swapped_layer_norms": BUG_OPT_POST_LN,
     "gelu_activation": BUG_NEOX_ACTIVATION,
     "unscaled_rotary": BUG_NEOX_ROPE_SCALING,
 }
@@ -48,8 +48,9 @@ NOT_ENGAGED = "Hybrid Engine not engaged: generate ran natively, no injected lay
 BUG_ENGINE_GENERATE = "engine.generate() fails when the Hybrid Engine built no container (0013)"
 ENGINE_GENERATE_DIFFERS = "engine.generate() without a container differs from native (cause not established)"
 # Positive evidence: the injected attention was handed `is_prompt=True` for a one-token decode step (its KV
-# cache then restarts: the step attends to itself). Seen on OPT with do_layer_norm_before=False (opt-350m).
-BUG_DECODE_AS_PROMPT = "injected attention takes decode steps for prompts: the KV cache restarts every token"
+# cache then restarts on DeepSpeed's PyTorch attention path: the step attends to itself; the compiled kernel
+# recomputes the flag). Seen on OPT with do_layer_norm_before=False (opt-350m).
+BUG_DECODE_AS_PROMPT = "injected attention takes decode steps for prompts: the KV cache restarts every token (0018)"
 # Positive evidence: the injected layers were built for heads / tp per rank (measured) and the QKV GEMM was
 # handed weights that are not this rank's slice of 3 x hidden / tp rows: the whole weights (ZeRO-2), or a
 # released ZeRO-3 partition of 0 elements (pinned ZeRO-3).

@@ -13,6 +13,7 @@ from ..upstream import issue_scripts
 from . import evidence, labels
 from .diagnosis import (
     BUG_3453,
+    BUG_DECODE_AS_PROMPT,
     BUG_ENGINE_GENERATE,
     BUG_LAYER_TUPLE,
     BUG_LORA_NO_IN_FEATURES,
@@ -21,6 +22,7 @@ from .diagnosis import (
     BUG_NORM_EPS,
     BUG_OPT_ACTIVATION,
     BUG_OPT_NO_BIAS,
+    BUG_OPT_POST_LN,
     BUG_QKV_BIAS,
     BUG_ROPE,
     BUG_TP_UNSLICED,
@@ -71,6 +73,13 @@ def _engine_generate_fixed(fixed: list[dict]) -> str:
         f"With it (our whole series), `engine.generate()` generates in {len(generated)} of {len(fixed)} such "
         f"cells, its first token equal to native's in {equal}."
     )
+
+
+def _prompt_flags(cell: dict) -> str:
+    flags = cell.get("attention_prompt_flags") or {}
+    if "decode_calls" not in flags:
+        return "not recorded"
+    return f"{flags.get('decode_calls_as_prompt', 0)} of {flags['decode_calls']}"
 
 
 def _tp_shapes(cell: dict) -> str:
@@ -391,6 +400,64 @@ ISSUES = {
         "Transformers 4.48.3. Affected releases: the policy concatenates the q/k/v biases in the Hybrid Engine's "
         "first release, 0.9.0, and in 0.19.8 (read from DeepSpeed's git history; run here: 0.19.8); which "
         "Transformers release added `enable_bias` was not checked.",
+    },
+    BUG_DECODE_AS_PROMPT: {
+        "file": "ISSUE-decode-as-prompt.md",
+        "scope": "injection",
+        "shown": lambda c: c["arch"] == "opt" and c["configuration"] == "post-layer-norm",
+        "evidence": (("one-token decode calls the injected attention took for prompts", _prompt_flags),
+                     ("crash", _crash)),
+        "measured": "the injected attention was handed `is_prompt=True` for every one-token decode step, so its KV "
+        "cache restarted each token",
+        "title": "Post-LayerNorm models (OPT-350m) under kernel injection / the Hybrid Engine: "
+        "DeepSpeedSelfAttention takes every decode step for a prompt (is_prompt read from the wrong dimension)",
+        "cause": "`DeepSpeedSelfAttention.forward()` (`deepspeed/ops/transformer/inference/ds_attention.py`) sets "
+        "`is_prompt = kwargs.get('first_token', qkv_out[0].shape[1] > 1)`. The pre-LayerNorm QKV GEMM "
+        "(`qkv_func`) returns a pair `(qkv, inp_norm)`, so `qkv_out[0]` is `[batch, seq, 3 * hidden]` and "
+        "`shape[1]` is the sequence length; the post-LayerNorm linear (`linear_func`) returns the qkv tensor "
+        "alone, so `qkv_out[0]` is the first sequence's `[seq, 3 * hidden]` and `shape[1]` is `3 * hidden`: every "
+        "call of a post-LayerNorm layer is taken for a prompt. DeepSpeed's PyTorch attention "
+        "(`op_binding/softmax_context.py` and `InferenceContext.update_cache()` in `op_binding/workspace.py`) then "
+        "restarts the cache on each decode step, which attends to itself alone; with Transformers 4.48.3 OPT's "
+        "decoder fails at the second token on its attention-mask check.",
+        "fix": "`is_prompt` is read from the layer's input, `[batch, seq, hidden]` on both paths (patch `0018`).",
+        "context": "The compiled `softmax_context` recomputes the flag from the sequence length (`pt_binding.cpp`, "
+        "read, not run), so we expect CUDA and ROCm to be unaffected by this half: it shows where DeepSpeed's "
+        "PyTorch attention runs (an accelerator without the compiled `transformer_inference` op; CPU here). "
+        "Behind it post-LayerNorm OPT has a second bug that GPUs do show, its LayerNorms swapped "
+        "(`ISSUE-opt-post-layer-norm.md`, patch `0019`). Affected releases: the line is the same in the Hybrid "
+        "Engine's first release, 0.9.0 (read from DeepSpeed's git history, not run; run here: 0.19.8).",
+    },
+    BUG_OPT_POST_LN: {
+        "file": "ISSUE-opt-post-layer-norm.md",
+        "scope": "injection",
+        "shown": lambda c: c["arch"] == "opt" and c["configuration"] == "post-layer-norm",
+        "evidence": (("vs the same weights with each layer's two LayerNorms swapped (max abs, every step)",
+                      _twin("swapped_layer_norms")),),
+        "measured": "the Hybrid Engine's per-step logits equal, within fp32 noise, those of the same weights with "
+        "each layer's `self_attn_layer_norm` and `final_layer_norm` in each other's place, and differ from the real "
+        "model's",
+        "title": "Post-LayerNorm OPT (opt-350m) under kernel injection / the Hybrid Engine is computed with its two "
+        "LayerNorms swapped",
+        "cause": "The injected layer normalises with `attn_nw`/`attn_nb` the MLP's input when it is pre-LayerNorm "
+        "and the attention's residual sum when it is post-LayerNorm (`mlp_gemm`'s gamma/beta), and with "
+        "`input_nw`/`input_nb` (the layer's `norm_w`) the attention's input (pre) or the layer's output (post, "
+        "`DeepSpeedTransformerInference.forward()`). `HFOPTLayerPolicy.layernorm()` "
+        "(`deepspeed/module_inject/containers/opt.py`) returns `final_layer_norm` for `attn_nw` and "
+        "`self_attn_layer_norm` for `input_nw` whatever `do_layer_norm_before` says: right for pre-LayerNorm OPT, "
+        "swapped for post-LayerNorm OPT, which generates wrong text. The policy also hard-codes "
+        "`pre_attn_norm=True`, which the container uses when it has no model config to read the placement from.",
+        "fix": "The policy returns the LayerNorms in the order the layer's placement needs and reads "
+        "`pre_attn_norm` from the layer (patch `0019`).",
+        "context": "Which LayerNorm goes where is decided in Python before any kernel runs, and the compiled "
+        "kernels apply `attn_nw` and `norm_w` the same way, so we expect GPUs to show it too; not run by us. On "
+        "DeepSpeed's PyTorch attention path `0018`'s bug comes first (`ISSUE-decode-as-prompt.md`): the cells "
+        "`series without 0019` show this one alone. DeepSpeed-Chat uses opt-350m as its critic and reward model, "
+        "which the Hybrid Engine does not generate with; its OPT actors (1.3B and larger) are pre-LayerNorm. "
+        "Affected releases, read from DeepSpeed's git history (not run): 0.7.1 to 0.8.3 read "
+        "`do_layer_norm_before` for the kernel only through the class-wide config `init_inference()` sets, with "
+        "the same `layernorm()` order; from 0.9.0 (#3186) the container reads the placement from the model "
+        "config and `layernorm()` keeps the pre-LayerNorm order. Run here: 0.19.8.",
     },
 }  # fmt: skip
 

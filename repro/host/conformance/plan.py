@@ -69,7 +69,7 @@ ARCH_CONFIGS: dict[str, dict[str, dict]] = {
 # Configurations added for field coverage, not in the quick plan (not an axis; the quick plan's 3 minutes).
 COVERAGE_ONLY = (*NEOX_MORE, "head-dim-32")
 SERIES = ("0000", "0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010", "0011", "0012",
-          "0013", "0014", "0015", "0016", "0017")  # fmt: skip
+          "0013", "0014", "0015", "0016", "0017", "0018", "0019")  # fmt: skip
 # Released, the whole series, and the series without one patch where that patch's bug hides behind another
 # on released DeepSpeed (the Llama crash, 0008, comes first there): each such patch shown necessary.
 BUILDS = {
@@ -78,12 +78,16 @@ BUILDS = {
     "series without 0007": tuple(p for p in SERIES if p != "0007"),
     "series without 0009": tuple(p for p in SERIES if p != "0009"),
     "series without 0010": tuple(p for p in SERIES if p != "0010"),
+    "series without 0019": tuple(p for p in SERIES if p != "0019"),
 }
 # (build, scenarios, architectures) of the leave-one-out cells; ZeRO-3, 1 and 2 ranks (non-pinned: 2).
 LEAVE_ONE_OUT = (
     ("series without 0007", ("reference", "unpinned"), ("gpt-neo", "llama")),
     ("series without 0009", ("lora", "unpinned-lora"), ("llama",)),
 )
+# (build, architecture, configuration) of the leave-one-out cells of one configuration, in the reference scenario:
+# post-LayerNorm OPT's swapped LayerNorms (0019) show once its decode steps stop being taken for prompts (0018).
+CONFIG_LEAVE_ONE_OUT = (("series without 0019", "opt", "post-layer-norm"),)
 # What a caller does around generate: DeepSpeed-Chat's call order, pinned, no LoRA ("reference"); a loop
 # that calls train() first or eval() twice (repro.rank.cell_probe.ORDERS); DeepSpeed-Chat LoRA on every
 # Linear; ZeRO-3's non-pinned path, without and with LoRA.
@@ -174,6 +178,8 @@ def plan(quick: bool = False) -> list[dict]:
             for scenario in scenarios:
                 sizes = (1, 2) if SCENARIOS[scenario]["pin"] else (2,)
                 cells += [cell_axes(arch, "default", build, 3, w, scenario) for w in sizes]
+    for build, arch, configuration in CONFIG_LEAVE_ONE_OUT:
+        cells += [cell_axes(arch, configuration, build, z, w, "reference") for z, w in ((2, 1), (3, 2))]
     # Each architecture on the other Transformers: the reference scenario, before and after the series.
     for arch in ARCHS:
         for build in ("released", "whole series"):

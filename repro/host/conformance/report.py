@@ -13,6 +13,7 @@ from ..tables import num
 from . import evidence, issue_texts, labels
 from .diagnosis import (
     BUG_3453,
+    BUG_DECODE_AS_PROMPT,
     BUG_ENGINE_GENERATE,
     BUG_LAYER_TUPLE,
     BUG_LORA_NO_IN_FEATURES,
@@ -23,6 +24,7 @@ from .diagnosis import (
     BUG_NORM_EPS,
     BUG_OPT_ACTIVATION,
     BUG_OPT_NO_BIAS,
+    BUG_OPT_POST_LN,
     BUG_QKV_BIAS,
     BUG_ROPE,
     BUG_TP_UNSLICED,
@@ -117,6 +119,8 @@ PATCH_OF = {
     BUG_OPT_ACTIVATION: "0016",
     BUG_OPT_NO_BIAS: "0017",
     REFUSED_OPT_BIAS: "0017",
+    BUG_DECODE_AS_PROMPT: "0018",
+    BUG_OPT_POST_LN: "0019",
 }
 REFERENCE_OF = {
     family.BUG_8391: "upstream #8391 (PR #8392); `results/reference/cpu-pythia-410m/`",

@@ -72,6 +72,12 @@ SCRIPTS = (
     # DeepSpeed 0.19.8 injects OPT only for decoders without Cache objects (Transformers < 4.49).
     IssueScript("ISSUE-opt-activation.md", "opt_config.py", 1, "0016", ("--setting", "gelu"), OPT_TRANSFORMERS),
     IssueScript("ISSUE-opt-bias.md", "opt_config.py", 1, "0017", ("--setting", "no_bias"), OPT_TRANSFORMERS),
+    IssueScript(
+        "ISSUE-decode-as-prompt.md", "opt_config.py", 1, "0018", ("--setting", "post_layer_norm"), OPT_TRANSFORMERS
+    ),
+    IssueScript(
+        "ISSUE-opt-post-layer-norm.md", "opt_config.py", 1, "0019", ("--setting", "post_layer_norm"), OPT_TRANSFORMERS
+    ),
     IssueScript("PR-8392-COMMENT.md", "zero3_qkv_layout.py", 2, "0001"),
     IssueScript("PR-8392-COMMENT.md", "zero3_qkv_layout.py", 2, "0004", ("--order", "train-first")),
 )

@@ -43,6 +43,8 @@ TESTS_BY_PATCH = {
     "0015": ("unit/module_inject/test_gptneox_attention_bias.py",),
     "0016": ("unit/module_inject/test_opt_activation.py",),
     "0017": ("unit/module_inject/test_opt_bias.py",),
+    "0018": ("unit/ops/transformer/inference/test_ds_attention_is_prompt.py",),
+    "0019": ("unit/module_inject/test_opt_post_layer_norm.py",),
 }
 # Earlier patches of the series a patch's tests need beside it: 0004 reads the QKV layout record 0002 adds,
 # and its ZeRO-3 cases show only once 0001 makes transforms persist; 0005/0006/0014/0015 build a GPT-NeoX

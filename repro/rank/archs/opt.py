@@ -1,9 +1,9 @@
 """OPT, DeepSpeed-Chat's main model family: separate Q, K and V Linears with biases, learned positions, ReLU.
-DeepSpeed's policy builds every layer as pre-LayerNorm (`HFOPTLayerPolicy`: `pre_attn_norm=True`), while
-opt-350m is post-LayerNorm (`do_layer_norm_before=False`): the pre-LayerNorm twin is what it would compute.
-DeepSpeed 0.19.8 keeps OPT on the native path when the decoder layer takes a Cache (`cache_position` or
-`past_key_values` in its signature: Transformers 4.57 does), so whether the Hybrid Engine engaged is measured
-per cell (repro.rank.cell_probe: `injected_layer_calls`)."""
+opt-350m is post-LayerNorm (`do_layer_norm_before=False`), where DeepSpeed's policy hands the layer's two
+LayerNorms to the injected layer's slots in the pre-LayerNorm order (0019): the swapped-LayerNorms twin is what
+it would compute. DeepSpeed 0.19.8 keeps OPT on the native path when the decoder layer takes a Cache
+(`cache_position` or `past_key_values` in its signature: Transformers 4.57 does), so whether the Hybrid Engine
+engaged is measured per cell (repro.rank.cell_probe: `injected_layer_calls`)."""
 
 from __future__ import annotations
 
@@ -15,22 +15,25 @@ LAYERS = "model.decoder.layers"
 
 
 def twins(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
-    """The same weights computed the way the injected layer may compute them instead: with the LayerNorms before
-    attention and MLP when the model's come after (`do_layer_norm_before` ignored), and with ReLU when the model's
-    activation is another (`HFOPTLayerPolicy` reads the activation from `TransformerPolicy.hf_model_config`,
-    which only `deepspeed.init_inference` sets, and defaults to ReLU)."""
+    """The same weights computed the way the injected layer may compute them instead: a post-LayerNorm model with
+    each layer's self_attn_layer_norm and final_layer_norm in each other's place (`HFOPTLayerPolicy.layernorm()`
+    returns them in the pre-LayerNorm order whatever the placement), and with ReLU when the model's activation is
+    another (`HFOPTLayerPolicy` reads the activation from `TransformerPolicy.hf_model_config`, which only
+    `deepspeed.init_inference` sets, and defaults to ReLU)."""
     from transformers.activations import ACT2FN
 
     found = {}
     if not model.config.do_layer_norm_before:
-        found["pre_layer_norm"] = changed_layers(
-            model, LAYERS, lambda layer: setattr(layer, "do_layer_norm_before", True)
-        )
+        found["swapped_layer_norms"] = changed_layers(model, LAYERS, _swap_layer_norms)
     if model.config.activation_function != "relu":
         found["relu_activation"] = changed_layers(
             model, LAYERS, lambda layer: setattr(layer, "activation_fn", ACT2FN["relu"])
         )
     return found
+
+
+def _swap_layer_norms(layer: torch.nn.Module) -> None:
+    layer.self_attn_layer_norm, layer.final_layer_norm = layer.final_layer_norm, layer.self_attn_layer_norm
 
 
 ADAPTER = Adapter(

@@ -225,7 +225,7 @@ def test_opts_twins_name_their_bugs_only_when_the_he_matches_them():
                      per_step_logits_vs_twin={"relu_activation": [6e-7, 5e-7]})  # fmt: skip
     assert dx.diagnose(gelu) == [dx.BUG_OPT_ACTIVATION]
     assert dx.diagnose({**gelu, "per_step_logits_vs_twin": {"relu_activation": [0.3, 0.2]}}) == [dx.UNEXPLAINED]
-    post = {**gelu, "per_step_logits_vs_twin": {"pre_layer_norm": [6e-7, 5e-7]}}
+    post = {**gelu, "per_step_logits_vs_twin": {"swapped_layer_norms": [6e-7, 5e-7]}}
     assert dx.diagnose(post) == [dx.BUG_OPT_POST_LN]
 
 

@@ -1,5 +1,5 @@
-"""OPT's adapter: DeepSpeed-Chat's model; its twins are what the injected layer may compute instead (the
-LayerNorms before attention and MLP; ReLU), each present only when the model differs from it."""
+"""OPT's adapter: DeepSpeed-Chat's model; its twins are what the injected layer may compute instead (a post-LayerNorm
+model's two LayerNorms swapped; ReLU), each present only when the model differs from it."""
 
 import torch
 
@@ -15,11 +15,14 @@ def test_the_tiny_default_is_pre_layer_norm_relu_with_biases_and_no_dropout():
     assert ARCH.twins(ARCH.build(1)) == {}
 
 
-def test_a_post_layer_norm_model_has_its_pre_layer_norm_twin(logits):
+def test_a_post_layer_norm_model_has_its_swapped_layer_norms_twin(logits):
     model = ARCH.build(1, {"do_layer_norm_before": False})
-    twin = ARCH.twins(model)["pre_layer_norm"]
-    assert all(layer.do_layer_norm_before for layer in twin.model.decoder.layers)
-    assert (logits(twin) - logits(model)).abs().max() > 1e-2
+    twin = ARCH.twins(model)["swapped_layer_norms"]
+    for layer, twin_layer in zip(model.model.decoder.layers, twin.model.decoder.layers, strict=True):
+        assert torch.equal(twin_layer.self_attn_layer_norm.weight, layer.final_layer_norm.weight)
+        assert torch.equal(twin_layer.final_layer_norm.weight, layer.self_attn_layer_norm.weight)
+        assert not twin_layer.do_layer_norm_before
+    assert (logits(twin) - logits(model)).abs().max() > 1e-3
 
 
 def test_a_gelu_model_has_its_relu_twin(logits):
