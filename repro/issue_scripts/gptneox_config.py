@@ -76,12 +76,12 @@ def main():
     except ValueError as exc:
         print(f"OK: DeepSpeed refuses the configuration: {exc}")
         return 0
-    engine.eval()
     try:
+        engine.eval()
         with torch.no_grad():
             tokens, logits = greedy(engine, ids)
     except AttributeError as exc:
-        print(f"BUG: the Hybrid Engine accepted {setting} and its generate fails: AttributeError: {exc}")
+        print(f"BUG: the Hybrid Engine accepted {setting} and its eval/generate fails: AttributeError: {exc}")
         return 1
     diff = (logits - expected).abs().max().item()
     print(

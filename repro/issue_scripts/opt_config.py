@@ -89,12 +89,12 @@ def main():
     except TypeError as exc:
         print(f"BUG: the Hybrid Engine accepted {setting} and its initialize fails: TypeError: {exc}")
         return 1
-    engine.eval()
     try:
+        engine.eval()
         with torch.no_grad():
             tokens, logits = greedy(engine, ids)
     except (TypeError, ValueError) as exc:
-        print(f"BUG: the Hybrid Engine accepted {setting} and its generate fails: {type(exc).__name__}: {exc}")
+        print(f"BUG: the Hybrid Engine accepted {setting} and its eval/generate fails: {type(exc).__name__}: {exc}")
         return 1
     diff = (logits - expected).abs().max().item()
     print(
