@@ -7,7 +7,7 @@ Hybrid Engine against Hugging Face on the same weights. Exit status 1: the bug (
 inside DeepSpeed), 0: the logits agree or DeepSpeed refuses the configuration by name, 2: this Transformers
 keeps OPT on the native path (DeepSpeed injects OPT only for decoders without Cache objects: Transformers < 4.49).
 
-GPU: deepspeed --num_gpus 1 opt_config.py [--setting no_bias|post_layer_norm]
+GPU: deepspeed --num_gpus 1 opt_config.py [--setting no_bias|post_layer_norm] [--zero 3]
 CPU: DS_ACCELERATOR=cpu torchrun --nproc-per-node 1 opt_config.py (DeepSpeed's CPU build has no
      transformer_inference kernels; see the issue text for what stands in for them)
 """
@@ -47,7 +47,9 @@ def greedy(model, ids):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--setting", choices=SETTINGS, default="gelu")
-    setting = parser.parse_args().setting
+    parser.add_argument("--zero", type=int, choices=(2, 3), default=2, help="ZeRO stage")
+    args = parser.parse_args()
+    setting = args.setting
     forward = inspect.signature(transformers.models.opt.modeling_opt.OPTDecoderLayer.forward).parameters
     if "cache_position" in forward or "past_key_values" in forward:
         print(f"Transformers {transformers.__version__}: the Hybrid Engine keeps OPT native; run with < 4.49")
@@ -76,7 +78,7 @@ def main():
         expected_tokens, expected = greedy(model, ids)
     ds_config = {
         "train_batch_size": int(os.environ.get("WORLD_SIZE", "1")),
-        "zero_optimization": {"stage": 2},
+        "zero_optimization": {"stage": args.zero},
         "optimizer": {"type": "SGD", "params": {"lr": 0.0}},
         "zero_allow_untested_optimizer": True,
         "hybrid_engine": {"enabled": True, "max_out_tokens": 256},

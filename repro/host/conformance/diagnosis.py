@@ -22,6 +22,7 @@ BUG_OPT_ACTIVATION = "OPT's activation_function ignored by the Hybrid Engine: co
 # Positive evidence: the OPT policy concatenated q/k/v biases an OPT with enable_bias=False does not have.
 BUG_OPT_NO_BIAS = "OPT without biases crashes kernel injection on the missing q/k/v biases (0017)"
 BUG_OPT_POST_LN = "post-LayerNorm OPT computed with its two LayerNorms swapped (0019)"
+BUG_POST_LN_QKV_BIAS = "ZeRO-3 post-LayerNorm attention computed without its q/k/v biases (0020)"
 BUG_NEOX_ACTIVATION = "GPT-NeoX's hidden_act ignored by the Hybrid Engine: computed with GELU (0014)"
 # Positive evidence: DeepSpeed's QKV layout transform read the shape of the QKV bias a GPT-NeoX without attention
 # biases does not have (hybrid_megatron.py's _align_qkv).
@@ -37,6 +38,7 @@ TWIN_BUGS = {
     "rotary_base_10000": BUG_ROPE,
     "relu_activation": BUG_OPT_ACTIVATION,
     "swapped_layer_norms": BUG_OPT_POST_LN,
+    "no_qkv_bias": BUG_POST_LN_QKV_BIAS,
     "gelu_activation": BUG_NEOX_ACTIVATION,
     "unscaled_rotary": BUG_NEOX_ROPE_SCALING,
 }

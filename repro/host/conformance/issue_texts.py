@@ -23,6 +23,7 @@ from .diagnosis import (
     BUG_OPT_ACTIVATION,
     BUG_OPT_NO_BIAS,
     BUG_OPT_POST_LN,
+    BUG_POST_LN_QKV_BIAS,
     BUG_QKV_BIAS,
     BUG_ROPE,
     BUG_TP_UNSLICED,
@@ -451,13 +452,38 @@ ISSUES = {
         "`pre_attn_norm` from the layer (patch `0019`).",
         "context": "Which LayerNorm goes where is decided in Python before any kernel runs, and the compiled "
         "kernels apply `attn_nw` and `norm_w` the same way, so we expect GPUs to show it too; not run by us. On "
-        "DeepSpeed's PyTorch attention path `0018`'s bug comes first (`ISSUE-decode-as-prompt.md`): the cells "
+        "DeepSpeed's PyTorch attention path `0018`'s bug comes first (`ISSUE-decode-as-prompt.md`), and under "
+        "ZeRO-3 the q/k/v biases are dropped too (`ISSUE-post-layer-norm-qkv-bias.md`, `0020`): the cells "
         "`series without 0019` show this one alone. DeepSpeed-Chat uses opt-350m as its critic and reward model, "
         "which the Hybrid Engine does not generate with; its OPT actors (1.3B and larger) are pre-LayerNorm. "
         "Affected releases, read from DeepSpeed's git history (not run): 0.7.1 to 0.8.3 read "
         "`do_layer_norm_before` for the kernel only through the class-wide config `init_inference()` sets, with "
         "the same `layernorm()` order; from 0.9.0 (#3186) the container reads the placement from the model "
         "config and `layernorm()` keeps the pre-LayerNorm order. Run here: 0.19.8.",
+    },
+    BUG_POST_LN_QKV_BIAS: {
+        "file": "ISSUE-post-layer-norm-qkv-bias.md",
+        "scope": "hybrid-engine",
+        "shown": lambda c: c["arch"] == "opt" and c["configuration"] == "post-layer-norm" and c["zero_stage"] == 3,
+        "evidence": (("vs the same weights without q/k/v biases (max abs, every step)", _twin("no_qkv_bias")),),
+        "measured": "the Hybrid Engine's per-step logits equal, within fp32 noise, those of the same weights "
+        "without q/k/v biases, and differ from the real model's",
+        "title": "ZeRO-3 Hybrid Engine drops the q/k/v biases of post-LayerNorm models with separate q/k/v "
+        "(OPT-350m): add_bias read from the unset attn_qkvb",
+        "cause": "Under ZeRO-3 the Hybrid Engine leaves `attn_qkvw` and `attn_qkvb` unset for models with separate "
+        "q/k/v (`HybridSplitQKVContainer.set_attn_params_wo_copy(Z3_enabled=True)`), and "
+        "`DeepSpeedSelfAttention.forward()` (`deepspeed/ops/transformer/inference/ds_attention.py`) merges them "
+        "into `_attn_qkvw` / `_attn_qkvb` on every call. The pre-LayerNorm QKV GEMM adds the bias it is handed, "
+        "but the post-LayerNorm linear is told `add_bias=self.attn_qkvb is not None`, False there: a "
+        "post-LayerNorm OPT is computed without its q, k and v biases.",
+        "fix": "`add_bias` follows the bias in hand, `_attn_qkvb` (patch `0020`; with `0007` the merge leaves it "
+        "None for a model without QKV biases).",
+        "context": "`add_bias` is decided in Python before any kernel runs, and the compiled `ds_linear_layer` "
+        "skips the bias when told to, so we expect GPUs to show it too; not run by us. ZeRO-2 is unaffected "
+        "(`attn_qkvb` is set there). On DeepSpeed's PyTorch path `0018`'s bug comes first, and `0019`'s is in "
+        "every post-LayerNorm OPT cell: the cells `series without 0020` show this one alone. Affected releases: "
+        "the line is in the Hybrid Engine's first release, 0.9.0 (read from DeepSpeed's git history, not run; run "
+        "here: 0.19.8).",
     },
 }  # fmt: skip
 

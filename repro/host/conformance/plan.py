@@ -69,7 +69,7 @@ ARCH_CONFIGS: dict[str, dict[str, dict]] = {
 # Configurations added for field coverage, not in the quick plan (not an axis; the quick plan's 3 minutes).
 COVERAGE_ONLY = (*NEOX_MORE, "head-dim-32")
 SERIES = ("0000", "0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010", "0011", "0012",
-          "0013", "0014", "0015", "0016", "0017", "0018", "0019")  # fmt: skip
+          "0013", "0014", "0015", "0016", "0017", "0018", "0019", "0020")  # fmt: skip
 # Released, the whole series, and the series without one patch where that patch's bug hides behind another
 # on released DeepSpeed (the Llama crash, 0008, comes first there): each such patch shown necessary.
 BUILDS = {
@@ -79,6 +79,7 @@ BUILDS = {
     "series without 0009": tuple(p for p in SERIES if p != "0009"),
     "series without 0010": tuple(p for p in SERIES if p != "0010"),
     "series without 0019": tuple(p for p in SERIES if p != "0019"),
+    "series without 0020": tuple(p for p in SERIES if p != "0020"),
 }
 # (build, scenarios, architectures) of the leave-one-out cells; ZeRO-3, 1 and 2 ranks (non-pinned: 2).
 LEAVE_ONE_OUT = (
@@ -86,8 +87,10 @@ LEAVE_ONE_OUT = (
     ("series without 0009", ("lora", "unpinned-lora"), ("llama",)),
 )
 # (build, architecture, configuration) of the leave-one-out cells of one configuration, in the reference scenario:
-# post-LayerNorm OPT's swapped LayerNorms (0019) show once its decode steps stop being taken for prompts (0018).
-CONFIG_LEAVE_ONE_OUT = (("series without 0019", "opt", "post-layer-norm"),)
+# post-LayerNorm OPT's swapped LayerNorms (0019) and its ZeRO-3 q/k/v bias (0020) show once its decode steps stop
+# being taken for prompts (0018), each alone.
+CONFIG_LEAVE_ONE_OUT = (("series without 0019", "opt", "post-layer-norm"),
+                        ("series without 0020", "opt", "post-layer-norm"))  # fmt: skip
 # What a caller does around generate: DeepSpeed-Chat's call order, pinned, no LoRA ("reference"); a loop
 # that calls train() first or eval() twice (repro.rank.cell_probe.ORDERS); DeepSpeed-Chat LoRA on every
 # Linear; ZeRO-3's non-pinned path, without and with LoRA.

@@ -25,6 +25,7 @@ from .diagnosis import (
     BUG_OPT_ACTIVATION,
     BUG_OPT_NO_BIAS,
     BUG_OPT_POST_LN,
+    BUG_POST_LN_QKV_BIAS,
     BUG_QKV_BIAS,
     BUG_ROPE,
     BUG_TP_UNSLICED,
@@ -121,6 +122,7 @@ PATCH_OF = {
     REFUSED_OPT_BIAS: "0017",
     BUG_DECODE_AS_PROMPT: "0018",
     BUG_OPT_POST_LN: "0019",
+    BUG_POST_LN_QKV_BIAS: "0020",
 }
 REFERENCE_OF = {
     family.BUG_8391: "upstream #8391 (PR #8392); `results/reference/cpu-pythia-410m/`",

@@ -78,6 +78,14 @@ SCRIPTS = (
     IssueScript(
         "ISSUE-opt-post-layer-norm.md", "opt_config.py", 1, "0019", ("--setting", "post_layer_norm"), OPT_TRANSFORMERS
     ),
+    IssueScript(
+        "ISSUE-post-layer-norm-qkv-bias.md",
+        "opt_config.py",
+        1,
+        "0020",
+        ("--setting", "post_layer_norm", "--zero", "3"),
+        OPT_TRANSFORMERS,
+    ),  # fmt: skip
     IssueScript("PR-8392-COMMENT.md", "zero3_qkv_layout.py", 2, "0001"),
     IssueScript("PR-8392-COMMENT.md", "zero3_qkv_layout.py", 2, "0004", ("--order", "train-first")),
 )

@@ -17,7 +17,8 @@ LAYERS = "model.decoder.layers"
 def twins(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
     """The same weights computed the way the injected layer may compute them instead: a post-LayerNorm model with
     each layer's self_attn_layer_norm and final_layer_norm in each other's place (`HFOPTLayerPolicy.layernorm()`
-    returns them in the pre-LayerNorm order whatever the placement), and with ReLU when the model's activation is
+    returns them in the pre-LayerNorm order whatever the placement) or without its q/k/v biases (under ZeRO-3 the
+    post-LayerNorm linear is told there is none: 0020), and with ReLU when the model's activation is
     another (`HFOPTLayerPolicy` reads the activation from `TransformerPolicy.hf_model_config`, which only
     `deepspeed.init_inference` sets, and defaults to ReLU)."""
     from transformers.activations import ACT2FN
@@ -25,6 +26,7 @@ def twins(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
     found = {}
     if not model.config.do_layer_norm_before:
         found["swapped_layer_norms"] = changed_layers(model, LAYERS, _swap_layer_norms)
+        found["no_qkv_bias"] = changed_layers(model, LAYERS, _drop_qkv_bias)
     if model.config.activation_function != "relu":
         found["relu_activation"] = changed_layers(
             model, LAYERS, lambda layer: setattr(layer, "activation_fn", ACT2FN["relu"])
@@ -34,6 +36,13 @@ def twins(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
 
 def _swap_layer_norms(layer: torch.nn.Module) -> None:
     layer.self_attn_layer_norm, layer.final_layer_norm = layer.final_layer_norm, layer.self_attn_layer_norm
+
+
+def _drop_qkv_bias(layer: torch.nn.Module) -> None:
+    with torch.no_grad():
+        for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+            if proj.bias is not None:
+                proj.bias.zero_()
 
 
 ADAPTER = Adapter(

@@ -81,6 +81,7 @@ EXPECTED_FAILURES = {
         "test_each_layer_norm_goes_where_the_layer_applies_it[False]": A,
         "test_the_layer_norm_placement_is_read_from_the_layer[False]": A,
     },
+    "0020": {"test_post_layer_norm_linear_adds_the_merged_qkv_bias[True]": A},
 }
 
 
@@ -121,7 +122,7 @@ def test_every_test_passes_with_the_whole_series():
     tests = tuple(t for patch_tests in regression.TESTS_BY_PATCH.values() for t in patch_tests)
     result = regression.run_upstream_test(root, timeout_s=900, tests=tests)
     assert result["outcome"] == "pass", result.get("error", "") + result["output_tail"]
-    assert len(result["tests"]) == 63 and set(result["tests"].values()) == {"passed"}
+    assert len(result["tests"]) == 65 and set(result["tests"].values()) == {"passed"}
 
 
 def test_pytest_runs_with_one_openmp_thread_so_forked_ranks_do_not_hang(monkeypatch):

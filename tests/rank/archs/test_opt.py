@@ -25,6 +25,17 @@ def test_a_post_layer_norm_model_has_its_swapped_layer_norms_twin(logits):
     assert (logits(twin) - logits(model)).abs().max() > 1e-3
 
 
+def test_a_post_layer_norm_model_has_its_twin_without_qkv_biases(logits):
+    model = ARCH.build(1, {"do_layer_norm_before": False})
+    twin = ARCH.twins(model)["no_qkv_bias"]
+    for layer in twin.model.decoder.layers:
+        for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+            assert not proj.bias.any()
+        assert layer.self_attn.out_proj.bias.any()  # only the q/k/v biases
+    assert model.model.decoder.layers[0].self_attn.q_proj.bias.any()  # the model keeps its own
+    assert (logits(twin) - logits(model)).abs().max() > 1e-3
+
+
 def test_a_gelu_model_has_its_relu_twin(logits):
     model = ARCH.build(1, {"activation_function": "gelu"})
     twin = ARCH.twins(model)["relu_activation"]
