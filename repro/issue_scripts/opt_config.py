@@ -69,10 +69,12 @@ def main():
         **SETTINGS[setting],
     )
     model = transformers.OPTForCausalLM(config).to(device).eval()
-    with torch.no_grad():  # Transformers initialises every LayerNorm to 1 and 0: swapped ones would go unseen
-        for name, p in model.named_parameters():
-            if "layer_norm" in name:
-                p.normal_(1.0 if name.endswith("weight") else 0.0, 0.1)
+    with torch.no_grad():  # Transformers initialises biases to 0 and LayerNorms to 1 and 0: a dropped bias or
+        for name, p in model.named_parameters():  # swapped LayerNorms would go unseen
+            if name.endswith(".bias"):
+                p.normal_(0.0, 0.1)
+            elif "layer_norm" in name:
+                p.normal_(1.0, 0.1)
     ids = torch.arange(10, 74, device=device).unsqueeze(0)
     with torch.no_grad():
         expected_tokens, expected = greedy(model, ids)
