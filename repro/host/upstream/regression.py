@@ -152,7 +152,10 @@ def _cases(xml: Path) -> dict[str, str]:
     cases = {}
     for case in ET.parse(xml).getroot().iter("testcase"):
         problem = case.find("failure") if case.find("failure") is not None else case.find("error")
-        cases[_case_name(case)] = "passed" if problem is None else _exception_type(problem)
+        name = _case_name(case)
+        if name in cases:  # the same test name in another file (the series' tests in one run): keep both
+            name = f"{case.get('classname', '?')}::{name}"
+        cases[name] = "passed" if problem is None else _exception_type(problem)
     return cases
 
 

@@ -122,7 +122,7 @@ def test_every_test_passes_with_the_whole_series():
     tests = tuple(t for patch_tests in regression.TESTS_BY_PATCH.values() for t in patch_tests)
     result = regression.run_upstream_test(root, timeout_s=900, tests=tests)
     assert result["outcome"] == "pass", result.get("error", "") + result["output_tail"]
-    assert len(result["tests"]) == 65 and set(result["tests"].values()) == {"passed"}
+    assert len(result["tests"]) == 67 and set(result["tests"].values()) == {"passed"}
 
 
 def test_pytest_runs_with_one_openmp_thread_so_forked_ranks_do_not_hang(monkeypatch):
@@ -191,6 +191,30 @@ def test_an_unreadable_junit_result_proves_nothing(monkeypatch):
     result = regression.run_upstream_test()
     assert result["outcome"] == "broken" and "junit" in result["error"]
     assert regression.outcome_code(result) == 3
+
+
+def test_one_test_name_in_two_files_is_kept_twice(monkeypatch):
+    """The series' tests in one run: test_gptneox_activation.py and test_opt_activation.py both have
+    test_inference_config_uses_the_models_activation[gelu-1]; a failure in one must not hide behind the other."""
+
+    def two_files(cmd, env, timeout_s):
+        xml = next(a for a in cmd if a.startswith("--junitxml=")).split("=", 1)[1]
+        Path(xml).write_text(
+            "<testsuite>"
+            '<testcase classname="unit.module_inject.test_gptneox_activation" name="test_x[gelu-1]"/>'
+            '<testcase classname="unit.module_inject.test_opt_activation" name="test_x[gelu-1]">'
+            '<failure message="assert 2 == 1">E   AssertionError: assert 2 == 1</failure></testcase>'
+            "</testsuite>"
+        )
+        return 1, "1 failed, 1 passed"
+
+    monkeypatch.setattr(regression, "_run_pytest", two_files)
+    result = regression.run_upstream_test()
+    assert result["tests"] == {
+        "test_x[gelu-1]": "passed",
+        "unit.module_inject.test_opt_activation::test_x[gelu-1]": "AssertionError",
+    }
+    assert result["outcome"] == "fail"
 
 
 def test_exit_zero_with_no_test_collected_is_not_a_pass(monkeypatch):
