@@ -1,6 +1,7 @@
 """Hybrid Engine computes OPT with ReLU whatever its activation_function, crashes on enable_bias=False (TypeError:
 expected Tensor as element 0 in argument 0, but got NoneType), and computes post-LayerNorm OPT (opt-350m) with its
-LayerNorms swapped (and, where DeepSpeed's PyTorch attention runs, takes its decode steps for prompts).
+LayerNorms swapped, under ZeRO-3 without its q/k/v biases, and, where DeepSpeed's PyTorch attention runs, with its
+decode steps taken for prompts.
 
 A tiny OPT with `--setting` (default activation_function=gelu), random weights: greedy generate through the
 Hybrid Engine against Hugging Face on the same weights. Exit status 1: the bug (the logits differ, or a crash
