@@ -75,7 +75,9 @@ ARCH_CONFIG_NOTES = {
     "llama `attention_bias` / `mlp_bias`": "the policy hands the kernel no biases",
     "llama `num_key_value_heads`": "grouped-query attention; the split-QKV merge assumes equal q/k/v sizes",
     "llama `head_dim`": "a head size other than hidden / heads (32 vs 64): does the container derive it?",
-    "opt `do_layer_norm_before`": "pre-LayerNorm (default) vs post-LayerNorm (opt-350m); the container reads it",
+    "opt `do_layer_norm_before`": "pre-LayerNorm (default) vs post-LayerNorm (opt-350m); the container reads it, "
+    "the policy swaps its LayerNorms (0019), the attention takes decode steps for prompts (0018) and drops the q/k/v "
+    "biases under ZeRO-3 (0020)",
     "opt `activation_function`": "relu (every OPT checkpoint) vs gelu; the policy reads it from a class-wide "
     "config only `deepspeed.init_inference` sets (0016)",
     "opt `enable_bias`": "the policy concatenates the q/k/v biases (0017)",
