@@ -161,6 +161,16 @@ def test_a_crash_on_the_missing_qkv_bias_is_0015_only_in_the_qkv_layout_transfor
     assert dx.diagnose({"crash": elsewhere})[0].startswith("crash in the Hybrid Engine")
 
 
+def test_opts_missing_bias_crash_is_0017_only_in_its_policy_and_its_refusal_is_named():
+    crash = {"type": "TypeError", "message": "expected Tensor as element 0 in argument 0, but got NoneType",
+             "at": "deepspeed/module_inject/containers/opt.py:144"}  # fmt: skip
+    assert dx.diagnose({"crash": crash}) == [dx.BUG_OPT_NO_BIAS]
+    assert dx.diagnose({"crash": {**crash, "at": "deepspeed/ops/x.py:1"}})[0].startswith("crash in the Hybrid Engine")
+    refusal = {"type": "ValueError", "at": "deepspeed/module_inject/containers/opt.py:120",
+               "message": f"{dx.REFUSAL} OPT with enable_bias=False: ..."}  # fmt: skip
+    assert dx.diagnose({"crash": refusal}) == [dx.REFUSED_OPT_BIAS]
+
+
 def test_a_llama_twin_the_he_reproduces_names_the_setting_it_ignored():
     gelu = arch_cell(tokens_equal_native=False, per_step_logits_vs_native=[0.07, 0.05],
                      per_step_logits_vs_twin={"silu_gating": [1e-6, 7e-7]})  # fmt: skip
@@ -225,8 +235,10 @@ def test_opts_twins_name_their_bugs_only_when_the_he_matches_them():
                      per_step_logits_vs_twin={"relu_activation": [6e-7, 5e-7]})  # fmt: skip
     assert dx.diagnose(gelu) == [dx.BUG_OPT_ACTIVATION]
     assert dx.diagnose({**gelu, "per_step_logits_vs_twin": {"relu_activation": [0.3, 0.2]}}) == [dx.UNEXPLAINED]
-    post = {**gelu, "per_step_logits_vs_twin": {"swapped_layer_norms": [6e-7, 5e-7]}}
+    post = {**gelu, "per_step_logits_vs_twin": {"swapped_layer_norms": [6e-7, 5e-7], "no_qkv_bias": [0.25, 0.24]}}
     assert dx.diagnose(post) == [dx.BUG_OPT_POST_LN]
+    no_bias = {**gelu, "per_step_logits_vs_twin": {"swapped_layer_norms": [0.25, 0.24], "no_qkv_bias": [7e-7, 6e-7]}}
+    assert dx.diagnose(no_bias) == [dx.BUG_POST_LN_QKV_BIAS]
 
 
 def test_tensor_parallel_layers_handed_unsliced_weights_are_named_from_the_shapes():
