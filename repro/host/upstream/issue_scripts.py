@@ -19,6 +19,7 @@ from pathlib import Path
 from ...options import EXIT_BROKEN, EXIT_EXPECTATION, EXIT_OK
 from .. import launch
 from ..conformance import transformers_env
+from ..conformance.plan import ENGAGED_ON
 from . import patched_copy
 from .regression import PREREQUISITES, TESTS_BY_PATCH
 
@@ -31,7 +32,8 @@ BEFORE_KERNELS = {"0009": "`deepspeed.initialize` fails before any kernel is nee
 REFUSING = ("0010", "0012", "0014", "0015", "0017")
 # Where no kernel is ever needed: no layer is injected, so the script runs on a plain CPU install as it is.
 NO_KERNELS = {"0013": "no layer is injected on this path"}
-OPT_TRANSFORMERS = "4.48.3"
+# Where the Hybrid Engine engages OPT (DeepSpeed 0.19.8 keeps Cache-based decoders, Transformers >= 4.49, native).
+OPT_TRANSFORMERS = ENGAGED_ON["opt"]
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,6 @@ SCRIPTS = (
     IssueScript("ISSUE-engine-generate.md", "engine_generate_without_containers.py", 1, "0013"),
     IssueScript("ISSUE-gptneox-activation.md", "gptneox_config.py", 1, "0014", ("--setting", "relu")),
     IssueScript("ISSUE-gptneox-attention-bias.md", "gptneox_config.py", 1, "0015", ("--setting", "attention_bias")),
-    # DeepSpeed 0.19.8 injects OPT only for decoders without Cache objects (Transformers < 4.49).
     IssueScript("ISSUE-opt-activation.md", "opt_config.py", 1, "0016", ("--setting", "gelu"), OPT_TRANSFORMERS),
     IssueScript("ISSUE-opt-bias.md", "opt_config.py", 1, "0017", ("--setting", "no_bias"), OPT_TRANSFORMERS),
     IssueScript(
