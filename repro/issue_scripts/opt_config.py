@@ -1,14 +1,15 @@
 """Hybrid Engine computes OPT with ReLU whatever its activation_function, crashes on enable_bias=False (TypeError:
-expected Tensor as element 0 in argument 0, but got NoneType), and computes post-LayerNorm OPT (opt-350m) with its
-LayerNorms swapped, under ZeRO-3 without its q/k/v biases, and, where DeepSpeed's PyTorch attention runs, with its
-decode steps taken for prompts.
+expected Tensor as element 0 in argument 0, but got NoneType) and on layer_norm_elementwise_affine=False (TypeError:
+'NoneType' object is not iterable), and computes post-LayerNorm OPT (opt-350m) with its LayerNorms swapped, under
+ZeRO-3 without its q/k/v biases, and, where DeepSpeed's PyTorch attention runs, with its decode steps taken for
+prompts.
 
 A tiny OPT with `--setting` (default activation_function=gelu), random weights: greedy generate through the
 Hybrid Engine against Hugging Face on the same weights. Exit status 1: the bug (the logits differ, or a crash
 inside DeepSpeed), 0: the logits agree or DeepSpeed refuses the configuration by name, 2: this Transformers
 keeps OPT on the native path (DeepSpeed injects OPT only for decoders without Cache objects: Transformers < 4.49).
 
-GPU: deepspeed --num_gpus 1 opt_config.py [--setting no_bias|post_layer_norm] [--zero 3]
+GPU: deepspeed --num_gpus 1 opt_config.py [--setting no_bias|layer_norm_not_affine|post_layer_norm] [--zero 3]
 CPU: DS_ACCELERATOR=cpu torchrun --nproc-per-node 1 opt_config.py (DeepSpeed's CPU build has no
      transformer_inference kernels; see the issue text for what stands in for them)
 """
@@ -27,6 +28,7 @@ TOLERANCE = 1e-3  # fp32: max abs logit difference
 SETTINGS = {
     "gelu": {"activation_function": "gelu"},
     "no_bias": {"enable_bias": False},
+    "layer_norm_not_affine": {"layer_norm_elementwise_affine": False},
     "post_layer_norm": {"do_layer_norm_before": False},
 }
 
@@ -98,7 +100,7 @@ def main():
         engine.eval()
         with torch.no_grad():
             tokens, logits = greedy(engine, ids)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RuntimeError) as exc:
         print(f"BUG: the Hybrid Engine accepted {setting} and its eval/generate fails: {type(exc).__name__}: {exc}")
         return 1
     diff = (logits - expected).abs().max().item()

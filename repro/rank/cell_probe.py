@@ -236,6 +236,7 @@ def run(spec: dict) -> dict:
         result["qkv_bias_on_bias_free_model"] = bias_probe.remove()
         if not containers:  # DeepSpeed warns that rollout uses the model's generate; does engine.generate?
             result["engine_generate_without_containers"] = _engine_generate(engine, ids, ref_tokens)
+            result["layer_policy"] = _layer_policy(arch.layer_list(engine.module)[0])
         result["restore_after_first_generate"] = qkv_states.gathered_vs_originals(
             engine, originals, heads, arch.fused_qkv
         )
@@ -285,6 +286,20 @@ def _tensor_parallel(containers) -> dict | None:
     module = containers[0].module
     return {"mp_size": module.config.mp_size,
             "heads_per_rank": getattr(module.attention, "num_attention_heads_per_partition", None)}  # fmt: skip
+
+
+def _layer_policy(layer: torch.nn.Module) -> dict:
+    """Why DeepSpeed built no container: the policies that name the decoder layer's class (none: no policy
+    matched it), and those that found no class to name (their import of it failed, or the model is absent)."""
+    from deepspeed.module_inject.replace_policy import replace_policies
+
+    def names(policy) -> bool:
+        found = policy._orig_layer_class
+        return type(layer) in found if isinstance(found, list) else type(layer) is found
+
+    return {"layer_class": type(layer).__name__,
+            "named_by": [p.__name__ for p in replace_policies if names(p)],
+            "named_nothing": sorted(p.__name__ for p in replace_policies if not p._orig_layer_class)}  # fmt: skip
 
 
 def _engine_generate(engine, ids: torch.Tensor, ref_tokens: list[int]) -> dict:

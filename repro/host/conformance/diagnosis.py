@@ -29,6 +29,13 @@ BUG_NEOX_ACTIVATION = "GPT-NeoX's hidden_act ignored by the Hybrid Engine: compu
 BUG_NEOX_NO_ATTENTION_BIAS = (
     "GPT-NeoX without attention biases crashes the Hybrid Engine on the missing QKV bias (0015)"
 )
+# Positive evidence: the Hybrid Engine built Normalize (deepspeed/module_inject/layers.py) for a LayerNorm without
+# weights, and torch's LayerNorm was handed dim None.
+BUG_WEIGHTLESS_LAYER_NORM = "a LayerNorm without weights crashes the Hybrid Engine's replaced LayerNorms (0022)"
+# Positive evidence: Transformers' DynamicCache.from_legacy_cache failed to unpack a layer's (key, value): the cache
+# generate() got back is the injected layer's key and value, where Transformers 4.45 to 4.53 return the Cache
+# they handed every layer.
+BUG_CACHE_RETURN = "injected layer hands back its key and value, not the Cache it was passed: 2nd step fails (0024)"
 BUG_NEOX_ROPE_SCALING = "GPT-NeoX's rope_scaling ignored by the Hybrid Engine: rotated unscaled (0006 refuses it)"
 # A native twin the HE reproduces names its bug (repro.rank.archs: each adapter's twins); another twin is a
 # Llama setting the injected layer cannot compute (0010).
@@ -46,6 +53,9 @@ UNEXPLAINED = "differs from native (cause not established)"
 # DeepSpeed found no injection policy for the model's layers (or generate went around them) and generate ran
 # natively, silently: tokens equal to native then prove nothing (DeepSpeed #4954: "Generate time=0.00s").
 NOT_ENGAGED = "Hybrid Engine not engaged: generate ran natively, no injected layer was called"
+# Positive evidence: no policy names the GPT-NeoX layer class, and GPTNEOXLayerPolicy found none to name: its
+# `from transformers import GPTNeoXLayer` fails where the top-level package does not export it (4.45 to 4.51).
+BUG_NEOX_LAYER_CLASS = "GPT-NeoX layers never injected: GPTNEOXLayerPolicy cannot import GPTNeoXLayer (0021)"
 # DeepSpeed's warning then says rollout uses the model's native generate(); the engine's own generate() fails.
 BUG_ENGINE_GENERATE = "engine.generate() fails when the Hybrid Engine built no container (0013)"
 ENGINE_GENERATE_DIFFERS = "engine.generate() without a container differs from native (cause not established)"
@@ -69,7 +79,9 @@ REFUSED_ROPE = "refused by name: a scaled rotary the injected attention cannot c
 REFUSED_NEOX_ACTIVATION = "refused by name: a GPT-NeoX activation the injected MLP cannot compute (0014)"
 REFUSED_NEOX_ATTENTION_BIAS = "refused by name: GPT-NeoX without the attention biases the injected layer adds (0015)"
 REFUSED_OPT_BIAS = "refused by name: OPT without the biases the injected layer adds (0017)"
-REFUSAL = "DeepSpeed kernel injection cannot serve"  # how DeepSpeed's refusals begin (0006, 0010, 0014, 0015, 0017)
+REFUSED_OPT_LAYER_NORM = "refused by name: OPT without the LayerNorm weights the injected layer takes (0023)"
+# How DeepSpeed's refusals begin (0006, 0010, 0014, 0015, 0017, 0023).
+REFUSAL = "DeepSpeed kernel injection cannot serve"
 REFUSAL_TP = "hybrid_engine.inference_tp_size="  # how 0012's refusal begins
 # The containers' refusals, told apart by the file that raised and the setting they name (any other DeepSpeed
 # refusal is 0010's, from llama.py).
@@ -79,6 +91,7 @@ NAMED_REFUSALS = {
     ("gptneox.py", "hidden_act="): REFUSED_NEOX_ACTIVATION,
     ("gptneox.py", "attention_bias=False"): REFUSED_NEOX_ATTENTION_BIAS,
     ("opt.py", "enable_bias=False"): REFUSED_OPT_BIAS,
+    ("opt.py", "layer_norm_elementwise_affine=False"): REFUSED_OPT_LAYER_NORM,
 }
 REFUSALS = (REFUSED, REFUSED_TP, *NAMED_REFUSALS.values())
 # Per-step tolerance of a correct cell, per dtype (repro.tolerance, the probe's too): fp32 HE vs native differ
@@ -107,6 +120,10 @@ def diagnose(cell: dict) -> list[str]:
         return [_crash(cell)]
     if not cell.get("injected_layer_calls"):  # generate never ran an injected layer (or nothing says it did)
         found = [f"{NOT_ENGAGED} ({cell.get('inference_containers', 0)} inference containers)"]
+        policy = cell.get("layer_policy") or {}
+        if cell.get("arch") == "gpt-neox" and policy.get("named_by") == [] and \
+                "GPTNEOXLayerPolicy" in policy.get("named_nothing", ()):  # fmt: skip
+            found.append(BUG_NEOX_LAYER_CLASS)
         engine_generate = cell.get("engine_generate_without_containers") or {}
         raised = engine_generate.get("raised")
         if raised:
@@ -174,6 +191,12 @@ def _crash(cell: dict) -> str:
     no_bias = c["type"] == "TypeError" and c["message"].endswith("but got NoneType")
     if no_bias and c["at"].startswith(CONTAINERS + "opt.py"):
         return BUG_OPT_NO_BIAS
+    unpack = c["type"] == "ValueError" and c["message"].startswith("not enough values to unpack (expected 2")
+    if unpack and c["at"].startswith("transformers/cache_utils.py"):
+        return BUG_CACHE_RETURN
+    not_iterable = c["type"] == "TypeError" and c["message"] == "'NoneType' object is not iterable"
+    if not_iterable and c["at"].startswith("deepspeed/module_inject/layers.py"):
+        return BUG_WEIGHTLESS_LAYER_NORM
     if c["type"] == "ValueError" and c["message"].startswith(REFUSAL) and c["at"].startswith("deepspeed/"):
         files = {file for file, _ in NAMED_REFUSALS}
         if not any(c["at"].startswith(CONTAINERS + file) for file in files):

@@ -13,11 +13,13 @@ from ..upstream import issue_scripts
 from . import evidence, labels
 from .diagnosis import (
     BUG_3453,
+    BUG_CACHE_RETURN,
     BUG_DECODE_AS_PROMPT,
     BUG_ENGINE_GENERATE,
     BUG_LAYER_TUPLE,
     BUG_LORA_NO_IN_FEATURES,
     BUG_NEOX_ACTIVATION,
+    BUG_NEOX_LAYER_CLASS,
     BUG_NEOX_NO_ATTENTION_BIAS,
     BUG_NORM_EPS,
     BUG_OPT_ACTIVATION,
@@ -28,6 +30,7 @@ from .diagnosis import (
     BUG_ROPE,
     BUG_TP_UNSLICED,
     BUG_UNSERVABLE,
+    BUG_WEIGHTLESS_LAYER_NORM,
     CORRECT,
     REFUSALS,
     TOL,
@@ -81,6 +84,16 @@ def _prompt_flags(cell: dict) -> str:
     if "decode_calls" not in flags:
         return "not recorded"
     return f"{flags.get('decode_calls_as_prompt', 0)} of {flags['decode_calls']}"
+
+
+def _layer_policy(cell: dict) -> str:
+    """Which DeepSpeed policies name the decoder layer's class (recorded where DeepSpeed built no container)."""
+    found = cell.get("layer_policy")
+    if not found:
+        return "-"
+    named = ", ".join(found["named_by"]) or "none"
+    neox = "GPTNEOXLayerPolicy names no class" if "GPTNEOXLayerPolicy" in found["named_nothing"] else ""
+    return f"{found['layer_class']}: {named}" + (f" ({neox})" if neox else "")
 
 
 def _tp_shapes(cell: dict) -> str:
@@ -484,6 +497,91 @@ ISSUES = {
         "every post-LayerNorm OPT cell: the cells `series without 0020` show this one alone. Affected releases: "
         "the line is in the Hybrid Engine's first release, 0.9.0 (read from DeepSpeed's git history, not run; run "
         "here: 0.19.8).",
+    },
+    BUG_NEOX_LAYER_CLASS: {
+        "file": "ISSUE-gptneox-layer-class.md",
+        "scope": "injection",
+        "shown": lambda c: c["arch"] == "gpt-neox" and c.get("transformers", PINNED) != PINNED,
+        "evidence": (("inference containers", lambda c: str(c.get("inference_containers", 0))),
+                     ("policies naming the layer class", _layer_policy)),
+        "measured": "DeepSpeed built no inference container: no policy names `GPTNeoXLayer`, and generate ran the "
+        "Hugging Face layers without a word",
+        "title": "GPT-NeoX (Pythia) kernel injection / Hybrid Engine silently does nothing with Transformers 4.45 to "
+        "4.51: GPTNEOXLayerPolicy imports GPTNeoXLayer from the top-level package",
+        "cause": "`GPTNEOXLayerPolicy.__init__()` (`deepspeed/module_inject/containers/gptneox.py`) finds the layer "
+        "class with `from transformers import GPTNeoXLayer` and keeps `_orig_layer_class = None` on ImportError. "
+        "Transformers 4.45.0 to 4.51.3 do not export `GPTNeoXLayer` from the top-level package (it is still in "
+        "`transformers.models.gpt_neox.modeling_gpt_neox`; 4.52 exports every public name of the modeling module "
+        "again), so no GPT-NeoX layer is matched: `init_inference(replace_with_kernel_inject=True)` and the Hybrid "
+        "Engine leave the model as it is. The Hybrid Engine only logs that rollout will use the model's native "
+        "`generate()`; DeepSpeed-Chat's generation time then measures Hugging Face, not DeepSpeed.",
+        "fix": "The policy imports `GPTNeoXLayer` from `transformers.models.gpt_neox.modeling_gpt_neox`, as the "
+        "GPT-2, GPT-J, GPT-Neo, BLOOM and Llama policies import their layers (patch `0021`).",
+        "context": "Which layers are injected is decided in Python before any kernel runs, so GPUs show the same "
+        "(not run by us). Transformers versions: 4.48.3 run here; the top-level `__init__.py` of each release from "
+        "4.44.2 to 4.52.4 read from its PyPI wheel (4.44.2 lists `GPTNeoXLayer`, 4.45.0 to 4.51.3 do not, 4.52.4 "
+        "builds the list from the modeling modules). Affected DeepSpeed releases: the import is in every release "
+        "that injects Hugging Face GPT-NeoX, from 0.6.7, and in 0.19.8 (read from DeepSpeed's git history; run "
+        "here: 0.19.8).",
+    },
+    BUG_WEIGHTLESS_LAYER_NORM: {
+        "file": "ISSUE-layer-norm-without-weights.md",
+        "scope": "hybrid-engine",
+        "shown": lambda c: c["arch"] == "opt" and c["configuration"] == "layer-norm-not-affine",
+        "evidence": (("what the Hybrid Engine did", _crash),),
+        "measured": "`deepspeed.initialize` with the Hybrid Engine fails while replacing the decoder's final "
+        "LayerNorm, which has no weights",
+        "title": "Hybrid Engine crashes on LayerNorms without weights (OPT layer_norm_elementwise_affine=False): "
+        "TypeError 'NoneType' object is not iterable in Normalize; past it, the OPT layers take None weights",
+        "cause": "For inference the Hybrid Engine replaces each `nn.LayerNorm` outside the transformer layers by a "
+        "`Normalize` built from the module's weight and bias (`create_inference_containers()` in "
+        "`deepspeed/runtime/hybrid_engine.py`). A LayerNorm without weights (`elementwise_affine=False`; OPT's "
+        "`final_layer_norm` with `layer_norm_elementwise_affine=False`) hands `Normalize` `weight=None`, and "
+        "`Normalize` (`deepspeed/module_inject/layers.py`) then builds a fresh `nn.LayerNorm(dim=None)`: TypeError. "
+        "Past that, `HFOPTLayerPolicy` hands the layers' None LayerNorm weights to the injected layer, which reads a "
+        "None `attn_nw` as no LayerNorm before the MLP: `DeepSpeedMLP.forward()` "
+        "(`deepspeed/ops/transformer/inference/ds_mlp.py`) feeds `fused_gemm_gelu` the attention's normalised input "
+        "instead of the LayerNorm of the attention's residual sum (on CPU: a shape error in the GEMM; the cells "
+        "`series without 0023` below).",
+        "fix": "The Hybrid Engine leaves a LayerNorm without weights to its own forward (patch `0022`), and the OPT "
+        "policy refuses OPT without LayerNorm weights by name with a ValueError (patch `0023`); serving it would "
+        "need unit weights handed to the kernels.",
+        "context": "Both failures are decided in Python before any kernel runs, so we expect GPUs to show the "
+        "first (the TypeError) too; what the compiled `fused_gemm_gelu` computes past it was not run by us. DeepSpeed "
+        "0.19.8 keeps OPT on the native path with Transformers >= 4.49, and Transformers 4.57's OPT cannot initialise "
+        "such a model (`_init_weights` fills a None weight): the cells run on Transformers 4.48.3. Affected "
+        "releases: the Hybrid Engine has replaced outer LayerNorms with `Normalize(weight=child.weight, ...)` since "
+        "its first release, 0.9.0 (read from DeepSpeed's git history, not run; run here: 0.19.8).",
+    },
+    BUG_CACHE_RETURN: {
+        "file": "ISSUE-cache-return.md",
+        "scope": "injection",
+        "shown": lambda c: c["arch"] in ("gpt-neo", "gpt-neox") and c.get("transformers", PINNED) != PINNED,
+        "evidence": (("inference containers", lambda c: str(c.get("inference_containers", 0))),
+                     ("crash", _crash)),
+        "measured": "generate fails at the second token: Transformers' `DynamicCache.from_legacy_cache` unpacks the "
+        "cache the injected layers handed back",
+        "title": "GPT-Neo / GPT-NeoX kernel injection and Hybrid Engine fail at the second token with Transformers "
+        "4.45 to 4.53: ValueError not enough values to unpack (expected 2, got 1) in cache_utils.py",
+        "cause": "Transformers 4.45 to 4.53 pass one `Cache` object to every GPT-Neo (and GPT-NeoX) layer and "
+        "return the last layer's second output as the model's `past_key_values` (`next_decoder_cache = "
+        "outputs[1]` in `GPTNeoModel.forward`). `DeepSpeedTransformerInference.forward()` "
+        "(`deepspeed/model_implementations/transformers/ds_transformer.py`) returns its own `(key, value)` there, "
+        "so `generate()` gets a pair of tensors as the cache and, on the next step, "
+        "`DynamicCache.from_legacy_cache()` unpacks the key tensor along its batch dimension: the ValueError with "
+        "one sequence, a wrong cache with more. Transformers 4.54 and later ignore that output (the layer no "
+        "longer returns the cache), and 4.44 and earlier pass tuples.",
+        "fix": "The injected layer hands back the `Cache` its caller passed, in place of its key and value (patch "
+        "`0024`); its key/value cache stays in the layer's workspace, as with the versions that work.",
+        "context": "What the layer hands back is decided in Python, so we expect GPUs to show the same (not run by "
+        "us). GPT-NeoX on Transformers 4.45 to 4.51 first needs `0021` (no layer is injected without it); past it, "
+        "our GPT-NeoX cells fail the same way without `0024` (`series without 0024` below). Transformers versions: "
+        "4.48.3 run here, 4.57.6 runs correct; the PyPI wheels read: GPT-Neo's model takes `outputs[1]` as its "
+        "cache from 4.45.0 to 4.53.3 (not in 4.44.2 or 4.54.0), GPT-NeoX's from 4.45.0 to 4.48.3 (not in 4.49.0). "
+        "GPT-J's and BLOOM's modeling in 4.48.3 read it the same way (read, not run: BLOOM's container refuses "
+        "Transformers > 4.43, GPT-J is not in our suite). Affected DeepSpeed releases: the injected layer has "
+        "returned `(output, presents)` since kernel injection began, so every release that injects these models, "
+        "run with those Transformers (read from DeepSpeed's git history; run here: 0.19.8).",
     },
 }  # fmt: skip
 

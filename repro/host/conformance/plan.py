@@ -69,7 +69,8 @@ ARCH_CONFIGS: dict[str, dict[str, dict]] = {
 # Configurations added for field coverage, not in the quick plan (not an axis; the quick plan's 3 minutes).
 COVERAGE_ONLY = (*NEOX_MORE, "head-dim-32")
 SERIES = ("0000", "0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010", "0011", "0012",
-          "0013", "0014", "0015", "0016", "0017", "0018", "0019", "0020")  # fmt: skip
+          "0013", "0014", "0015", "0016", "0017", "0018", "0019", "0020", "0021", "0022", "0023",
+          "0024")  # fmt: skip
 # Released, the whole series, and the series without one patch where that patch's bug hides behind another
 # on released DeepSpeed (the Llama crash, 0008, comes first there): each such patch shown necessary.
 BUILDS = {
@@ -80,6 +81,8 @@ BUILDS = {
     "series without 0010": tuple(p for p in SERIES if p != "0010"),
     "series without 0019": tuple(p for p in SERIES if p != "0019"),
     "series without 0020": tuple(p for p in SERIES if p != "0020"),
+    "series without 0023": tuple(p for p in SERIES if p != "0023"),
+    "series without 0024": tuple(p for p in SERIES if p != "0024"),
 }
 # (build, scenarios, architectures) of the leave-one-out cells; ZeRO-3, 1 and 2 ranks (non-pinned: 2).
 LEAVE_ONE_OUT = (
@@ -88,9 +91,14 @@ LEAVE_ONE_OUT = (
 )
 # (build, architecture, configuration) of the leave-one-out cells of one configuration, in the reference scenario:
 # post-LayerNorm OPT's swapped LayerNorms (0019) and its ZeRO-3 q/k/v bias (0020) show once its decode steps stop
-# being taken for prompts (0018), each alone.
+# being taken for prompts (0018), each alone; OPT without LayerNorm weights, once the Hybrid Engine no longer
+# crashes on its final LayerNorm (0022), shows what its layers compute unrefused (0023); GPT-NeoX on the older
+# Transformers, injected once its policy finds the layer class (0021), fails on the cache its layers hand back
+# (0024). A fourth item is the Transformers to run on, where not the architecture's default.
 CONFIG_LEAVE_ONE_OUT = (("series without 0019", "opt", "post-layer-norm"),
-                        ("series without 0020", "opt", "post-layer-norm"))  # fmt: skip
+                        ("series without 0020", "opt", "post-layer-norm"),
+                        ("series without 0023", "opt", "layer-norm-not-affine"),
+                        ("series without 0024", "gpt-neox", "default", OLDER))  # fmt: skip
 # What a caller does around generate: DeepSpeed-Chat's call order, pinned, no LoRA ("reference"); a loop
 # that calls train() first or eval() twice (repro.rank.cell_probe.ORDERS); DeepSpeed-Chat LoRA on every
 # Linear; ZeRO-3's non-pinned path, without and with LoRA.
@@ -181,8 +189,8 @@ def plan(quick: bool = False) -> list[dict]:
             for scenario in scenarios:
                 sizes = (1, 2) if SCENARIOS[scenario]["pin"] else (2,)
                 cells += [cell_axes(arch, "default", build, 3, w, scenario) for w in sizes]
-    for build, arch, configuration in CONFIG_LEAVE_ONE_OUT:
-        cells += [cell_axes(arch, configuration, build, z, w, "reference") for z, w in ((2, 1), (3, 2))]
+    for build, arch, configuration, *transformers in CONFIG_LEAVE_ONE_OUT:
+        cells += [cell_axes(arch, configuration, build, z, w, "reference", *transformers) for z, w in ((2, 1), (3, 2))]
     # Each architecture on the other Transformers: the reference scenario, before and after the series.
     for arch in ARCHS:
         for build in ("released", "whole series"):

@@ -13,12 +13,14 @@ from ..tables import num
 from . import evidence, issue_texts, labels
 from .diagnosis import (
     BUG_3453,
+    BUG_CACHE_RETURN,
     BUG_DECODE_AS_PROMPT,
     BUG_ENGINE_GENERATE,
     BUG_LAYER_TUPLE,
     BUG_LORA_NO_IN_FEATURES,
     BUG_LORA_NOT_FOUND,
     BUG_NEOX_ACTIVATION,
+    BUG_NEOX_LAYER_CLASS,
     BUG_NEOX_NO_ATTENTION_BIAS,
     BUG_NEOX_ROPE_SCALING,
     BUG_NORM_EPS,
@@ -30,6 +32,7 @@ from .diagnosis import (
     BUG_ROPE,
     BUG_TP_UNSLICED,
     BUG_UNSERVABLE,
+    BUG_WEIGHTLESS_LAYER_NORM,
     CORRECT,
     OUTSIDE_CONTRACT,
     REFUSALS,
@@ -37,6 +40,7 @@ from .diagnosis import (
     REFUSED_NEOX_ACTIVATION,
     REFUSED_NEOX_ATTENTION_BIAS,
     REFUSED_OPT_BIAS,
+    REFUSED_OPT_LAYER_NORM,
     REFUSED_ROPE,
     REFUSED_TP,
     TOL,
@@ -125,6 +129,10 @@ PATCH_OF = {
     BUG_DECODE_AS_PROMPT: "0018",
     BUG_OPT_POST_LN: "0019",
     BUG_POST_LN_QKV_BIAS: "0020",
+    BUG_NEOX_LAYER_CLASS: "0021",
+    BUG_WEIGHTLESS_LAYER_NORM: "0022",
+    REFUSED_OPT_LAYER_NORM: "0023",
+    BUG_CACHE_RETURN: "0024",
 }
 REFERENCE_OF = {
     family.BUG_8391: "upstream #8391 (PR #8392); `results/reference/cpu-pythia-410m/`",
@@ -136,6 +144,7 @@ REFERENCE_OF = {
     REFUSED_NEOX_ACTIVATION: "`ISSUE-gptneox-activation.md`",
     REFUSED_NEOX_ATTENTION_BIAS: "`ISSUE-gptneox-attention-bias.md`",
     REFUSED_OPT_BIAS: "`ISSUE-opt-bias.md`",
+    REFUSED_OPT_LAYER_NORM: "`ISSUE-layer-norm-without-weights.md`",
 }
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from ...options import EXIT_BROKEN, EXIT_EXPECTATION, EXIT_OK
 from .. import launch
 from ..conformance import transformers_env
-from ..conformance.plan import ENGAGED_ON
+from ..conformance.plan import ENGAGED_ON, OLDER
 from . import patched_copy
 from .regression import PREREQUISITES, TESTS_BY_PATCH
 
@@ -29,7 +29,7 @@ SERIES = tuple(sorted(TESTS_BY_PATCH))  # every patch of the series comes with i
 # Where the bug shows before DeepSpeed needs a kernel, so the script shows it on a plain CPU install too.
 BEFORE_KERNELS = {"0009": "`deepspeed.initialize` fails before any kernel is needed"}
 # The patches that make DeepSpeed refuse a configuration by name (their scripts' OK).
-REFUSING = ("0010", "0012", "0014", "0015", "0017")
+REFUSING = ("0010", "0012", "0014", "0015", "0017", "0023")
 # Where no kernel is ever needed: no layer is injected, so the script runs on a plain CPU install as it is.
 NO_KERNELS = {"0013": "no layer is injected on this path"}
 # Where the Hybrid Engine engages OPT (DeepSpeed 0.19.8 keeps Cache-based decoders, Transformers >= 4.49, native).
@@ -87,6 +87,25 @@ SCRIPTS = (
         ("--setting", "post_layer_norm", "--zero", "3"),
         OPT_TRANSFORMERS,
     ),  # fmt: skip
+    IssueScript(
+        "ISSUE-layer-norm-without-weights.md",
+        "opt_config.py",
+        1,
+        "0022",
+        ("--setting", "layer_norm_not_affine"),
+        OPT_TRANSFORMERS,
+    ),
+    IssueScript(
+        "ISSUE-layer-norm-without-weights.md",
+        "opt_config.py",
+        1,
+        "0023",
+        ("--setting", "layer_norm_not_affine"),
+        OPT_TRANSFORMERS,
+    ),
+    # Transformers 4.45 to 4.51 do not export GPTNeoXLayer from the top-level package; 4.48.3 is one of them.
+    IssueScript("ISSUE-gptneox-layer-class.md", "gptneox_layer_class.py", 1, "0021", (), OLDER),
+    IssueScript("ISSUE-cache-return.md", "gptneo_cache.py", 1, "0024", (), OLDER),
     IssueScript("PR-8392-COMMENT.md", "zero3_qkv_layout.py", 2, "0001"),
     IssueScript("PR-8392-COMMENT.md", "zero3_qkv_layout.py", 2, "0004", ("--order", "train-first")),
 )

@@ -46,12 +46,16 @@ TESTS_BY_PATCH = {
     "0018": ("unit/ops/transformer/inference/test_ds_attention_is_prompt.py",),
     "0019": ("unit/module_inject/test_opt_post_layer_norm.py",),
     "0020": ("unit/ops/transformer/inference/test_ds_attention_post_layer_norm_bias.py",),
+    "0021": ("unit/module_inject/test_gptneox_layer_class.py",),
+    "0022": ("unit/hybrid_engine/test_hybrid_engine_layer_norm_without_weights.py",),
+    "0023": ("unit/module_inject/test_opt_layer_norm_affine.py",),
+    "0024": ("unit/module_inject/test_injected_layer_cache.py",),
 }
 # Earlier patches of the series a patch's tests need beside it: 0004 reads the QKV layout record 0002 adds,
 # and its ZeRO-3 cases show only once 0001 makes transforms persist; 0005/0006/0014/0015 build a GPT-NeoX
 # container, which needs 0000 on current Transformers (0014/0015 edit gptneox.py beside 0006's lines); 0010's hunk
-# sits next to 0008's lines, 0017's next to 0016's; 0020 relies on 0007's merge, which leaves no bias for a model
-# without one.
+# sits next to 0008's lines, 0017's next to 0016's and 0023's next to 0017's; 0020 relies on 0007's merge, which
+# leaves no bias for a model without one.
 PREREQUISITES = {
     "0004": ("0001", "0002"),
     "0005": ("0000",),
@@ -61,6 +65,7 @@ PREREQUISITES = {
     "0015": ("0000", "0006", "0014"),
     "0017": ("0016",),
     "0020": ("0007",),
+    "0023": ("0016", "0017"),
 }
 # A test's `pytest.raises` that saw nothing raised: the test's own check failed.
 DID_NOT_RAISE = "DID NOT RAISE"
@@ -68,7 +73,7 @@ DID_NOT_RAISE = "DID NOT RAISE"
 # GPTNeoXAttention has no hidden_size (0000), LlamaModel hands the next layer a tuple (0008), Llama's policy
 # reads in_features, which DeepSpeed-Chat's LoRA modules lack (0009), engine.generate() finds no _generate (0013),
 # the QKV layout transform reads the shape of a GPT-NeoX's missing QKV bias (0015), the OPT policy concatenates
-# missing q/k/v biases (0017).
+# missing q/k/v biases (0017), the Hybrid Engine builds a LayerNorm of dim None for one without weights (0022).
 BUG_ERRORS = {
     "0000": ("AttributeError",),
     "0008": ("AttributeError",),
@@ -76,6 +81,7 @@ BUG_ERRORS = {
     "0013": ("AttributeError",),
     "0015": ("AttributeError",),
     "0017": ("TypeError",),
+    "0022": ("TypeError",),
 }
 
 

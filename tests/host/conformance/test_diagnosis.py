@@ -221,6 +221,21 @@ def test_a_generate_that_ran_no_injected_layer_is_never_correct():
     assert dx.diagnose(native | {"engine_generate_without_containers": differs})[1] == dx.ENGINE_GENERATE_DIFFERS
 
 
+def test_gpt_neox_layers_no_policy_could_name_are_0021():
+    """Transformers 4.48.3: GPTNEOXLayerPolicy's top-level import of GPTNeoXLayer fails, so it names no class."""
+    unnamed = {"layer_class": "GPTNeoXLayer", "named_by": [], "named_nothing": ["GPTNEOXLayerPolicy", "X"]}
+    neox = arch_cell(arch="gpt-neox", injected_layer_calls=0, inference_containers=0, layer_policy=unnamed)
+    assert dx.diagnose(neox) == [f"{dx.NOT_ENGAGED} (0 inference containers)", dx.BUG_NEOX_LAYER_CLASS]
+    # Each piece of the evidence is needed: the policy named the class (skipped elsewhere, as OPT on >= 4.49), or
+    # GPTNEOXLayerPolicy found a class (another class than the model's), or nothing recorded.
+    named = {**unnamed, "named_by": ["GPTNEOXLayerPolicy"], "named_nothing": ["X"]}
+    assert len(dx.diagnose(neox | {"layer_policy": named})) == 1
+    assert len(dx.diagnose(neox | {"layer_policy": {**unnamed, "named_nothing": ["X"]}})) == 1
+    assert len(dx.diagnose({k: v for k, v in neox.items() if k != "layer_policy"})) == 1
+    opt = {"layer_class": "OPTDecoderLayer", "named_by": ["HFOPTLayerPolicy"], "named_nothing": ["X"]}
+    assert len(dx.diagnose(neox | {"arch": "opt", "layer_policy": opt})) == 1
+
+
 def test_decode_steps_taken_for_prompts_are_named_before_the_crash_they_lead_to():
     crash = {"type": "ValueError", "message": "The provided attention mask has length 10", "at": "transformers/x.py:1"}
     flags = {"calls": 4, "decode_calls": 2, "decode_calls_as_prompt": 2}

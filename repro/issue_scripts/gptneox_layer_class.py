@@ -1,0 +1,91 @@
+"""GPT-NeoX (Pythia) kernel injection / Hybrid Engine silently does nothing on Transformers 4.45 to 4.51: the
+policy imports GPTNeoXLayer from the top-level transformers package, which does not export it there.
+
+A tiny GPT-NeoX, random weights: the Hybrid Engine should build one inference container per layer and generate
+what Hugging Face generates on the same weights. Exit status 1: the bug (no container: generate ran the Hugging
+Face layers), or the engaged Hybrid Engine computes another model; 0: it engages and the logits agree.
+
+GPU: deepspeed --num_gpus 1 gptneox_layer_class.py
+CPU: DS_ACCELERATOR=cpu torchrun --nproc-per-node 1 gptneox_layer_class.py (DeepSpeed's CPU build has no
+     transformer_inference kernels; see the issue text for what stands in for them)
+"""
+
+import os
+import sys
+
+import deepspeed
+import torch
+import transformers
+from deepspeed.accelerator import get_accelerator
+
+TOLERANCE = 1e-3  # fp32: max abs logit difference
+
+
+def greedy(model, ids):
+    out = model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=4,
+        min_new_tokens=4,
+        do_sample=False,
+        pad_token_id=0,
+        return_dict_in_generate=True,
+        output_logits=True,
+    )
+    return out.sequences[0, ids.shape[1] :].tolist(), torch.stack(out.logits).float().cpu()
+
+
+def main():
+    deepspeed.init_distributed()
+    device = torch.device(get_accelerator().device_name(int(os.environ.get("LOCAL_RANK", "0"))))
+    try:
+        from transformers import GPTNeoXLayer  # noqa: F401
+
+        exported = "exports"
+    except ImportError:
+        exported = "does not export"
+    print(f"transformers {transformers.__version__} {exported} GPTNeoXLayer from its top-level package")
+    torch.manual_seed(0)
+    config = transformers.GPTNeoXConfig(
+        vocab_size=1024,
+        hidden_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=1024,
+        max_position_embeddings=256,
+        initializer_range=0.1,
+    )
+    model = transformers.GPTNeoXForCausalLM(config).to(device).eval()
+    for layer in model.gpt_neox.layers:  # read by DeepSpeed's policy, gone from Transformers 4.57 (patch 0000)
+        layer.attention.hidden_size = config.hidden_size
+        layer.attention.num_attention_heads = config.num_attention_heads
+    ids = torch.arange(10, 74, device=device).unsqueeze(0)
+    with torch.no_grad():
+        expected_tokens, expected = greedy(model, ids)
+    ds_config = {
+        "train_batch_size": int(os.environ.get("WORLD_SIZE", "1")),
+        "zero_optimization": {"stage": 2},
+        "optimizer": {"type": "SGD", "params": {"lr": 0.0}},
+        "zero_allow_untested_optimizer": True,
+        "hybrid_engine": {"enabled": True, "max_out_tokens": 256},
+    }
+    engine, *_ = deepspeed.initialize(model=model, config=ds_config, model_parameters=model.parameters())
+    containers = len(engine._inference_containers)
+    print(f"Hybrid Engine inference containers: {containers} (the model has {config.num_hidden_layers} layers)")
+    if containers == 0:
+        print("BUG: no GPT-NeoX layer was injected: generate runs the Hugging Face layers, without a word")
+        return 1
+    engine.eval()
+    with torch.no_grad():
+        tokens, logits = greedy(engine, ids)
+    diff = (logits - expected).abs().max().item()
+    print(f"Hybrid Engine vs Hugging Face: tokens {tokens} vs {expected_tokens}, logits max abs diff {diff:.3g}")
+    if diff > TOLERANCE:
+        print("BUG: the Hybrid Engine engages and computes another model")
+        return 1
+    print("OK: the Hybrid Engine injects every layer and computes the model")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
