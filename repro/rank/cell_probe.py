@@ -31,7 +31,7 @@ import torch
 from .. import fixstatus, shim, tolerance
 from ..model_registry import DEFAULT_PROMPT_IDS
 from ..paths import write_json
-from . import fallbacks, he_faults, lora, measure, placement, qkv_states
+from . import fallbacks, he_faults, lora, measure, placement, qkv_states, tp_slices
 from .archs import adapter
 from .engine import ds_config, greedy
 from .lifecycle import finish, init_distributed, progress
@@ -59,6 +59,7 @@ DEFAULTS = {
     "tp": 1,  # hybrid_engine.inference_tp_size: tensor-parallel generation across this many ranks
     "tp_gather_partition_size": None,  # layers gathered at a time for tensor-parallel generation (DeepSpeed: 8)
     "mpu": False,  # hand deepspeed.initialize a model-parallel unit (repro.rank.mpu): every rank one TP group
+    "tp_slices": False,  # with the mpu: each rank trains its Megatron slice of the layers (repro.rank.tp_slices)
     "new_tokens": 8,
     "cycles": 3,
     "seed": 1234,
@@ -130,6 +131,7 @@ def run(spec: dict) -> dict:
         ref_tokens, ref_logits = greedy(merged, ids, n)
         base_tokens, _ = greedy(base, ids, n)
         unmerged_tokens, unmerged_logits = greedy(model, ids, n)
+    sliced = _tp_slices(spec, arch, model, world)  # after the native references, which need the whole model
     originals = {name: p.detach().clone() for name, p in model.named_parameters()}
     deltas = {f"{name}.weight": m.delta().detach().clone() for name, m in lora.lora_modules(model).items()}
     laps("build_and_native")
@@ -151,6 +153,7 @@ def run(spec: dict) -> dict:
             "inference_tp_size": spec["tp"],
             "tp_gather_partition_size": spec["tp_gather_partition_size"],
             "mpu": spec["mpu"],
+            "tp_slices": spec["tp_slices"],
             "new_tokens": n,
             "cycles": spec["cycles"],
             "lora": {k: spec[k] for k in ("lora_dim", "lora_alpha", "lora_std", "lora_seed")},
@@ -176,6 +179,7 @@ def run(spec: dict) -> dict:
         },
         "kernel": op_state,
         "lora_modules": lora_names,
+        "tp_sliced_modules": len(sliced),
         "lora_changes_native_tokens": ref_tokens != base_tokens,
         "native_tokens": ref_tokens,
         "native_lora_unmerged_tokens": unmerged_tokens,
@@ -260,6 +264,17 @@ def run(spec: dict) -> dict:
     result["duration_s"] = round(time.time() - laps.started, 2)
     result["timings_s"] = laps.timings
     return result
+
+
+def _tp_slices(spec: dict, arch, model: torch.nn.Module, world: int) -> list[str]:
+    """With `tp_slices`, each rank keeps its slice of the layers' Linears: what an mpu tells DeepSpeed the
+    training weights are. Only with an mpu spanning every rank, and without LoRA (its factors are not sliced)."""
+    if not spec["tp_slices"]:
+        return []
+    if not spec["mpu"] or spec["tp"] != world:
+        raise ValueError("tp_slices needs mpu and inference_tp_size equal to the world size")
+    rank = int(os.environ["RANK"])
+    return tp_slices.slice_layers(arch.layer_list(model), arch.column_parallel(), arch.row_parallel, rank, world)
 
 
 def _device_name(device: torch.device) -> str:

@@ -71,7 +71,10 @@ BUG_TP_UNSLICED = "tensor-parallel generation hands the injected layers unsliced
 # weights of a Hugging Face model are whole, so a layer handed them is our scenario's limit, not a bug. A
 # released partition (0 elements) is a bug with or without an mpu: the split-QKV containers' attention_qkv_mp()
 # assigns its copies to a local name, and the layers keep views of weights ZeRO-3 has released.
-BUG_TP_RELEASED = "tensor-parallel generation with an mpu hands the injected layers released ZeRO-3 partitions"
+BUG_TP_RELEASED = "tensor-parallel generation with an mpu hands the injected layers released ZeRO-3 partitions (0025)"
+# Positive evidence: generate(return_dict_in_generate=True) under tensor-parallel generation handed the caller a
+# tuple (repro.rank.engine.greedy names it): DeepSpeed sliced this rank's rows out of the ModelOutput itself.
+BUG_TP_OUTPUT = "tensor-parallel generation hands back a tuple where the caller asked for a ModelOutput (0026)"
 OUTSIDE_CONTRACT = "outside the Hybrid Engine's contract: an mpu over whole Hugging Face weights"
 REFUSED = "refused by name: outside what the injected layer computes (0010)"
 REFUSED_TP = "refused by name: tensor-parallel generation without an mpu (0012)"
@@ -197,6 +200,9 @@ def _crash(cell: dict) -> str:
     not_iterable = c["type"] == "TypeError" and c["message"] == "'NoneType' object is not iterable"
     if not_iterable and c["at"].startswith("deepspeed/module_inject/layers.py"):
         return BUG_WEIGHTLESS_LAYER_NORM
+    tuple_output = c["type"] == "TypeError" and c["message"].endswith("returned tuple, not a ModelOutput")
+    if tuple_output and (cell.get("tensor_parallel") or {}).get("mp_size", 1) > 1:
+        return BUG_TP_OUTPUT
     if c["type"] == "ValueError" and c["message"].startswith(REFUSAL) and c["at"].startswith("deepspeed/"):
         files = {file for file, _ in NAMED_REFUSALS}
         if not any(c["at"].startswith(CONTAINERS + file) for file in files):

@@ -70,7 +70,7 @@ ARCH_CONFIGS: dict[str, dict[str, dict]] = {
 COVERAGE_ONLY = (*NEOX_MORE, "head-dim-32")
 SERIES = ("0000", "0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010", "0011", "0012",
           "0013", "0014", "0015", "0016", "0017", "0018", "0019", "0020", "0021", "0022", "0023",
-          "0024")  # fmt: skip
+          "0024", "0025", "0026")  # fmt: skip
 # Released, the whole series, and the series without one patch where that patch's bug hides behind another
 # on released DeepSpeed (the Llama crash, 0008, comes first there): each such patch shown necessary.
 BUILDS = {
@@ -113,6 +113,10 @@ SCENARIOS: dict[str, dict] = {
     "tp2": {"order": "eval-generate-train", "lora": "none", "pin": True, "probe": {"tp": 2}},
     # The same with an mpu (repro.rank.mpu: both ranks one tensor-parallel group), as Megatron-style callers do.
     "tp2-mpu": {"order": "eval-generate-train", "lora": "none", "pin": True, "probe": {"tp": 2, "mpu": True}},
+    # The same mpu over what it promises DeepSpeed: each rank trains its Megatron slice of the layers' Linears
+    # (repro.rank.tp_slices); the native references are the whole model's.
+    "tp2-mpu-slices": {"order": "eval-generate-train", "lora": "none", "pin": True,
+                       "probe": {"tp": 2, "mpu": True, "tp_slices": True}},
     # DeepSpeed-Chat's step 3 as its scripts run it: pinned, LoRA dim 64 (scaling 1) on every Linear of the
     # layers, its ZeRO-3 settings (persistence threshold 1e4, max live parameters 3e7) and generate with
     # synced_gpus; prompt and answer lengths are equal there (256 + 256) and here (8 + 8).
@@ -120,6 +124,11 @@ SCENARIOS: dict[str, dict] = {
                 "probe": {"threshold": 10_000, "max_live": 30_000_000, "lora_dim": 64, "lora_alpha": 64.0,
                           "synced_gpus": True}},
 }  # fmt: skip
+
+
+# The quick plan's architecture for a scenario, where not GPT-NeoX: the mpu's slices reach separate Q, K, V
+# (0025) and a gated MLP in Llama.
+QUICK_ARCH = {"tp2-mpu-slices": "llama"}
 
 
 def cell_axes(
@@ -163,7 +172,11 @@ def plan(quick: bool = False) -> list[dict]:
                 if c != "sequential-residual" and c not in COVERAGE_ONLY
             ),
             cell_axes("gpt-neox", "sequential-residual", "released", 2, 1, "reference"),  # #3453, on ZeRO-2 and 1 rank
-            *(cell_axes("gpt-neox", "default", series, 3, 2, s) for s in SCENARIOS if s != "reference"),
+            *(
+                cell_axes(QUICK_ARCH.get(s, "gpt-neox"), "default", series, 3, 2, s)
+                for s in SCENARIOS
+                if s != "reference"
+            ),
             *(cell_axes(a, "default", series, 3, 2, "reference", _other(a)) for a in ARCHS),
             cell_axes("gpt-neox", "default", series, 3, 2, "ds-chat", dtype="bf16"),
         ]

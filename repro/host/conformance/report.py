@@ -30,6 +30,8 @@ from .diagnosis import (
     BUG_POST_LN_QKV_BIAS,
     BUG_QKV_BIAS,
     BUG_ROPE,
+    BUG_TP_OUTPUT,
+    BUG_TP_RELEASED,
     BUG_TP_UNSLICED,
     BUG_UNSERVABLE,
     BUG_WEIGHTLESS_LAYER_NORM,
@@ -133,6 +135,8 @@ PATCH_OF = {
     BUG_WEIGHTLESS_LAYER_NORM: "0022",
     REFUSED_OPT_LAYER_NORM: "0023",
     BUG_CACHE_RETURN: "0024",
+    BUG_TP_RELEASED: "0025",
+    BUG_TP_OUTPUT: "0026",
 }
 REFERENCE_OF = {
     family.BUG_8391: "upstream #8391 (PR #8392); `results/reference/cpu-pythia-410m/`",

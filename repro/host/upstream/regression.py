@@ -50,6 +50,8 @@ TESTS_BY_PATCH = {
     "0022": ("unit/hybrid_engine/test_hybrid_engine_layer_norm_without_weights.py",),
     "0023": ("unit/module_inject/test_opt_layer_norm_affine.py",),
     "0024": ("unit/module_inject/test_injected_layer_cache.py",),
+    "0025": ("unit/hybrid_engine/test_hybrid_engine_tensor_parallel_copies.py",),
+    "0026": ("unit/hybrid_engine/test_hybrid_engine_tensor_parallel_generate.py",),
 }
 # Earlier patches of the series a patch's tests need beside it: 0004 reads the QKV layout record 0002 adds,
 # and its ZeRO-3 cases show only once 0001 makes transforms persist; 0005/0006/0014/0015 build a GPT-NeoX

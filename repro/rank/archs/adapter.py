@@ -26,6 +26,9 @@ class Adapter:
     `fused_qkv`: the layer's head-interleaved fused QKV weight, whose layout the Hybrid Engine converts in
     place (GPT-NeoX's `attention.query_key_value.weight`); None where Q, K and V are separate Linears. Only
     a fused QKV has layout evidence (repro.rank.qkv_states).
+    `row_parallel`: the Linears of a layer whose input features Megatron-style tensor parallelism splits
+    (the attention output, the MLP's last projection); every other Linear of `lora_targets["all"]` is split
+    on its output features (repro.rank.tp_slices).
     `twins(model)`: native copies of `model` with one setting the Hybrid Engine may ignore put back to what
     DeepSpeed computes, by name; the Hybrid Engine matching one of them is positive evidence of that bug.
     """
@@ -36,8 +39,12 @@ class Adapter:
     tiny: dict
     layers: str
     lora_targets: dict[str, tuple[str, ...]]
+    row_parallel: tuple[str, ...]
     fused_qkv: str | None = None
     twins: Twins = field(default=no_twins)
+
+    def column_parallel(self) -> tuple[str, ...]:
+        return tuple(p for p in self.lora_targets["all"] if p not in self.row_parallel)
 
     def config(self, overrides: dict | None = None):
         import transformers

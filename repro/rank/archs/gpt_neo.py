@@ -14,6 +14,7 @@ ADAPTER = Adapter(
     tiny=dict(vocab_size=1024, hidden_size=256, num_layers=2, num_heads=4, intermediate_size=1024,
               max_position_embeddings=256, attention_types=[[["global", "local"], 1]], window_size=256),
     layers=LAYERS,
+    row_parallel=("attn.attention.out_proj", "mlp.c_proj"),
     lora_targets={
         "none": (),
         "all": ("attn.attention.q_proj", "attn.attention.k_proj", "attn.attention.v_proj", "attn.attention.out_proj",

@@ -73,6 +73,7 @@ ADAPTER = Adapter(
     model_class="GPTNeoXForCausalLM",
     tiny=TINY,  # the reproduction's tiny Pythia (repro.model_registry)
     layers=LAYERS,
+    row_parallel=("attention.dense", "mlp.dense_4h_to_h"),
     # "qkv" and "others": the family table's LoRA sweeps; "all": DeepSpeed-Chat's.
     lora_targets={"none": (), "qkv": QKV, "others": OTHERS, "all": QKV + OTHERS},
     fused_qkv="attention.query_key_value.weight",

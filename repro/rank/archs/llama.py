@@ -38,6 +38,7 @@ ADAPTER = Adapter(
     tiny=dict(vocab_size=1024, hidden_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
               intermediate_size=512, max_position_embeddings=256),
     layers=LAYERS,
+    row_parallel=("self_attn.o_proj", "mlp.down_proj"),
     lora_targets={
         "none": (),
         "all": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",

@@ -53,6 +53,7 @@ ADAPTER = Adapter(
     tiny=dict(vocab_size=1024, hidden_size=256, num_hidden_layers=2, num_attention_heads=4, ffn_dim=1024,
               max_position_embeddings=256, word_embed_proj_dim=256, dropout=0.0, attention_dropout=0.0),
     layers=LAYERS,
+    row_parallel=("self_attn.out_proj", "fc2"),
     lora_targets={  # DS_OPTContainer.set_lora_params: fc1, fc2, q/k/v_proj, out_proj
         "none": (),
         "all": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.out_proj", "fc1", "fc2"),

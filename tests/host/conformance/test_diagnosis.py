@@ -324,3 +324,13 @@ def test_bf16_is_judged_against_its_own_measured_noise_and_fp32_is_not():
     rounded = {**noise, "restore_after_first_generate": {"base": {"max_abs": 9.77e-4}}}
     assert dx.diagnose(rounded) == ["correct"]
     assert dx.diagnose({**rounded, "dtype": "fp32"})[0].startswith("training weights not restored")
+
+
+def test_a_tuple_from_generate_is_0026_only_under_tensor_parallel_generation():
+    crash = {"type": "TypeError", "at": "",
+             "message": "generate(return_dict_in_generate=True) returned tuple, not a ModelOutput"}  # fmt: skip
+    tp = {"tensor_parallel": {"mp_size": 2, "heads_per_rank": 2}}
+    assert dx.diagnose({"crash": crash, **tp}) == [dx.BUG_TP_OUTPUT]
+    assert dx.diagnose({"crash": crash})[0].startswith("crash in the Hybrid Engine: TypeError")
+    other = {**crash, "message": "generate(return_dict_in_generate=True) returned Tensor, not a ModelOutput"}
+    assert dx.diagnose({"crash": other, **tp})[0].startswith("crash in the Hybrid Engine: TypeError")

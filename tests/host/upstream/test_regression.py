@@ -86,6 +86,11 @@ EXPECTED_FAILURES = {
     "0022": {"test_layer_norm_without_weights_keeps_its_own_forward": "TypeError"},
     "0023": {"test_a_model_without_layer_norm_weights_is_refused_by_name": regression.DID_NOT_RAISE},
     "0024": {"test_a_cache_passed_in_is_handed_back": A},
+    "0025": {
+        "TestHybridEngineTensorParallelCopies::test_split_qkv_keeps_its_copies": A,
+        "TestHybridEngineTensorParallelCopies::test_gated_mlp_keeps_its_copies": A,
+    },
+    "0026": {"TestHybridEngineTensorParallelGenerate::test_generate_returns_this_rank_s_rows_of_a_model_output": A},
 }
 
 
@@ -126,7 +131,7 @@ def test_every_test_passes_with_the_whole_series():
     tests = tuple(t for patch_tests in regression.TESTS_BY_PATCH.values() for t in patch_tests)
     result = regression.run_upstream_test(root, timeout_s=900, tests=tests)
     assert result["outcome"] == "pass", result.get("error", "") + result["output_tail"]
-    assert len(result["tests"]) == 74 and set(result["tests"].values()) == {"passed"}
+    assert len(result["tests"]) == 77 and set(result["tests"].values()) == {"passed"}
 
 
 def test_pytest_runs_with_one_openmp_thread_so_forked_ranks_do_not_hang(monkeypatch):

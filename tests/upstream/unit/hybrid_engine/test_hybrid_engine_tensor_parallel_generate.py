@@ -1,0 +1,116 @@
+# Copyright (c) Microsoft Corporation.
+# SPDX-License-Identifier: Apache-2.0
+
+# DeepSpeed Team
+
+import pytest
+import torch
+
+import deepspeed
+from deepspeed.module_inject.containers import gptneo
+from unit.common import DistributedTest
+
+transformers = pytest.importorskip("transformers")
+GenerateDecoderOnlyOutput = transformers.generation.utils.GenerateDecoderOnlyOutput
+
+
+class MPU:
+    """Every rank in one tensor-parallel group, each rank its own data-parallel group."""
+
+    def __init__(self):
+        self.rank = deepspeed.comm.get_rank()
+        self.world_size = deepspeed.comm.get_world_size()
+        self.tp_group = deepspeed.comm.new_group(list(range(self.world_size)))
+        for rank in range(self.world_size):
+            group = deepspeed.comm.new_group([rank])
+            if rank == self.rank:
+                self.dp_group = group
+
+    def get_model_parallel_rank(self):
+        return self.rank
+
+    def get_model_parallel_world_size(self):
+        return self.world_size
+
+    def get_model_parallel_group(self):
+        return self.tp_group
+
+    def get_data_parallel_rank(self):
+        return 0
+
+    def get_data_parallel_world_size(self):
+        return 1
+
+    def get_data_parallel_group(self):
+        return self.dp_group
+
+
+class InferenceLayerStub(torch.nn.Module):
+    """Stands in for DeepSpeedGPTInference: takes the weights the Hybrid Engine hands it, loads no kernel."""
+
+    def __init__(self, config, mp_group=None):
+        super().__init__()
+        self.config = config
+        self.attention = torch.nn.Module()
+        self.attention.attn_qkvw = None
+        self.attention.attn_qkvb = None
+        self.mlp = torch.nn.Module()
+
+
+def gpt_neo():
+    config = transformers.GPTNeoConfig(vocab_size=64,
+                                       hidden_size=32,
+                                       num_layers=1,
+                                       num_heads=4,
+                                       max_position_embeddings=64,
+                                       attention_types=[[["global"], 1]])
+    return transformers.GPTNeoForCausalLM(config)
+
+
+def initialize(model, mpu):
+    ds_config = {
+        "train_micro_batch_size_per_gpu": 1,
+        "zero_optimization": {
+            "stage": 3
+        },
+        "optimizer": {
+            "type": "Adam",
+            "params": {
+                "lr": 1e-3,
+                "torch_adam": True
+            }
+        },
+        "hybrid_engine": {
+            "enabled": True,
+            "inference_tp_size": 2,
+            "pin_parameters": True
+        },
+    }
+    return deepspeed.initialize(model=model, config=ds_config, model_parameters=model.parameters(), mpu=mpu)
+
+
+class TestHybridEngineTensorParallelGenerate(DistributedTest):
+    world_size = 2
+
+    # Pinned ZeRO-3 tensor-parallel generation runs the model's generate() on every rank's prompts at once and
+    # hands each rank its own rows back. With return_dict_in_generate=True (to read the scores, say), those are
+    # the rows of each batched tensor of the output, which must stay a ModelOutput.
+    def test_generate_returns_this_rank_s_rows_of_a_model_output(self):
+        with pytest.MonkeyPatch.context() as monkeypatch:  # in the rank: the ranks may be spawned, not forked
+            monkeypatch.setattr(gptneo, "DeepSpeedGPTInference", InferenceLayerStub)
+            engine, *_ = initialize(gpt_neo(), MPU())
+
+        def model_generate(input_ids, **kwargs):  # one new token per prompt: the last one + 10
+            new_token = input_ids[:, -1:] + 10
+            sequences = torch.cat([input_ids, new_token], dim=1)
+            return GenerateDecoderOnlyOutput(sequences=sequences, scores=(new_token.float(), ))
+
+        engine._generate = model_generate
+        rank = deepspeed.comm.get_rank()
+        prompt = torch.full((1, 3), rank, dtype=torch.long, device=engine.device)
+
+        output = engine.generate(prompt, return_dict_in_generate=True)
+
+        assert isinstance(output, transformers.utils.ModelOutput)
+        assert output.sequences.tolist() == [[rank, rank, rank, rank + 10]]
+        assert output.scores[0].tolist() == [[rank + 10.0]]
