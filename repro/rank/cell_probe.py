@@ -132,6 +132,7 @@ def run(spec: dict) -> dict:
         base_tokens, _ = greedy(base, ids, n)
         unmerged_tokens, unmerged_logits = greedy(model, ids, n)
     sliced = _tp_slices(spec, arch, model, world)  # after the native references, which need the whole model
+    held = heads // world if sliced else heads  # the heads of the QKV weights this rank trains
     originals = {name: p.detach().clone() for name, p in model.named_parameters()}
     deltas = {f"{name}.weight": m.delta().detach().clone() for name, m in lora.lora_modules(model).items()}
     laps("build_and_native")
@@ -214,7 +215,9 @@ def run(spec: dict) -> dict:
         for i, call in enumerate(calls):
             if call == "generate":
                 layers_saw = (
-                    qkv_states.ParamProbe(containers, names, originals, deltas, heads) if arch.fused_qkv else None
+                    qkv_states.ParamProbe(containers, names, originals, deltas, held, model_heads=heads)
+                    if arch.fused_qkv
+                    else None
                 )
                 injected, prompts = he_faults.LayerCalls(containers), he_faults.PromptFlags(containers)
                 try:
@@ -234,7 +237,7 @@ def run(spec: dict) -> dict:
                 continue
             getattr(engine, call)()
             if call == "eval" and calls[i + 1] == "generate" and arch.fused_qkv:
-                worst_qkv, layouts = qkv_states.qkv_after_eval(containers, originals, names, heads)
+                worst_qkv, layouts = qkv_states.qkv_after_eval(containers, originals, names, held, heads)
                 result["qkv_after_eval_vs_inference_layout_max_abs"] = worst_qkv
                 result["qkv_layouts_after_eval"] = layouts
         result["qkv_bias_on_bias_free_model"] = bias_probe.remove()
@@ -242,7 +245,7 @@ def run(spec: dict) -> dict:
             result["engine_generate_without_containers"] = _engine_generate(engine, ids, ref_tokens)
             result["layer_policy"] = _layer_policy(arch.layer_list(engine.module)[0])
         result["restore_after_first_generate"] = qkv_states.gathered_vs_originals(
-            engine, originals, heads, arch.fused_qkv
+            engine, originals, held, arch.fused_qkv
         )
         laps("he_order_generate_train")
         result.update(
@@ -257,7 +260,7 @@ def run(spec: dict) -> dict:
             engine.train()
         result["cycle_tokens"] = cycle_tokens
         result["cycle_tokens_equal_native"] = [t == ref_tokens for t in cycle_tokens]
-        result["restore_after_cycles"] = qkv_states.gathered_vs_originals(engine, originals, heads, arch.fused_qkv)
+        result["restore_after_cycles"] = qkv_states.gathered_vs_originals(engine, originals, held, arch.fused_qkv)
         laps("cycles")
     except Exception as exc:  # the Hybrid Engine's own failure: the cell's finding
         result["crash"] = {**he_faults.crash(exc), "during": phase}

@@ -10,6 +10,8 @@ import torch
 from .. import tolerance
 from . import layout, measure
 
+# A rank's slice of the heads (an mpu) put in the inference layout as if it held all of the model's (0027).
+BY_MODEL_HEADS = "inference_by_model_heads"
 STATE_TOL = 1e-5  # a weight "is" a candidate state only within this max abs (fp32; bf16: state_tol)
 
 
@@ -23,7 +25,14 @@ class ParamProbe:
     correct fused weight, the delta added in the training layout, no LoRA, and the #8391 states."""
 
     def __init__(
-        self, containers, names: dict[int, str], originals: dict, deltas: dict, heads: int, max_calls: int = 3
+        self,
+        containers,
+        names: dict[int, str],
+        originals: dict,
+        deltas: dict,
+        heads: int,
+        max_calls: int = 3,
+        model_heads: int | None = None,
     ):
         self.records: list[dict] = []
         self.handles = []
@@ -39,7 +48,11 @@ class ParamProbe:
             def hook(module, args, layer_id=layer_id, pairs=pairs, calls=calls):  # a forward pre-hook
                 if calls[0] < max_calls:
                     for name, p, is_qkv in pairs:
-                        self.records.append(_compare(layer_id, calls[0], name, p, is_qkv, originals, deltas, heads))
+                        if is_qkv and getattr(module, "attn_qkvw", None) is not None:
+                            p = module.attn_qkvw  # what the attention reads: its copy under tensor parallelism
+                        self.records.append(
+                            _compare(layer_id, calls[0], name, p, is_qkv, originals, deltas, heads, model_heads)
+                        )
                 calls[0] += 1
 
             self.handles.append(c.module.attention.register_forward_pre_hook(hook))
@@ -49,8 +62,9 @@ class ParamProbe:
             h.remove()
 
 
-def _compare(layer_id, call, name, p, is_qkv, originals, deltas, heads) -> dict:
-    """One weight as a layer saw it, named by the candidate state it equals (within STATE_TOL)."""
+def _compare(layer_id, call, name, p, is_qkv, originals, deltas, heads, model_heads=None) -> dict:
+    """One weight as a layer saw it, named by the candidate state it equals (within STATE_TOL). `heads`: those
+    the weight holds; `model_heads`: the model's, where a rank holds its slice of them (0027's candidate)."""
     w = originals[name]
     d = deltas.get(name, torch.zeros_like(w))
     rec: dict = {"layer": layer_id, "call": call, "param": name}
@@ -69,6 +83,8 @@ def _compare(layer_id, call, name, p, is_qkv, originals, deltas, heads) -> dict:
         cands["training_layout_no_lora"] = w  # #8391 and LoRA lost
         cands["permuted_twice_with_lora"] = to_inf(to_inf(w + d))  # eval() twice without 0004
         cands["permuted_twice_no_lora"] = to_inf(to_inf(w))
+        if model_heads not in (None, heads):  # a rank's slice split by the model's head count (0027)
+            cands[BY_MODEL_HEADS] = layout.to_inference(w + d, model_heads)
     for k, v in cands.items():
         rec[k] = (seen - v.float()).abs().max().item()
     best = min(cands, key=lambda k: rec[k])
@@ -76,9 +92,10 @@ def _compare(layer_id, call, name, p, is_qkv, originals, deltas, heads) -> dict:
     return rec
 
 
-def qkv_state(held: torch.Tensor, w: torch.Tensor, heads: int) -> str:
+def qkv_state(held: torch.Tensor, w: torch.Tensor, heads: int, model_heads: int | None = None) -> str:
     """Which layout of the original QKV weight `w` a tensor holds: the training layout, the inference layout,
-    or one of the two a non-idempotent transform leaves (eval() twice; train() before the first eval())."""
+    or one of the two a non-idempotent transform leaves (eval() twice; train() before the first eval()); with
+    `model_heads` (a rank's slice of them), the inference layout computed with the model's head count."""
     tol, held = state_tol(held), held.detach().float().reshape(w.shape)
     cands = {
         "training": w,
@@ -86,6 +103,8 @@ def qkv_state(held: torch.Tensor, w: torch.Tensor, heads: int) -> str:
         "inference_twice": layout.to_inference(layout.to_inference(w, heads), heads),
         "training_inverse": layout.to_training(w, heads),
     }
+    if model_heads not in (None, heads):
+        cands[BY_MODEL_HEADS] = layout.to_inference(w, model_heads)
     diffs = {k: (held - v.float()).abs().max().item() for k, v in cands.items()}
     best = min(diffs, key=lambda k: diffs[k])
     return best if diffs[best] <= tol else f"none (nearest {best} {diffs[best]:.3g})"
@@ -114,7 +133,9 @@ def gathered_vs_originals(engine, originals: dict, heads: int, fused_qkv: str | 
     return out
 
 
-def qkv_after_eval(containers, originals: dict, names: dict[int, str], heads: int) -> tuple[float, list[str]]:
+def qkv_after_eval(
+    containers, originals: dict, names: dict[int, str], heads: int, model_heads: int | None = None
+) -> tuple[float, list[str]]:
     """Max abs of the QKV the inference containers hold after eval() vs the inference layout of W, and the
     layouts they hold (`qkv_state`): the training layout is #8391's signature."""
     from deepspeed.runtime.zero import GatheredParameters
@@ -123,7 +144,7 @@ def qkv_after_eval(containers, originals: dict, names: dict[int, str], heads: in
     for c in containers:
         w = originals[names[id(c.qkvw)]]
         with GatheredParameters([c.qkvw]):
-            states.add(qkv_state(c.qkvw, w, heads))
+            states.add(qkv_state(c.qkvw, w, heads, model_heads))
             worst = measure.worst(
                 [worst, (c.qkvw.detach().reshape(w.shape) - layout.to_inference(w, heads)).abs().max().item()]
             )

@@ -49,3 +49,12 @@ def test_gathered_vs_originals_names_changes_and_the_fused_qkv_layout(w):
     assert moved["qkv_layouts"] == ["inference"] and not moved["base"]["bitwise_equal"]
     assert set(moved["base"]["changed"]) == {"attention.query_key_value.weight", "attention.dense.bias"}
     assert qkv_states.gathered_vs_originals(engine, originals, HEADS, None)["qkv_layouts"] == []  # no fused QKV
+
+
+def test_a_ranks_slice_split_by_the_models_head_count_is_named_only_given_that_count(w):
+    """`w`: a rank's slice holding HEADS // 2 of the model's HEADS heads (an mpu over 2 ranks)."""
+    held = HEADS // 2
+    by_model = layout.to_inference(w, HEADS)
+    assert qkv_states.qkv_state(by_model, w, held, model_heads=HEADS) == qkv_states.BY_MODEL_HEADS
+    assert qkv_states.qkv_state(layout.to_inference(w, held), w, held, model_heads=HEADS) == "inference"
+    assert qkv_states.qkv_state(by_model, w, held).startswith("none")  # without the model's count: unnamed

@@ -74,6 +74,10 @@ BUG_TP_UNSLICED = "tensor-parallel generation hands the injected layers unsliced
 BUG_TP_RELEASED = "tensor-parallel generation with an mpu hands the injected layers released ZeRO-3 partitions (0025)"
 # Positive evidence: generate(return_dict_in_generate=True) under tensor-parallel generation handed the caller a
 # tuple (repro.rank.engine.greedy names it): DeepSpeed sliced this rank's rows out of the ModelOutput itself.
+# Positive evidence: with an mpu, the QKV a GPT-NeoX rank holds after eval() (or its layers saw) is its slice
+# of the heads put in the inference layout as if it held all of the model's (repro.rank.qkv_states).
+BUG_NEOX_TP_HEADS = "GPT-NeoX's QKV layout transform splits a rank's slice by the model's head count (0027)"
+BY_MODEL_HEADS = "inference_by_model_heads"  # repro.rank.qkv_states.BY_MODEL_HEADS
 BUG_TP_OUTPUT = "tensor-parallel generation hands back a tuple where the caller asked for a ModelOutput (0026)"
 OUTSIDE_CONTRACT = "outside the Hybrid Engine's contract: an mpu over whole Hugging Face weights"
 REFUSED = "refused by name: outside what the injected layer computes (0010)"
@@ -134,6 +138,9 @@ def diagnose(cell: dict) -> list[str]:
         elif engine_generate.get("first_token_equal_native") is False:
             found.append(ENGINE_GENERATE_DIFFERS)
         return found
+    seen = {r["state"] for r in cell.get("weights_seen_by_inference_layers", [])}
+    if BY_MODEL_HEADS in seen | set(cell.get("qkv_layouts_after_eval", [])):  # measured: the rank's slice, split
+        return [BUG_NEOX_TP_HEADS]  # into Q, K and V by the model's head count
     if "weights_seen_by_inference_layers" in cell:  # a fused QKV: what the layers saw names layout bugs
         found = [d for d in family.diagnose(cell) if d not in (CORRECT, family.UNEXPLAINED)]
         if found:

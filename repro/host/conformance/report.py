@@ -23,6 +23,7 @@ from .diagnosis import (
     BUG_NEOX_LAYER_CLASS,
     BUG_NEOX_NO_ATTENTION_BIAS,
     BUG_NEOX_ROPE_SCALING,
+    BUG_NEOX_TP_HEADS,
     BUG_NORM_EPS,
     BUG_OPT_ACTIVATION,
     BUG_OPT_NO_BIAS,
@@ -137,6 +138,7 @@ PATCH_OF = {
     BUG_CACHE_RETURN: "0024",
     BUG_TP_RELEASED: "0025",
     BUG_TP_OUTPUT: "0026",
+    BUG_NEOX_TP_HEADS: "0027",
 }
 REFERENCE_OF = {
     family.BUG_8391: "upstream #8391 (PR #8392); `results/reference/cpu-pythia-410m/`",

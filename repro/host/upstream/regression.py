@@ -52,12 +52,14 @@ TESTS_BY_PATCH = {
     "0024": ("unit/module_inject/test_injected_layer_cache.py",),
     "0025": ("unit/hybrid_engine/test_hybrid_engine_tensor_parallel_copies.py",),
     "0026": ("unit/hybrid_engine/test_hybrid_engine_tensor_parallel_generate.py",),
+    "0027": ("unit/hybrid_engine/test_hybrid_megatron_tensor_parallel.py",),
 }
 # Earlier patches of the series a patch's tests need beside it: 0004 reads the QKV layout record 0002 adds,
 # and its ZeRO-3 cases show only once 0001 makes transforms persist; 0005/0006/0014/0015 build a GPT-NeoX
 # container, which needs 0000 on current Transformers (0014/0015 edit gptneox.py beside 0006's lines); 0010's and
 # 0024's hunks sit next to 0008's lines, 0017's next to 0016's and 0023's next to 0017's; 0020 relies on 0007's
-# merge, which leaves no bias for a model without one.
+# merge, which leaves no bias for a model without one; 0027 edits the HybridMegatron transforms 0001 and 0004
+# rewrote, and gives the test containers of 0001's, 0002's and 0004's tests the mp_size every container has.
 PREREQUISITES = {
     "0004": ("0001", "0002"),
     "0005": ("0000",),
@@ -69,6 +71,7 @@ PREREQUISITES = {
     "0020": ("0007",),
     "0023": ("0016", "0017"),
     "0024": ("0008",),
+    "0027": ("0001", "0002", "0004"),
 }
 # A test's `pytest.raises` that saw nothing raised: the test's own check failed.
 DID_NOT_RAISE = "DID NOT RAISE"

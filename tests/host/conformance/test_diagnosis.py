@@ -334,3 +334,16 @@ def test_a_tuple_from_generate_is_0026_only_under_tensor_parallel_generation():
     assert dx.diagnose({"crash": crash})[0].startswith("crash in the Hybrid Engine: TypeError")
     other = {**crash, "message": "generate(return_dict_in_generate=True) returned Tensor, not a ModelOutput"}
     assert dx.diagnose({"crash": other, **tp})[0].startswith("crash in the Hybrid Engine: TypeError")
+
+
+def test_a_slice_split_by_the_models_heads_is_0027_from_the_layout_evidence_alone():
+    tp = {
+        "tensor_parallel": {"mp_size": 2, "heads_per_rank": 2},
+        "hidden_size": 256,
+        "qkv_weight_shapes": [[384, 256]],
+    }
+    after_eval = arch_cell(**tp, qkv_layouts_after_eval=["inference_by_model_heads"])
+    assert dx.diagnose(after_eval) == [dx.BUG_NEOX_TP_HEADS]
+    seen = arch_cell(**tp, weights_seen_by_inference_layers=[{"state": "inference_by_model_heads", "call": 0}])
+    assert dx.diagnose(seen) == [dx.BUG_NEOX_TP_HEADS]
+    assert dx.diagnose(arch_cell(**tp, qkv_layouts_after_eval=["inference"])) != [dx.BUG_NEOX_TP_HEADS]

@@ -91,6 +91,7 @@ EXPECTED_FAILURES = {
         "TestHybridEngineTensorParallelCopies::test_gated_mlp_keeps_its_copies": A,
     },
     "0026": {"TestHybridEngineTensorParallelGenerate::test_generate_returns_this_rank_s_rows_of_a_model_output": A},
+    "0027": {f"test_transforms_split_this_ranks_heads[{mp_size}]": A for mp_size in (2, 4)},
 }
 
 
@@ -131,7 +132,7 @@ def test_every_test_passes_with_the_whole_series():
     tests = tuple(t for patch_tests in regression.TESTS_BY_PATCH.values() for t in patch_tests)
     result = regression.run_upstream_test(root, timeout_s=900, tests=tests)
     assert result["outcome"] == "pass", result.get("error", "") + result["output_tail"]
-    assert len(result["tests"]) == 77 and set(result["tests"].values()) == {"passed"}
+    assert len(result["tests"]) == 80 and set(result["tests"].values()) == {"passed"}
 
 
 def test_pytest_runs_with_one_openmp_thread_so_forked_ranks_do_not_hang(monkeypatch):

@@ -1,0 +1,53 @@
+# Copyright (c) Microsoft Corporation.
+# SPDX-License-Identifier: Apache-2.0
+
+# DeepSpeed Team
+
+import pytest
+import torch
+
+from deepspeed.module_inject.containers.features.hybrid_megatron import HybridMegatronContainer
+
+NUM_HEADS = 4
+HEAD_SIZE = 8
+HIDDEN = NUM_HEADS * HEAD_SIZE
+
+
+class GPTNeoXLikeContainer(HybridMegatronContainer):
+    """A GPT-NeoX container of a model with NUM_HEADS heads, holding one rank's QKV under tensor parallelism."""
+
+    def __init__(self, qkvw, qkvb, mp_size):
+        self.qkvw = qkvw
+        self.qkvb = qkvb
+        self.num_attention_heads = NUM_HEADS
+        self.mp_size = mp_size
+
+    def set_lora_params(self):
+        pass
+
+    def get_lora_matched_pair(self):
+        return []
+
+
+def inference_layout(x, heads):
+    """Head-interleaved [q_h, k_h, v_h] rows to contiguous all-Q, all-K, all-V rows."""
+    return x.reshape(heads, 3, HEAD_SIZE, *x.shape[1:]).transpose(0, 1).reshape(x.shape)
+
+
+# With an mpu, each rank trains its slice of the heads: its QKV weight holds NUM_HEADS / mp_size heads, each
+# head's q, k and v rows next to each other. The inference layout is all of its Q rows, then K, then V.
+@pytest.mark.parametrize("mp_size", [1, 2, 4])
+def test_transforms_split_this_ranks_heads(mp_size):
+    torch.manual_seed(0)
+    heads = NUM_HEADS // mp_size
+    weight = torch.randn(3 * HEAD_SIZE * heads, HIDDEN)
+    bias = torch.randn(3 * HEAD_SIZE * heads)
+    container = GPTNeoXLikeContainer(weight.clone(), bias.clone(), mp_size)
+
+    container.transform_for_inference()
+    assert torch.equal(container.qkvw, inference_layout(weight, heads))
+    assert torch.equal(container.qkvb, inference_layout(bias, heads))
+
+    container.transform_for_training()
+    assert torch.equal(container.qkvw, weight)
+    assert torch.equal(container.qkvb, bias)
