@@ -1,11 +1,15 @@
-"""GPT-NeoX kernel injection / Hybrid Engine ignores hidden_act (a ReLU model is computed with GELU) and crashes
-on attention_bias=False (AttributeError: 'NoneType' object has no attribute 'shape').
+"""GPT-NeoX kernel injection / Hybrid Engine ignores hidden_act (a ReLU model is computed with GELU), crashes
+on attention_bias=False (AttributeError: 'NoneType' object has no attribute 'shape'), and on Transformers 4.45
+to 4.51 injects no layer at all (the policy imports GPTNeoXLayer from the top-level transformers package, which
+does not export it there).
 
-A tiny GPT-NeoX with `--setting` (default hidden_act=relu), random weights: greedy generate through the Hybrid
-Engine against Hugging Face on the same weights. Exit status 1: the bug (the logits differ, or a crash inside
-the Hybrid Engine), 0: the logits agree or DeepSpeed refuses the configuration by name.
+A tiny GPT-NeoX with `--setting` (default hidden_act=relu; `default`: Transformers' defaults), random weights:
+the Hybrid Engine must build one inference container per layer, and greedy generate through it is compared with
+Hugging Face on the same weights. Exit status 1: the bug (no container, so generate ran the Hugging Face layers;
+the logits differ; or a crash inside the Hybrid Engine), 0: the logits agree or DeepSpeed refuses the
+configuration by name.
 
-GPU: deepspeed --num_gpus 1 gptneox_config.py [--setting attention_bias]
+GPU: deepspeed --num_gpus 1 gptneox_config.py [--setting attention_bias|default]
 CPU: DS_ACCELERATOR=cpu torchrun --nproc-per-node 1 gptneox_config.py (DeepSpeed's CPU build has no
      transformer_inference kernels; see the issue text for what stands in for them)
 """
@@ -23,6 +27,7 @@ TOLERANCE = 1e-3  # fp32: max abs logit difference
 SETTINGS = {
     "relu": {"hidden_act": "relu"},
     "attention_bias": {"attention_bias": False},
+    "default": {},
 }
 
 
@@ -45,6 +50,13 @@ def main():
     parser.add_argument("--setting", choices=SETTINGS, default="relu")
     setting = parser.parse_args().setting
     deepspeed.init_distributed()
+    try:
+        from transformers import GPTNeoXLayer  # noqa: F401  (what DeepSpeed's GPTNEOXLayerPolicy imports)
+
+        exported = "exports"
+    except ImportError:
+        exported = "does not export"
+    print(f"transformers {transformers.__version__} {exported} GPTNeoXLayer from its top-level package")
     device = torch.device(get_accelerator().device_name(int(os.environ.get("LOCAL_RANK", "0"))))
     torch.manual_seed(0)
     config = transformers.GPTNeoXConfig(
@@ -76,6 +88,11 @@ def main():
     except ValueError as exc:
         print(f"OK: DeepSpeed refuses the configuration: {exc}")
         return 0
+    containers = len(engine._inference_containers)
+    print(f"Hybrid Engine inference containers: {containers} (the model has {config.num_hidden_layers} layers)")
+    if containers == 0:
+        print("BUG: no GPT-NeoX layer was injected: generate runs the Hugging Face layers, without a word")
+        return 1
     try:
         engine.eval()
         with torch.no_grad():

@@ -21,6 +21,7 @@ from .diagnosis import (
     BUG_NEOX_ACTIVATION,
     BUG_NEOX_LAYER_CLASS,
     BUG_NEOX_NO_ATTENTION_BIAS,
+    BUG_NEOX_TP_HEADS,
     BUG_NORM_EPS,
     BUG_OPT_ACTIVATION,
     BUG_OPT_NO_BIAS,
@@ -28,6 +29,8 @@ from .diagnosis import (
     BUG_POST_LN_QKV_BIAS,
     BUG_QKV_BIAS,
     BUG_ROPE,
+    BUG_TP_OUTPUT,
+    BUG_TP_RELEASED,
     BUG_TP_UNSLICED,
     BUG_UNSERVABLE,
     BUG_WEIGHTLESS_LAYER_NORM,
@@ -316,8 +319,9 @@ ISSUES = {
         "show the same (not run by us). DeepSpeed-Chat asserts ZeRO-3 for tensor-parallel generation and passes "
         "no mpu (DeepSpeedExamples #628). " + TP_RELEASES + " With an mpu DeepSpeed takes the training weights for "
         "the mpu's slices: our `tp2-mpu` cells hand it whole Hugging Face weights, so they are outside its "
-        "contract and not counted here, except where a layer holds a released partition (separate Q, K, V on "
-        "pinned ZeRO-3), which is a bug with any weights and is not patched yet.",
+        "contract and not counted here; our `tp2-mpu-slices` cells hand each rank its Megatron slice, and what "
+        "they show has its own issues (`ISSUE-tensor-parallel-released.md`, `ISSUE-tensor-parallel-output.md`, "
+        "`ISSUE-gptneox-tensor-parallel-heads.md`).",
     },
     BUG_NEOX_ACTIVATION: {
         "file": "ISSUE-gptneox-activation.md",
@@ -582,6 +586,88 @@ ISSUES = {
         "Transformers > 4.43, GPT-J is not in our suite). Affected DeepSpeed releases: the injected layer has "
         "returned `(output, presents)` since kernel injection began, so every release that injects these models, "
         "run with those Transformers (read from DeepSpeed's git history; run here: 0.19.8).",
+    },
+    BUG_TP_RELEASED: {
+        "file": "ISSUE-tensor-parallel-released.md",
+        "scope": "hybrid-engine",
+        "shown": lambda c: c["scenario"] == "tp2-mpu-slices" and c["arch"] != "gpt-neox",
+        "evidence": (("layers built for / Q, K, V weights handed (each rank's slice: hidden / 2 rows)", _tp_shapes),
+                     ("crash", _crash)),
+        "measured": "the injected attention was handed Q, K and V of 0 elements, ZeRO-3 partitions released "
+        "after the gather, and generate fails",
+        "title": "Hybrid Engine tensor-parallel generation with an mpu on pinned ZeRO-3: models with separate "
+        "Q, K, V (GPT-Neo, Llama, OPT) read released ZeRO-3 partitions and fail",
+        "cause": "With pinned ZeRO-3, `inference_tp_size` > 1 and an mpu, `generate()` "
+        "(`deepspeed/runtime/hybrid_engine.py`) gathers every layer's training parameters, calls "
+        "`apply_tensor_parallelism()` on each container, and releases the parameters when the gather ends. "
+        "For containers with separate Q, K and V, `HybridSplitQKVContainer.attention_qkv_mp()` "
+        "(`deepspeed/module_inject/containers/features/split_qkv.py`) copies them into a loop variable that is "
+        "then dropped (`dst = mp_replace.copy(dst[:...], src, ...)`), after slicing rows off weights that are "
+        "this rank's slice already: the attention keeps the training parameters themselves, which ZeRO-3 has "
+        "released to 0 elements by the time the layers run. Llama's gated MLP "
+        "(`HybridGatedMLPContainer.mlp_inter_mp()`, `features/gated_mlp.py`) drops its copies the same way.",
+        "fix": "The attention and the MLP keep the copies: `attention_qkv_mp()` and `mlp_inter_mp()` assign "
+        "them to the attributes they came from, whole, as the fused-QKV and dense copies already do (patch "
+        "`0025`).",
+        "context": "Which weights the layers hold is decided in Python before any kernel runs, so we expect GPUs to "
+        "show the same (not run by us). ZeRO-2 takes no copies (its layers hold the training weights, which "
+        "stay): the same cells on ZeRO-2 are correct as released. Our cells honour the mpu's contract: each "
+        "rank trains its Megatron slice of the layers' Linears (Q, K, V and the MLP's first projection by output "
+        "rows, the attention output and the MLP's last projection by input columns), and the reference is Hugging "
+        "Face on the whole model. Past this bug, the same cells need `0026` (the generate output) to finish. "
+        "Affected releases, read from DeepSpeed's git history (not run): `split_qkv.py` and `gated_mlp.py` "
+        "arrive with the refactor #3425 (first in 0.9.3) with this assignment, unchanged to 0.19.8 (run here).",
+    },
+    BUG_TP_OUTPUT: {
+        "file": "ISSUE-tensor-parallel-output.md",
+        "scope": "hybrid-engine",
+        "shown": lambda c: c["scenario"] == "tp2-mpu-slices" and c["zero_stage"] == 3,
+        "evidence": (("crash", _crash),),
+        "measured": "`generate(return_dict_in_generate=True)` handed the caller a tuple, not a ModelOutput",
+        "title": "Hybrid Engine tensor-parallel generate() on pinned ZeRO-3 returns a tuple where "
+        "return_dict_in_generate=True asks for a ModelOutput",
+        "cause": "With pinned ZeRO-3 and `inference_tp_size` > 1, `generate()` "
+        "(`deepspeed/runtime/hybrid_engine.py`) runs the model's `generate()` on the prompts of every rank of the "
+        "tensor-parallel group at once and hands back `generate_ret_vals[input_shape[0] * rank:input_shape[0] * "
+        "(rank + 1)]`. With `return_dict_in_generate=True` (to read the scores or the logits, as an RLHF trainer "
+        "may) the result is a `ModelOutput`, and slicing a `ModelOutput` returns a tuple of its fields: the caller "
+        "gets a tuple and fails on `.sequences`.",
+        "fix": "Each rank gets its rows of every batched tensor of the output, which stays a `ModelOutput`; other "
+        "values (a Cache) are handed back as they are, and a plain sequences tensor is sliced as before (patch "
+        "`0026`).",
+        "context": "Decided in Python, so we expect GPUs to show the same (not run by us). DeepSpeed-Chat's PPO "
+        "trainer takes the sequences tensor (`seq = self.actor_model.module.generate(prompts, ...)`, no "
+        "`return_dict_in_generate`; read, DeepSpeedExamples) and is not affected. On the separate-Q, K, V "
+        "models this shows once `0025` lets generate run; the GPT-NeoX cells show it as released. Affected "
+        "releases, read from DeepSpeed's git history (not run): the slice has been there since the Hybrid "
+        "Engine's first release, 0.9.0, to 0.19.8 (run here).",
+    },
+    BUG_NEOX_TP_HEADS: {
+        "file": "ISSUE-gptneox-tensor-parallel-heads.md",
+        "scope": "hybrid-engine",
+        "gpt_neox": True,
+        "shown": lambda c: c["scenario"] == "tp2-mpu-slices" and c["arch"] == "gpt-neox",
+        "evidence": (("QKV layout after eval()", lambda c: ", ".join(c.get("qkv_layouts_after_eval") or []) or "-"),
+                     ("crash", _crash)),
+        "measured": "the QKV each rank holds after `eval()` is its slice of the heads put in the inference layout "
+        "as if it held all of the model's heads (`inference_by_model_heads`), and generate differs from the model",
+        "title": "GPT-NeoX under the Hybrid Engine with tensor parallelism (an mpu): the QKV layout transform "
+        "splits a rank's heads by the model's head count and generates different text",
+        "cause": "With an mpu and `inference_tp_size` > 1, each rank trains its slice of a GPT-NeoX model's heads: "
+        "its `query_key_value` weight holds `num_attention_heads / mp_size` heads, each head's q, k and v rows "
+        "next to each other. `HybridMegatronContainer.transform_for_inference()` and `transform_for_training()` "
+        "(`deepspeed/module_inject/containers/features/hybrid_megatron.py`, `_align_qkv()` and "
+        "`_partition_qkv()`) divide the weight by the model's `num_attention_heads` instead, so each \"head\" they "
+        "move is a fraction of one: the injected layers read rows of other heads as Q, K and V.",
+        "fix": "The transforms divide the weight by the heads the rank holds, `num_attention_heads // mp_size` "
+        "(patch `0027`).",
+        "context": "The layout is decided in Python before any kernel runs, so we expect GPUs to show the same "
+        "(not run by us). The same on ZeRO-2 and ZeRO-3; on pinned ZeRO-3 the released cell fails first on the "
+        "generate output (`0026`). Our cells honour the "
+        "mpu's contract: each rank trains its Megatron slice (for GPT-NeoX's fused QKV: its heads, each with its "
+        "q, k and v rows). Affected releases, read from DeepSpeed's git history (not run): "
+        "`HybridMegatronContainer` arrives with #3425 (first in 0.9.3) dividing by `num_attention_heads`, "
+        "unchanged to 0.19.8 (run here).",
     },
 }  # fmt: skip
 

@@ -104,8 +104,17 @@ SCRIPTS = (
         OPT_TRANSFORMERS,
     ),
     # Transformers 4.45 to 4.51 do not export GPTNeoXLayer from the top-level package; 4.48.3 is one of them.
-    IssueScript("ISSUE-gptneox-layer-class.md", "gptneox_layer_class.py", 1, "0021", (), OLDER),
+    IssueScript("ISSUE-gptneox-layer-class.md", "gptneox_config.py", 1, "0021", ("--setting", "default"), OLDER),
     IssueScript("ISSUE-cache-return.md", "gptneo_cache.py", 1, "0024", (), OLDER),
+    IssueScript("ISSUE-tensor-parallel-released.md", "tensor_parallel_mpu.py", 2, "0025", ("--arch", "gpt-neo")),
+    IssueScript("ISSUE-tensor-parallel-output.md", "tensor_parallel_mpu.py", 2, "0026", ("--arch", "gpt-neo")),
+    IssueScript(
+        "ISSUE-gptneox-tensor-parallel-heads.md",
+        "tensor_parallel_mpu.py",
+        2,
+        "0027",
+        ("--arch", "gpt-neox", "--zero", "2"),
+    ),
     IssueScript("PR-8392-COMMENT.md", "zero3_qkv_layout.py", 2, "0001"),
     IssueScript("PR-8392-COMMENT.md", "zero3_qkv_layout.py", 2, "0004", ("--order", "train-first")),
 )
