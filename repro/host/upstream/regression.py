@@ -58,8 +58,8 @@ TESTS_BY_PATCH = {
 # and its ZeRO-3 cases show only once 0001 makes transforms persist; 0005/0006/0014/0015 build a GPT-NeoX
 # container, which needs 0000 on current Transformers (0014/0015 edit gptneox.py beside 0006's lines); 0010's and
 # 0024's hunks sit next to 0008's lines, 0017's next to 0016's and 0023's next to 0017's; 0020 relies on 0007's
-# merge, which leaves no bias for a model without one; 0027 edits the HybridMegatron transforms 0001 and 0004
-# rewrote, and gives the test containers of 0001's, 0002's and 0004's tests the mp_size every container has.
+# merge, which leaves no bias for a model without one; 0027 edits the HybridMegatron transforms 0001, 0002 and 0004
+# rewrote.
 PREREQUISITES = {
     "0004": ("0001", "0002"),
     "0005": ("0000",),
