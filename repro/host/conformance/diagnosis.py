@@ -72,12 +72,12 @@ BUG_TP_UNSLICED = "tensor-parallel generation hands the injected layers unsliced
 # released partition (0 elements) is a bug with or without an mpu: the split-QKV containers' attention_qkv_mp()
 # assigns its copies to a local name, and the layers keep views of weights ZeRO-3 has released.
 BUG_TP_RELEASED = "tensor-parallel generation with an mpu hands the injected layers released ZeRO-3 partitions (0025)"
-# Positive evidence: generate(return_dict_in_generate=True) under tensor-parallel generation handed the caller a
-# tuple (repro.rank.engine.greedy names it): DeepSpeed sliced this rank's rows out of the ModelOutput itself.
 # Positive evidence: with an mpu, the QKV a GPT-NeoX rank holds after eval() (or its layers saw) is its slice
 # of the heads put in the inference layout as if it held all of the model's (repro.rank.qkv_states).
 BUG_NEOX_TP_HEADS = "GPT-NeoX's QKV layout transform splits a rank's slice by the model's head count (0027)"
-BY_MODEL_HEADS = "inference_by_model_heads"  # repro.rank.qkv_states.BY_MODEL_HEADS
+BY_MODEL_HEADS = "inference_by_model_heads"  # repro.rank.qkv_states.BY_MODEL_HEADS (no torch on the host side)
+# Positive evidence: generate(return_dict_in_generate=True) under tensor-parallel generation handed the caller a
+# tuple (repro.rank.engine.greedy names it): DeepSpeed sliced this rank's rows out of the ModelOutput itself.
 BUG_TP_OUTPUT = "tensor-parallel generation hands back a tuple where the caller asked for a ModelOutput (0026)"
 OUTSIDE_CONTRACT = "outside the Hybrid Engine's contract: an mpu over whole Hugging Face weights"
 REFUSED = "refused by name: outside what the injected layer computes (0010)"
