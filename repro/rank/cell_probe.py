@@ -60,6 +60,7 @@ DEFAULTS = {
     "tp_gather_partition_size": None,  # layers gathered at a time for tensor-parallel generation (DeepSpeed: 8)
     "mpu": False,  # hand deepspeed.initialize a model-parallel unit (repro.rank.mpu): every rank one TP group
     "tp_slices": False,  # with the mpu: each rank trains its Megatron slice of the layers (repro.rank.tp_slices)
+    "left_pad": 0,  # > 0: a batch of two prompts, the first left-padded by this many tokens (mask 0 there)
     "new_tokens": 8,
     "cycles": 3,
     "seed": 1234,
@@ -123,14 +124,14 @@ def run(spec: dict) -> dict:
     # LoRA too: DeepSpeed casts every parameter to the engine's dtype. The native references are copies of
     # this model, so they run on the device the Hybrid Engine runs on.
     model.to(device=device, dtype=TORCH_DTYPES[spec["dtype"]])
-    ids = torch.tensor([[i % model.config.vocab_size for i in DEFAULT_PROMPT_IDS]], dtype=torch.long, device=device)
+    ids, mask = prompt_batch(spec["left_pad"], model.config.vocab_size, device)
     n = spec["new_tokens"]
     merged, base = lora.merged_reference(model), lora.base_reference(model)  # kept out of ZeRO's hands
     twins = arch.twins(merged)
     with torch.no_grad():
-        ref_tokens, ref_logits = greedy(merged, ids, n)
-        base_tokens, _ = greedy(base, ids, n)
-        unmerged_tokens, unmerged_logits = greedy(model, ids, n)
+        ref_tokens, ref_logits = greedy(merged, ids, n, attention_mask=mask)
+        base_tokens, _ = greedy(base, ids, n, attention_mask=mask)
+        unmerged_tokens, unmerged_logits = greedy(model, ids, n, attention_mask=mask)
     sliced = _tp_slices(spec, arch, model, world)  # after the native references, which need the whole model
     held = heads // world if sliced else heads  # the heads of the QKV weights this rank trains
     originals = {name: p.detach().clone() for name, p in model.named_parameters()}
@@ -155,6 +156,7 @@ def run(spec: dict) -> dict:
             "tp_gather_partition_size": spec["tp_gather_partition_size"],
             "mpu": spec["mpu"],
             "tp_slices": spec["tp_slices"],
+            "left_pad": spec["left_pad"],
             "new_tokens": n,
             "cycles": spec["cycles"],
             "lora": {k: spec[k] for k in ("lora_dim", "lora_alpha", "lora_std", "lora_seed")},
@@ -222,7 +224,7 @@ def run(spec: dict) -> dict:
                 injected, prompts = he_faults.LayerCalls(containers), he_faults.PromptFlags(containers)
                 try:
                     with torch.no_grad():  # DeepSpeed-Chat's call: the HE replaces module.generate when it engages
-                        he_tokens, he_logits = greedy(engine.module, ids, n, spec["synced_gpus"])
+                        he_tokens, he_logits = greedy(engine.module, ids, n, spec["synced_gpus"], mask)
                 finally:  # what the attention took each step for is evidence even when generate fails
                     result.update(bias_probe.shapes())
                     result["inference_containers"] = len(containers)
@@ -242,21 +244,20 @@ def run(spec: dict) -> dict:
                 result["qkv_layouts_after_eval"] = layouts
         result["qkv_bias_on_bias_free_model"] = bias_probe.remove()
         if not containers:  # DeepSpeed warns that rollout uses the model's generate; does engine.generate?
-            result["engine_generate_without_containers"] = _engine_generate(engine, ids, ref_tokens)
+            result["engine_generate_without_containers"] = _engine_generate(engine, ids, mask, ref_tokens)
             result["layer_policy"] = _layer_policy(arch.layer_list(engine.module)[0])
         result["restore_after_first_generate"] = qkv_states.gathered_vs_originals(
             engine, originals, held, arch.fused_qkv
         )
         laps("he_order_generate_train")
-        result.update(
-            _compare(he_tokens, he_logits, ids, merged, base, twins, ref_tokens, ref_logits, lora_names, spec["dtype"])
-        )
+        native = (merged, base, twins, ref_tokens, ref_logits)
+        result.update(_compare(he_tokens, he_logits, (ids, mask), native, lora_names, spec["dtype"]))
         phase = "cycles"
         cycle_tokens = []
         for _ in range(spec["cycles"]):
             engine.eval()
             with torch.no_grad():
-                cycle_tokens.append(greedy(engine.module, ids, n, spec["synced_gpus"])[0])
+                cycle_tokens.append(greedy(engine.module, ids, n, spec["synced_gpus"], mask)[0])
             engine.train()
         result["cycle_tokens"] = cycle_tokens
         result["cycle_tokens_equal_native"] = [t == ref_tokens for t in cycle_tokens]
@@ -267,6 +268,21 @@ def run(spec: dict) -> dict:
     result["duration_s"] = round(time.time() - laps.started, 2)
     result["timings_s"] = laps.timings
     return result
+
+
+def prompt_batch(left_pad: int, vocab_size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The prompt batch and its attention mask. Without padding one prompt, every token attended (mask None:
+    all 1). With `left_pad`, two: the prompt with its first `left_pad` tokens replaced by padding (0, mask 0),
+    as DeepSpeed-Chat left-pads the shorter prompts of a batch, then the whole prompt. Every measurement
+    reads the first, padded one."""
+    ids = torch.tensor([[i % vocab_size for i in DEFAULT_PROMPT_IDS]], dtype=torch.long, device=device)
+    if not left_pad:
+        return ids, None
+    if not 0 < left_pad < ids.shape[1]:
+        raise ValueError(f"left_pad must leave a real token: 0 < left_pad < {ids.shape[1]}, not {left_pad}")
+    ids, mask = ids.repeat(2, 1), torch.ones_like(ids).repeat(2, 1)
+    ids[0, :left_pad], mask[0, :left_pad] = 0, 0
+    return ids, mask
 
 
 def _tp_slices(spec: dict, arch, model: torch.nn.Module, world: int) -> list[str]:
@@ -320,23 +336,26 @@ def _layer_policy(layer: torch.nn.Module) -> dict:
             "named_nothing": sorted(p.__name__ for p in replace_policies if not p._orig_layer_class)}  # fmt: skip
 
 
-def _engine_generate(engine, ids: torch.Tensor, ref_tokens: list[int]) -> dict:
+def _engine_generate(engine, ids: torch.Tensor, mask: torch.Tensor | None, ref_tokens: list[int]) -> dict:
     """`engine.generate` (the Hybrid Engine's own method, which callers other than DeepSpeed-Chat use) when
     DeepSpeed built no container: what it raised, or whether its first token is native's."""
     try:
         with torch.no_grad():
-            tokens, _ = greedy(engine, ids, 1)
+            tokens, _ = greedy(engine, ids, 1, attention_mask=mask)
     except Exception as exc:
         return {"raised": he_faults.crash(exc)}
     return {"raised": None, "first_token_equal_native": tokens[:1] == ref_tokens[:1]}
 
 
-def _compare(he_tokens, he_logits, ids, merged, base, twins, ref_tokens, ref_logits, lora_names, dtype) -> dict:
+def _compare(he_tokens, he_logits, prompt, native, lora_names, dtype) -> dict:
     """The HE's first generate against native: tokens, and logits step by step, teacher-forced on the HE's
-    tokens, against the model, the model without its LoRA and each twin."""
+    tokens, against the model, the model without its LoRA and each twin. `prompt`: the batch and its mask;
+    `native`: the merged and base models, the twins, and the merged model's greedy tokens and logits."""
     tol = tolerance.logits(dtype)
-    steps = measure.stepwise_max_abs(he_logits, measure.teacher_forced(merged, ids, he_tokens))
-    vs_base = measure.stepwise_max_abs(he_logits, measure.teacher_forced(base, ids, he_tokens))
+    ids, mask = prompt
+    merged, base, twins, ref_tokens, ref_logits = native
+    steps = measure.stepwise_max_abs(he_logits, measure.teacher_forced(merged, ids, he_tokens, mask))
+    vs_base = measure.stepwise_max_abs(he_logits, measure.teacher_forced(base, ids, he_tokens, mask))
     matches = [
         "lora" if a <= tol else ("base" if b <= tol else "neither") for a, b in zip(steps, vs_base, strict=True)
     ]
@@ -353,7 +372,7 @@ def _compare(he_tokens, he_logits, ids, merged, base, twins, ref_tokens, ref_log
         "per_step_matches": matches,
         "first_step_not_lora": next((i for i, s in enumerate(matches) if s != "lora"), None),
         "per_step_logits_vs_twin": {
-            name: measure.stepwise_max_abs(he_logits, measure.teacher_forced(twin, ids, he_tokens))
+            name: measure.stepwise_max_abs(he_logits, measure.teacher_forced(twin, ids, he_tokens, mask))
             for name, twin in twins.items()
         },
     }

@@ -46,13 +46,18 @@ def ds_config(
 
 
 def greedy(
-    model: torch.nn.Module, ids: torch.Tensor, n: int, synced_gpus: bool = False
+    model: torch.nn.Module,
+    ids: torch.Tensor,
+    n: int,
+    synced_gpus: bool = False,
+    attention_mask: torch.Tensor | None = None,
 ) -> tuple[list[int], list[torch.Tensor]]:
-    """Greedy `n` tokens and each step's logits (fp32 copies). `synced_gpus`: as DeepSpeed-Chat's PPO trainer
-    passes it under ZeRO-3 (every rank keeps stepping until all are done)."""
+    """Greedy `n` tokens and each step's logits (fp32 copies) of the batch's first prompt. `synced_gpus`: as
+    DeepSpeed-Chat's PPO trainer passes it under ZeRO-3 (every rank keeps stepping until all are done).
+    `attention_mask`: 0 over a left-padded prompt's padding, as DeepSpeed-Chat's batches are; default all 1."""
     out = model.generate(
         ids,
-        attention_mask=torch.ones_like(ids),
+        attention_mask=torch.ones_like(ids) if attention_mask is None else attention_mask,
         max_new_tokens=n,
         min_new_tokens=n,
         do_sample=False,

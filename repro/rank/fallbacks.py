@@ -107,9 +107,8 @@ def softmax_context_fallback(
     scores *= norm_factor * norm_factor
     scores = scores.reshape(bsz, heads, scores.shape[1], scores.shape[2])
     if attn_mask is not None and len(attn_mask.shape) > 1 and attn_mask.shape[-1] < scores.shape[3]:
-        attn_mask = torch.nn.functional.pad(
-            attn_mask, (0, scores.shape[3] - attn_mask.shape[-1]), value=torch.finfo(attn_mask.dtype).min
-        )
+        fill = torch.finfo(attn_mask.dtype).min if attn_mask.dtype.is_floating_point else 0
+        attn_mask = torch.nn.functional.pad(attn_mask, (0, scores.shape[3] - attn_mask.shape[-1]), value=fill)
     probs = SoftmaxOp.softmax_fallback(
         scores, attn_mask, alibi, triangular_masking, is_prompt, local_attention, window_size, None, 1.0, 0, 1
     )

@@ -102,18 +102,23 @@ class LayerCalls:
 class PromptFlags:
     """What the injected attention took each call for: `is_prompt` as `DeepSpeedSelfAttention.forward` passes it
     to `compute_attention`, against the number of tokens the call was given. A decode step (one token after a
-    prefill) taken for a prompt starts a new KV cache: the step attends to itself only."""
+    prefill) taken for a prompt starts a new KV cache: the step attends to itself only. The first layer's calls
+    also record the mask it was handed: DeepSpeed's attention adds a mask to the scores, so one that is not
+    additive (a bool one) or covers fewer keys than the layer attends to cannot hide the padding."""
 
     def __init__(self, containers) -> None:
         self.calls: list[tuple[int, bool]] = []
+        self.masks: list[dict] = []
         self.restore = []
         self._tokens = -1
-        for c in containers:
+        for layer, c in enumerate(containers):
             attention = c.module.attention
             original = attention.compute_attention
 
-            def compute_attention(*args, original=original, **kwargs):
+            def compute_attention(*args, original=original, first=layer == 0, **kwargs):
                 self.calls.append((self._tokens, bool(kwargs.get("is_prompt"))))
+                if first:
+                    self.masks.append(mask_record(self._tokens, kwargs.get("input_mask")))
                 return original(*args, **kwargs)
 
             attention.compute_attention = compute_attention
@@ -128,4 +133,27 @@ class PromptFlags:
             handle.remove()
             del attention.compute_attention  # the class's method again
         decode = [prompt for tokens, prompt in self.calls if tokens == 1]
-        return {"calls": len(self.calls), "decode_calls": len(decode), "decode_calls_as_prompt": sum(decode)}
+        return {
+            "calls": len(self.calls),
+            "decode_calls": len(decode),
+            "decode_calls_as_prompt": sum(decode),
+            "first_layer_masks": keys_attended(self.masks),
+        }
+
+
+def mask_record(tokens: int, mask) -> dict:
+    """The mask one call of the attention was handed: its dtype and the keys it covers (its last dim), or None."""
+    if mask is None or not hasattr(mask, "dtype") or mask.dim() < 2:
+        return {"tokens": tokens, "dtype": None, "mask_keys": None}
+    return {"tokens": tokens, "dtype": str(mask.dtype).removeprefix("torch."), "mask_keys": int(mask.shape[-1])}
+
+
+def keys_attended(records: list[dict]) -> list[dict]:
+    """Each call's record with the keys the layer attends to: a prompt (more than one token) starts the KV
+    cache, a decode step adds its token to it."""
+    keys = 0
+    out = []
+    for record in records:
+        keys = record["tokens"] if record["tokens"] > 1 else keys + record["tokens"]
+        out.append({**record, "keys": keys})
+    return out

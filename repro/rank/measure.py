@@ -172,11 +172,19 @@ def per_layer_divergence(native: Trace, he: Trace) -> list[dict]:
 
 
 @torch.no_grad()
-def teacher_forced(model: torch.nn.Module, ids: torch.Tensor, tokens: list[int]) -> list[torch.Tensor]:
-    """Native per-step logits for the given continuation (the same history the Hybrid Engine had), so every
-    step compares like with like even after the greedy tokens part."""
-    seq = torch.cat([ids, torch.tensor([tokens[:-1]], dtype=ids.dtype, device=ids.device)], dim=1)
-    logits = model(seq).logits[0].float()
+def teacher_forced(
+    model: torch.nn.Module, ids: torch.Tensor, tokens: list[int], attention_mask: torch.Tensor | None = None
+) -> list[torch.Tensor]:
+    """Native per-step logits of the first prompt for the given continuation (the same history the Hybrid
+    Engine had), so every step compares like with like even after the greedy tokens part. With a left-padded
+    prompt's `attention_mask`, positions count from its first real token, as generate() counts them."""
+    seq = torch.cat([ids[:1], torch.tensor([tokens[:-1]], dtype=ids.dtype, device=ids.device)], dim=1)
+    if attention_mask is None:
+        logits = model(seq).logits[0].float()
+    else:
+        mask = torch.cat([attention_mask[:1], torch.ones_like(seq[:, ids.shape[1] :])], dim=1)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        logits = model(seq, attention_mask=mask, position_ids=positions).logits[0].float()
     return [logits[ids.shape[1] - 1 + t] for t in range(len(tokens))]
 
 

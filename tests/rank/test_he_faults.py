@@ -77,10 +77,10 @@ def test_crash_keeps_the_first_line_and_survives_an_empty_message():
 class Attention(torch.nn.Module):
     """DeepSpeedSelfAttention's shape: forward computes is_prompt and hands it to compute_attention."""
 
-    def forward(self, input, is_prompt):
-        return self.compute_attention(qkv_out=input, is_prompt=is_prompt)
+    def forward(self, input, is_prompt, input_mask=None):
+        return self.compute_attention(qkv_out=input, input_mask=input_mask, is_prompt=is_prompt)
 
-    def compute_attention(self, qkv_out, is_prompt):
+    def compute_attention(self, qkv_out, input_mask, is_prompt):
         return qkv_out
 
 
@@ -105,9 +105,35 @@ def test_prompt_flags_name_decode_steps_taken_for_prompts_and_restore_the_method
     for tokens, prompt in ((3, True), (1, False), (1, True)):
         for c in containers:
             c.module.attention(torch.ones(1, tokens, 4), prompt)
-    assert flags.remove() == {"calls": 6, "decode_calls": 4, "decode_calls_as_prompt": 2}
+    found = flags.remove()
+    assert {k: v for k, v in found.items() if k != "first_layer_masks"} == {
+        "calls": 6,
+        "decode_calls": 4,
+        "decode_calls_as_prompt": 2,
+    }
+    assert [(m["tokens"], m["keys"], m["dtype"]) for m in found["first_layer_masks"]] == [
+        (3, 3, None),
+        (1, 4, None),
+        (1, 5, None),
+    ]
     assert "compute_attention" not in vars(containers[0].module.attention)
     right = he_faults.PromptFlags(containers)
     containers[0].module.attention(torch.ones(1, 5, 4), True)
     containers[0].module.attention(torch.ones(1, 1, 4), False)
     assert right.remove()["decode_calls_as_prompt"] == 0
+
+
+def test_prompt_flags_record_the_first_layers_masks_against_the_keys_it_attends_to():
+    """Positive evidence for a mask the attention cannot use: a bool one, and a decode step's mask built for
+    fewer keys than the layer's KV cache holds (as Transformers >= 4.53 builds it when its Cache stays empty)."""
+    containers = injected()
+    flags = he_faults.PromptFlags(containers)
+    for tokens, mask in ((4, torch.zeros(2, 1, 4, 4)), (1, torch.ones(2, 1, 1, 1, dtype=torch.bool)), (1, None)):
+        for c in containers:
+            c.module.attention(torch.ones(2, tokens, 4), tokens > 1, mask)
+    assert flags.remove()["first_layer_masks"] == [
+        {"tokens": 4, "dtype": "float32", "mask_keys": 4, "keys": 4},
+        {"tokens": 1, "dtype": "bool", "mask_keys": 1, "keys": 5},
+        {"tokens": 1, "dtype": None, "mask_keys": None, "keys": 6},
+    ]
+    assert he_faults.mask_record(1, torch.empty(1)) == {"tokens": 1, "dtype": None, "mask_keys": None}  # no mask

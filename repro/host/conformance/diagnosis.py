@@ -79,6 +79,11 @@ BY_MODEL_HEADS = "inference_by_model_heads"  # repro.rank.qkv_states.BY_MODEL_HE
 # Positive evidence: generate(return_dict_in_generate=True) under tensor-parallel generation handed the caller a
 # tuple (repro.rank.engine.greedy names it): DeepSpeed sliced this rank's rows out of the ModelOutput itself.
 BUG_TP_OUTPUT = "tensor-parallel generation hands back a tuple where the caller asked for a ModelOutput (0026)"
+# Measured (repro.rank.he_faults.PromptFlags): with a left-padded prompt, the masks the first injected attention was
+# handed. DeepSpeed's attention adds its mask to the scores (the CPU fallback and, read, the CUDA kernel), and
+# turns only an int64 one into 0 / -inf: a bool mask adds 0 or 1, a missing one or one that covers fewer keys
+# than the layer attends to leaves the padding attended.
+BUG_PADDING_MASK = "left padding attended: the injected attention cannot use the mask Transformers hands it"
 OUTSIDE_CONTRACT = "outside the Hybrid Engine's contract: an mpu over whole Hugging Face weights"
 REFUSED = "refused by name: outside what the injected layer computes (0010)"
 REFUSED_TP = "refused by name: tensor-parallel generation without an mpu (0012)"
@@ -157,6 +162,9 @@ def diagnose(cell: dict) -> list[str]:
         bugs.append(BUG_LORA_NOT_FOUND)
     elif without_lora and len(steps) > 1 and steps[0] <= tol and worst(without_lora[1:]) <= tol < worst(steps[1:]):
         bugs.append(family.BUG_DECODE)  # the prompt's forward had LoRA, every decode step the model without it
+    padding = _padding_mask(cell)
+    if padding and not (cell["tokens_equal_native"] and worst(steps) <= tol):
+        bugs.append(padding)
     restored = cell.get("restore_after_first_generate") or {}
     changed = worst([restored.get(kind, {}).get("max_abs", 0.0) for kind in ("base", "lora")])
     if not changed <= weights_tol:
@@ -185,6 +193,22 @@ def _tp_unsliced(cell: dict) -> str | None:
             return (f"{name}: {tp['heads_per_rank']} heads per rank; {what} weights of shape "
                     f"{', '.join(str(s) for s in shapes)}, where a rank's slice has {rows} rows")  # fmt: skip
     return None
+
+
+def _padding_mask(cell: dict) -> str | None:
+    """With a left-padded prompt: the first layer's calls whose mask cannot mask the padding, and why."""
+    if not (cell.get("settings") or {}).get("left_pad"):
+        return None
+    masks = (cell.get("attention_prompt_flags") or {}).get("first_layer_masks") or []
+    why = {
+        "no mask": sum(m["dtype"] is None for m in masks),
+        "a bool mask": sum(m["dtype"] == "bool" for m in masks),
+        "a mask over fewer keys than attended": sum(
+            m["mask_keys"] is not None and m["mask_keys"] < m["keys"] for m in masks
+        ),
+    }
+    found = [f"{what} at {count} of {len(masks)} calls" for what, count in why.items() if count]
+    return f"{BUG_PADDING_MASK} ({'; '.join(found)})" if found else None
 
 
 def _crash(cell: dict) -> str:

@@ -123,6 +123,9 @@ SCENARIOS: dict[str, dict] = {
     "ds-chat": {"order": "eval-generate-train", "lora": "all", "pin": True,
                 "probe": {"threshold": 10_000, "max_live": 30_000_000, "lora_dim": 64, "lora_alpha": 64.0,
                           "synced_gpus": True}},
+    # A batch whose first prompt is left-padded (3 of 8 tokens, mask 0 there), as DeepSpeed-Chat's prompt
+    # batches are; the reference scenario otherwise. Every measurement reads the padded prompt.
+    "left-pad": {"order": "eval-generate-train", "lora": "none", "pin": True, "probe": {"left_pad": 3}},
 }  # fmt: skip
 
 
@@ -208,6 +211,7 @@ def plan(quick: bool = False) -> list[dict]:
     for arch in ARCHS:
         for build in ("released", "whole series"):
             cells += [cell_axes(arch, "default", build, z, w, "reference", _other(arch)) for z, w in ((2, 1), (3, 2))]
+            cells.append(cell_axes(arch, "default", build, 3, 2, "left-pad", _other(arch)))  # masks differ there
     # bf16: with the series, DeepSpeed-Chat's call order and its own settings under ZeRO-2 and 3; released, the
     # reference scenario under ZeRO-3. Its tolerance comes from these cells' measured noise (diagnosis.TOLS).
     for arch in ARCHS:

@@ -347,3 +347,29 @@ def test_a_slice_split_by_the_models_heads_is_0027_from_the_layout_evidence_alon
     seen = arch_cell(**tp, weights_seen_by_inference_layers=[{"state": "inference_by_model_heads", "call": 0}])
     assert dx.diagnose(seen) == [dx.BUG_NEOX_TP_HEADS]
     assert dx.diagnose(arch_cell(**tp, qkv_layouts_after_eval=["inference"])) != [dx.BUG_NEOX_TP_HEADS]
+
+
+def padded_cell(masks: list[tuple[str | None, int | None, int]], wrong: bool = True, left_pad: int = 3) -> dict:
+    """A left-padded Llama cell; `masks`: the first layer's calls as (dtype, keys the mask covers, keys attended)."""
+    records = [{"tokens": 1, "dtype": d, "mask_keys": m, "keys": k} for d, m, k in masks]
+    return arch_cell(
+        settings={"left_pad": left_pad},
+        attention_prompt_flags={"calls": 4, "decode_calls": 2, "decode_calls_as_prompt": 0,
+                                "first_layer_masks": records},
+        tokens_equal_native=not wrong,
+        per_step_logits_vs_native=[0.3, 1.2] if wrong else [8e-7, 7e-7],
+    )  # fmt: skip
+
+
+def test_left_padding_attended_is_named_from_the_masks_the_injected_attention_was_handed():
+    bool_and_short = [("bool", 8, 8), ("bool", 1, 9), ("bool", 1, 10)]
+    assert dx.diagnose(padded_cell(bool_and_short)) == [
+        f"{dx.BUG_PADDING_MASK} (a bool mask at 3 of 3 calls; a mask over fewer keys than attended at 2 of 3 calls)"
+    ]
+    assert dx.diagnose(padded_cell([(None, None, 8)])) == [f"{dx.BUG_PADDING_MASK} (no mask at 1 of 1 calls)"]
+    # Must-fail cases: usable masks, no padding, or no record say nothing of the padding; right logits are right.
+    usable = [("float32", 8, 8), ("float32", 9, 9)]
+    assert dx.diagnose(padded_cell(usable)) == [dx.UNEXPLAINED]
+    assert dx.diagnose(padded_cell(bool_and_short, left_pad=0)) == [dx.UNEXPLAINED]
+    assert dx.diagnose(padded_cell([])) == [dx.UNEXPLAINED]
+    assert dx.diagnose(padded_cell(bool_and_short, wrong=False)) == [dx.CORRECT]
