@@ -228,6 +228,10 @@ def _crash(cell: dict) -> str:
     unpack = c["type"] == "ValueError" and c["message"].startswith("not enough values to unpack (expected 2")
     if unpack and c["at"].startswith("transformers/cache_utils.py"):
         return BUG_CACHE_RETURN
+    # With two sequences the unpacking succeeds; the model then asks the layer's (key, value) for a legacy cache.
+    legacy = c["type"] == "AttributeError" and c["message"] == "'tuple' object has no attribute 'to_legacy_cache'"
+    if legacy and c["at"].startswith("transformers/models/"):
+        return BUG_CACHE_RETURN
     not_iterable = c["type"] == "TypeError" and c["message"] == "'NoneType' object is not iterable"
     if not_iterable and c["at"].startswith("deepspeed/module_inject/layers.py"):
         return BUG_WEIGHTLESS_LAYER_NORM

@@ -573,7 +573,9 @@ ISSUES = {
         "(`deepspeed/model_implementations/transformers/ds_transformer.py`) returns its own `(key, value)` there, "
         "so `generate()` gets a pair of tensors as the cache and, on the next step, "
         "`DynamicCache.from_legacy_cache()` unpacks the key tensor along its batch dimension: the ValueError with "
-        "one sequence, a wrong cache with more. Transformers 4.54 and later ignore that output (the layer no "
+        "one sequence; with two (our `left-pad` cells) the unpacking succeeds, builds a wrong cache, and the step "
+        "fails on the tuple (`AttributeError: 'tuple' object has no attribute 'to_legacy_cache'`). "
+        "Transformers 4.54 and later ignore that output (the layer no "
         "longer returns the cache), and 4.44 and earlier pass tuples.",
         "fix": "The injected layer hands back the `Cache` its caller passed, in place of its key and value (patch "
         "`0024`); its key/value cache stays in the layer's workspace, as with the versions that work.",

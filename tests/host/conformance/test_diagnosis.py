@@ -373,3 +373,18 @@ def test_left_padding_attended_is_named_from_the_masks_the_injected_attention_wa
     assert dx.diagnose(padded_cell(bool_and_short, left_pad=0)) == [dx.UNEXPLAINED]
     assert dx.diagnose(padded_cell([])) == [dx.UNEXPLAINED]
     assert dx.diagnose(padded_cell(bool_and_short, wrong=False)) == [dx.CORRECT]
+
+
+def test_the_layers_key_and_value_taken_for_the_cache_is_0024_with_one_sequence_or_two():
+    def crashed(kind: str, message: str, at: str) -> dict:
+        return arch_cell(arch="gpt-neo", crash={"type": kind, "message": message, "at": at, "during": "call_order"})
+
+    one = crashed("ValueError", "not enough values to unpack (expected 2, got 1)", "transformers/cache_utils.py:487")
+    two = crashed("AttributeError", "'tuple' object has no attribute 'to_legacy_cache'",
+                  "transformers/models/gpt_neo/modeling_gpt_neo.py:771")  # fmt: skip
+    assert dx.diagnose(one) == dx.diagnose(two) == [dx.BUG_CACHE_RETURN]
+    # The same messages from elsewhere are not named.
+    elsewhere = crashed("AttributeError", "'tuple' object has no attribute 'to_legacy_cache'", "deepspeed/x.py:1")
+    assert dx.diagnose(elsewhere)[0].startswith("crash in the Hybrid Engine")
+    other_unpack = crashed("ValueError", "not enough values to unpack (expected 2, got 1)", "deepspeed/x.py:1")
+    assert dx.diagnose(other_unpack)[0].startswith("crash in the Hybrid Engine")
