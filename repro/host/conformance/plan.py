@@ -12,6 +12,9 @@ PINNED = pinned()  # the Transformers of constraints.txt
 # injects (constraints-transformers-4.48.3.txt). Each architecture also runs a few cells on the other version.
 OLDER = "4.48.3"
 ENGAGED_ON = {"opt": OLDER}
+# The last Transformers before its masking rewrite and the first after it: GPT-NeoX's and Llama's left-padded
+# cells bound where their injected attention starts to be handed masks it cannot use (bool, over 1 key).
+MASK_RANGE = ("4.52.4", "4.53.0")
 
 COMMAND = "python -m repro conformance --regenerate --out results/reference/conformance"
 # GPT-NeoX's tiny default (repro.model_registry.TINY) and, per field that changes the forward math, one
@@ -212,6 +215,8 @@ def plan(quick: bool = False) -> list[dict]:
         for build in ("released", "whole series"):
             cells += [cell_axes(arch, "default", build, z, w, "reference", _other(arch)) for z, w in ((2, 1), (3, 2))]
             cells.append(cell_axes(arch, "default", build, 3, 2, "left-pad", _other(arch)))  # masks differ there
+    cells += [cell_axes(arch, "default", "whole series", 2, 2, "left-pad", version)
+              for arch in ("gpt-neox", "llama") for version in MASK_RANGE]  # fmt: skip
     # bf16: with the series, DeepSpeed-Chat's call order and its own settings under ZeRO-2 and 3; released, the
     # reference scenario under ZeRO-3. Its tolerance comes from these cells' measured noise (diagnosis.TOLS).
     for arch in ARCHS:

@@ -2,7 +2,7 @@
 
 import json
 
-from repro.host.conformance import plan
+from repro.host.conformance import plan, transformers_env
 
 
 def test_full_covers_every_axis_the_done_criteria_name():
@@ -38,7 +38,7 @@ def test_each_architecture_runs_where_the_hybrid_engine_engages_it_and_on_the_ot
     """OPT on 4.48.3 (DeepSpeed keeps Cache-based OPT layers native) and a few cells on the pinned version; the
     others on the pinned version and a few on 4.48.3; every such pair in the quick plan too."""
     for cells in (plan.plan(), plan.plan(quick=True)):
-        pairs = {(c["arch"], c["transformers"]) for c in cells}
+        pairs = {(c["arch"], c["transformers"]) for c in cells if c["transformers"] not in plan.MASK_RANGE}
         assert pairs == {(a, v) for a in plan.ARCHS for v in (plan.PINNED, plan.OLDER)}
     full = plan.plan()
     opt = [c for c in full if c["arch"] == "opt"]
@@ -67,3 +67,15 @@ def test_bf16_runs_every_architecture_in_deepspeed_chats_order_and_settings_and_
     fp32 = plan.cell_axes("gpt-neox", "default", "released", 3, 2, "reference")
     assert plan.key(fp32) != plan.key({**fp32, "dtype": "bf16"})
     assert plan.key(fp32) == plan.key({k: v for k, v in fp32.items() if k != "dtype"})  # older JSON: fp32
+
+
+def test_the_masking_rewrite_is_bounded_by_left_padded_cells_on_either_side_of_it():
+    """GPT-NeoX and Llama with the series on the last Transformers before the rewrite and the first after it:
+    the left-pad cells only (what the range is about), and in the full plan only (each needs its own overlay)."""
+    ranged = [c for c in plan.plan() if c["transformers"] in plan.MASK_RANGE]
+    assert {(c["arch"], c["transformers"]) for c in ranged} == {
+        (a, v) for a in ("gpt-neox", "llama") for v in plan.MASK_RANGE
+    }
+    assert {c["scenario"] for c in ranged} == {"left-pad"} and {c["build"] for c in ranged} == {"whole series"}
+    assert not [c for c in plan.plan(quick=True) if c["transformers"] in plan.MASK_RANGE]
+    assert set(plan.MASK_RANGE) <= set(transformers_env.others())  # each has its constraints file
