@@ -83,7 +83,7 @@ BUG_TP_OUTPUT = "tensor-parallel generation hands back a tuple where the caller 
 # handed. DeepSpeed's attention adds its mask to the scores (the CPU fallback and, read, the CUDA kernel), and
 # turns only an int64 one into 0 / -inf: a bool mask adds 0 or 1, a missing one or one that covers fewer keys
 # than the layer attends to leaves the padding attended.
-BUG_PADDING_MASK = "left padding attended: the injected attention cannot use the mask Transformers hands it"
+BUG_PADDING_MASK = "left padding attended: the injected attention cannot use the mask Transformers hands it (0028)"
 OUTSIDE_CONTRACT = "outside the Hybrid Engine's contract: an mpu over whole Hugging Face weights"
 REFUSED = "refused by name: outside what the injected layer computes (0010)"
 REFUSED_TP = "refused by name: tensor-parallel generation without an mpu (0012)"

@@ -26,6 +26,7 @@ from .diagnosis import (
     BUG_OPT_ACTIVATION,
     BUG_OPT_NO_BIAS,
     BUG_OPT_POST_LN,
+    BUG_PADDING_MASK,
     BUG_POST_LN_QKV_BIAS,
     BUG_QKV_BIAS,
     BUG_ROPE,
@@ -107,6 +108,18 @@ def _tp_shapes(cell: dict) -> str:
         return "not reached" if "crash" in cell else "not recorded"
     kind = "QKV" if cell.get("qkv_weight_shapes") else "Q, K, V"
     return f"{tp['heads_per_rank']} heads per rank; {kind} {', '.join(str(s) for s in shapes)}"
+
+
+def _masks(cell: dict) -> str:
+    """The masks the first injected attention was handed: dtype and keys covered against keys attended."""
+    masks = (cell.get("attention_prompt_flags") or {}).get("first_layer_masks")
+    if not masks:
+        return "not reached" if "crash" in cell else "not recorded"
+    prompt, decode = masks[0], masks[1:]
+    short = [m for m in decode if m["mask_keys"] is not None and m["mask_keys"] < m["keys"]]
+    kinds = sorted({str(m["dtype"]) for m in masks})
+    return (f"{'/'.join(kinds)}; prompt: {prompt['mask_keys']} of {prompt['keys']} keys; decode: "
+            f"{len(short)} of {len(decode)} cover fewer keys than attended")  # fmt: skip
 
 
 TP_RELEASES = (
@@ -643,6 +656,36 @@ ISSUES = {
         "models this shows once `0025` lets generate run; the GPT-NeoX cells show it as released. Affected "
         "releases, read from DeepSpeed's git history (not run): the slice has been there since the Hybrid "
         "Engine's first release, 0.9.0, to 0.19.8 (run here).",
+    },
+    BUG_PADDING_MASK: {
+        "file": "ISSUE-left-padding.md",
+        "scope": "injection",
+        "shown": lambda c: c["scenario"] == "left-pad" and c["arch"] in ("gpt-neox", "llama"),
+        "evidence": (("masks the first injected attention was handed", _masks), ("crash", _crash)),
+        "measured": "the left-padded prompt's logits differ from the model's: the injected attention was handed "
+        "bool masks, at decode steps over 1 key",
+        "title": "Kernel injection and Hybrid Engine with Transformers >= 4.53: GPT-NeoX and Llama attend to a "
+        "left-padded prompt's padding (bool attention masks, decode masks over one key)",
+        "cause": "Transformers 4.53 rewrote attention masking (`masking_utils`): GPT-NeoX and Llama now hand each "
+        "layer a bool mask (True: attend) for SDPA, sized by the keys their `Cache` holds. "
+        "`DeepSpeedSelfAttention.compute_attention()` (`deepspeed/ops/transformer/inference/ds_attention.py`) "
+        "turns only an int64 mask into 0 / `minus_inf` and hands any other to the softmax as an additive mask: "
+        "the CPU fallback adds the bools as 0 or 1, and the CUDA kernel reads the bool bytes as the activation "
+        "dtype (`ds_softmax_context` in `csrc/transformer/inference/csrc/pt_binding.cpp` casts `data_ptr`; read, not "
+        "run). The injected layers also keep their keys in their own cache, so the `Cache` stays empty and every "
+        "decode step's mask covers one key where the layer attends to all of them. A left-padded prompt "
+        "(DeepSpeed-Chat's collator pads a batch's prompts on the left) attends to its padding at every step.",
+        "fix": "`compute_attention()` turns a bool mask into 0 / `minus_inf` as it does an int64 one, keeps the keys "
+        "the last prompt token may attend to, and extends them by each new token when a decode step's mask covers "
+        "no more keys than that (patch `0028`); a mask over every key is taken as it is.",
+        "context": "Measured on Transformers 4.52.4 (the last release before the rewrite: float additive masks as "
+        "long as the 2D mask, correct), 4.53.0 (the first after it: wrong) and 4.57.6 (wrong); GPT-Neo keeps the "
+        "older masks there and is correct; OPT is not injected on Transformers >= 4.49. Our cells without "
+        "padding are correct. On CPU our fallback stands in for the softmax kernel; the mask handed to it is "
+        "decided in Python, so we expect GPUs to show the same (not run by us). Affected DeepSpeed releases, read "
+        "from DeepSpeed's git history (not run): `DeepSpeedSelfAttention` has converted only int64 masks since "
+        "`ds_attention.py` was split out (#2464, first in 0.7.5), through the Hybrid Engine's first release "
+        "(0.9.0) to 0.19.8 (run here), so every release that injects these models, run with Transformers >= 4.53.",
     },
     BUG_NEOX_TP_HEADS: {
         "file": "ISSUE-gptneox-tensor-parallel-heads.md",

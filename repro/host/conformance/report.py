@@ -28,6 +28,7 @@ from .diagnosis import (
     BUG_OPT_ACTIVATION,
     BUG_OPT_NO_BIAS,
     BUG_OPT_POST_LN,
+    BUG_PADDING_MASK,
     BUG_POST_LN_QKV_BIAS,
     BUG_QKV_BIAS,
     BUG_ROPE,
@@ -139,6 +140,7 @@ PATCH_OF = {
     BUG_TP_RELEASED: "0025",
     BUG_TP_OUTPUT: "0026",
     BUG_NEOX_TP_HEADS: "0027",
+    BUG_PADDING_MASK: "0028",
 }
 REFERENCE_OF = {
     family.BUG_8391: "upstream #8391 (PR #8392); `results/reference/cpu-pythia-410m/`",

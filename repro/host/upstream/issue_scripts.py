@@ -19,7 +19,7 @@ from pathlib import Path
 from ...options import EXIT_BROKEN, EXIT_EXPECTATION, EXIT_OK
 from .. import launch
 from ..conformance import transformers_env
-from ..conformance.plan import ENGAGED_ON, OLDER
+from ..conformance.plan import ENGAGED_ON, MASK_RANGE, OLDER
 from . import patched_copy
 from .regression import PREREQUISITES, TESTS_BY_PATCH
 
@@ -115,6 +115,8 @@ SCRIPTS = (
         "0027",
         ("--arch", "gpt-neox", "--zero", "2"),
     ),
+    # Transformers 4.53.0: the first with bool masks, and before the Llama layer's return matters (0008).
+    IssueScript("ISSUE-left-padding.md", "left_padding.py", 1, "0028", (), MASK_RANGE[1]),
     IssueScript("PR-8392-COMMENT.md", "zero3_qkv_layout.py", 2, "0001"),
     IssueScript("PR-8392-COMMENT.md", "zero3_qkv_layout.py", 2, "0004", ("--order", "train-first")),
 )

@@ -92,6 +92,12 @@ EXPECTED_FAILURES = {
     },
     "0026": {"TestHybridEngineTensorParallelGenerate::test_generate_returns_this_rank_s_rows_of_a_model_output": A},
     "0027": {f"test_transforms_split_this_ranks_heads[{mp_size}]": A for mp_size in (2, 4)},
+    "0028": {
+        "test_a_bool_prompt_mask_is_handed_to_the_kernel_as_an_additive_one": A,
+        "test_decode_masks_built_for_fewer_keys_keep_the_prompts_padding_masked": A,
+        "test_a_decode_mask_over_every_key_is_taken_as_it_is": A,
+        "test_a_new_prompt_forgets_the_last_ones_padding": A,
+    },
 }
 
 
@@ -132,7 +138,7 @@ def test_every_test_passes_with_the_whole_series():
     tests = tuple(t for patch_tests in regression.TESTS_BY_PATCH.values() for t in patch_tests)
     result = regression.run_upstream_test(root, timeout_s=900, tests=tests)
     assert result["outcome"] == "pass", result.get("error", "") + result["output_tail"]
-    assert len(result["tests"]) == 80 and set(result["tests"].values()) == {"passed"}
+    assert len(result["tests"]) == 85 and set(result["tests"].values()) == {"passed"}
 
 
 def test_pytest_runs_with_one_openmp_thread_so_forked_ranks_do_not_hang(monkeypatch):

@@ -1,0 +1,94 @@
+# Copyright (c) Microsoft Corporation.
+# SPDX-License-Identifier: Apache-2.0
+
+# DeepSpeed Team
+
+from types import SimpleNamespace
+
+import torch
+
+from deepspeed.ops.transformer.inference.ds_attention import DeepSpeedSelfAttention, minus_inf
+
+HIDDEN = 8
+PADDING = torch.tensor([[False, False, True, True], [True, True, True, True]])  # row 0 left-padded by 2
+
+
+class MaskRecordingAttention(DeepSpeedSelfAttention):
+    """DeepSpeedSelfAttention.compute_attention() without building its kernels, recording the mask it hands the
+    softmax kernel."""
+
+    def __init__(self):
+        torch.nn.Module.__init__(self)
+        self.config = SimpleNamespace(layer_id=0, scale_attention=True)
+        self.num_attention_heads_per_partition = self.num_kv_partition = 2
+        self.norm_factor = 1.0
+        self.key_mask = None
+        self.masks = []
+
+        def score_context(query_key_value, attn_mask, **kwargs):
+            self.masks.append(attn_mask)
+            return query_key_value, None, None
+
+        self.score_context_func = score_context
+
+    def step(self, tokens, mask):
+        self.compute_attention(torch.randn(2, tokens, 3 * HIDDEN), mask, None, None, tokens > 1, 0, None)
+        return self.masks[-1]
+
+
+def prompt_mask():
+    """As transformers >= 4.53 build it for SDPA: [batch, 1, query, key], True where a query may attend."""
+    causal = torch.ones(4, 4, dtype=torch.bool).tril()
+    return (causal[None, :, :] & PADDING[:, None, :])[:, None]
+
+
+def additive(mask):
+    return (~mask).float() * minus_inf
+
+
+def test_a_bool_prompt_mask_is_handed_to_the_kernel_as_an_additive_one():
+    attention = MaskRecordingAttention()
+
+    handed = attention.step(4, prompt_mask())
+
+    assert handed.dtype == torch.float32
+    assert torch.equal(handed, additive(prompt_mask()))
+
+
+def test_decode_masks_built_for_fewer_keys_keep_the_prompts_padding_masked():
+    # transformers >= 4.53 size a decode step's mask by their Cache, which the injected layers leave empty:
+    # it covers one key, whatever the layer attends to.
+    attention = MaskRecordingAttention()
+    attention.step(4, prompt_mask())
+
+    first = attention.step(1, torch.ones(2, 1, 1, 1, dtype=torch.bool))
+    second = attention.step(1, torch.ones(2, 1, 1, 1, dtype=torch.bool))
+
+    assert torch.equal(first, additive(torch.cat([PADDING, torch.ones(2, 1, dtype=torch.bool)], -1)[:, None, None]))
+    assert torch.equal(second, additive(torch.cat([PADDING, torch.ones(2, 2, dtype=torch.bool)], -1)[:, None, None]))
+
+
+def test_a_decode_mask_over_every_key_is_taken_as_it_is():
+    attention = MaskRecordingAttention()
+    attention.step(4, prompt_mask())
+    full = torch.cat([PADDING, torch.tensor([[False], [True]])], -1)[:, None, None]
+
+    assert torch.equal(attention.step(1, full), additive(full))
+
+
+def test_a_new_prompt_forgets_the_last_ones_padding():
+    attention = MaskRecordingAttention()
+    attention.step(4, prompt_mask())
+    attention.step(4, None)
+
+    handed = attention.step(1, torch.ones(2, 1, 1, 1, dtype=torch.bool))
+
+    assert torch.equal(handed, additive(torch.ones(2, 1, 1, 1, dtype=torch.bool)))
+
+
+def test_int64_and_additive_masks_are_handed_over_as_before():
+    attention = MaskRecordingAttention()
+    additive_mask = torch.zeros(2, 1, 4, 4)
+
+    assert attention.step(4, additive_mask) is additive_mask
+    assert torch.equal(attention.step(4, PADDING.long()), (1 - PADDING.long()).float() * minus_inf)
