@@ -217,7 +217,8 @@ def plan(quick: bool = False) -> list[dict]:
         for build in ("released", "whole series"):
             cells += [cell_axes(arch, "default", build, z, w, "reference", _other(arch)) for z, w in ((2, 1), (3, 2))]
             cells.append(cell_axes(arch, "default", build, 3, 2, "left-pad", _other(arch)))  # masks differ there
-    cells += [cell_axes(arch, "default", "whole series", 2, 2, "left-pad", version)
+    cells += [cell_axes(arch, "default", build, 2, 2, "left-pad", version)  # the bug's range, and its fix
+              for build in ("series without 0028", "whole series")
               for arch in ("gpt-neox", "llama") for version in MASK_RANGE]  # fmt: skip
     # bf16: with the series, DeepSpeed-Chat's call order and its own settings under ZeRO-2 and 3; released, the
     # reference scenario under ZeRO-3. Its tolerance comes from these cells' measured noise (diagnosis.TOLS).

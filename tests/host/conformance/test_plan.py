@@ -70,12 +70,13 @@ def test_bf16_runs_every_architecture_in_deepspeed_chats_order_and_settings_and_
 
 
 def test_the_masking_rewrite_is_bounded_by_left_padded_cells_on_either_side_of_it():
-    """GPT-NeoX and Llama with the series on the last Transformers before the rewrite and the first after it:
+    """GPT-NeoX and Llama with and without 0028 on the last Transformers before the rewrite and the first after it:
     the left-pad cells only (what the range is about), and in the full plan only (each needs its own overlay)."""
     ranged = [c for c in plan.plan() if c["transformers"] in plan.MASK_RANGE]
     assert {(c["arch"], c["transformers"]) for c in ranged} == {
         (a, v) for a in ("gpt-neox", "llama") for v in plan.MASK_RANGE
     }
-    assert {c["scenario"] for c in ranged} == {"left-pad"} and {c["build"] for c in ranged} == {"whole series"}
+    assert {c["scenario"] for c in ranged} == {"left-pad"}
+    assert {c["build"] for c in ranged} == {"series without 0028", "whole series"} and len(ranged) == 8
     assert not [c for c in plan.plan(quick=True) if c["transformers"] in plan.MASK_RANGE]
     assert set(plan.MASK_RANGE) <= set(transformers_env.others())  # each has its constraints file
