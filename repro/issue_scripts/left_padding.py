@@ -6,7 +6,9 @@ mask covers one key. DeepSpeed-Chat left-pads the shorter prompts of a batch.
 
 A tiny Llama, random weights, a batch of two prompts whose first is left-padded (mask 0 over 3 tokens): greedy
 generate through the Hybrid Engine against Hugging Face on the same weights, every row. Records the masks the first
-injected attention was handed. Exit status 1: the bug (a row's logits differ), 0: every row agrees.
+injected attention was handed. Exit status 1: the bug (a row's logits differ), 0: every row agrees. Run it with
+Transformers 4.53 (pip install transformers==4.53.0): from 4.54 the released Llama layer first fails on what it
+returns, a separate bug.
 
 GPU: deepspeed --num_gpus 1 left_padding.py
 CPU: DS_ACCELERATOR=cpu torchrun --nproc-per-node 1 left_padding.py (DeepSpeed's CPU build has no

@@ -661,7 +661,7 @@ ISSUES = {
         "file": "ISSUE-left-padding.md",
         "scope": "injection",
         "shown": lambda c: c["scenario"] == "left-pad" and c["arch"] in ("gpt-neox", "llama"),
-        "evidence": (("masks the first injected attention was handed", _masks), ("crash", _crash)),
+        "evidence": (("masks Transformers handed the first injected attention", _masks), ("crash", _crash)),
         "measured": "the left-padded prompt's logits differ from the model's: the injected attention was handed "
         "bool masks, at decode steps over 1 key",
         "title": "Kernel injection and Hybrid Engine with Transformers >= 4.53: GPT-NeoX and Llama attend to a "
@@ -753,6 +753,10 @@ def issue_text(data: dict, bug: str) -> str:
     fixed = [c for c in shown if c["build"] == "whole series"]
     pinned = next((c for c in hits if c.get("transformers", PINNED) == PINNED), hits[0])  # where the scripts run
     ds, v = pinned["deepspeed"]["version"], pinned["versions"]
+    # A script pinned to other Transformers runs on those here (issue_scripts.IssueScript.transformers).
+    script_transformers = next(
+        (s.transformers for s in issue_scripts.scripts_of(meta["file"]) if s.transformers), None
+    )
     heads = [h for h, _ in meta["evidence"]]
     rows = [
         f"| {labels.where(c)} | {c['build']} | {c['zero_stage']} | {c['world_size']} | {labels.worst_steps(c)} | "
@@ -782,7 +786,8 @@ def issue_text(data: dict, bug: str) -> str:
             "",
             "**To Reproduce**",
             *issue_scripts.section(
-                meta["file"], f"DeepSpeed {ds}, torch {v['torch']}, Transformers {v['transformers']}"
+                meta["file"],
+                f"DeepSpeed {ds}, torch {v['torch']}, Transformers {script_transformers or v['transformers']}",
             ),
             "",
             f"The table above is `{data['command']}` in our repository (after `scripts/bootstrap.sh`).",
