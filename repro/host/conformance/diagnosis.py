@@ -203,12 +203,15 @@ def _padding_mask(cell: dict) -> str | None:
     why = {
         "no mask": sum(m["dtype"] is None for m in masks),
         "a bool mask": sum(m["dtype"] == "bool" for m in masks),
-        "a mask over fewer keys than attended": sum(
-            m["mask_keys"] is not None and m["mask_keys"] < m["keys"] for m in masks
-        ),
+        "a mask over fewer keys than attended": sum(map(covers_too_few_keys, masks)),
     }
     found = [f"{what} at {count} of {len(masks)} calls" for what, count in why.items() if count]
     return f"{BUG_PADDING_MASK} ({'; '.join(found)})" if found else None
+
+
+def covers_too_few_keys(mask: dict) -> bool:
+    """A recorded mask (repro.rank.he_faults.mask_record) over fewer keys than the layer attended to."""
+    return mask["mask_keys"] is not None and mask["mask_keys"] < mask["keys"]
 
 
 def _crash(cell: dict) -> str:

@@ -38,6 +38,7 @@ from .diagnosis import (
     CORRECT,
     REFUSALS,
     TOL,
+    covers_too_few_keys,
     worst,
 )
 from .plan import PINNED
@@ -116,7 +117,7 @@ def _masks(cell: dict) -> str:
     if not masks:
         return "not reached" if "crash" in cell else "not recorded"
     prompt, decode = masks[0], masks[1:]
-    short = [m for m in decode if m["mask_keys"] is not None and m["mask_keys"] < m["keys"]]
+    short = [m for m in decode if covers_too_few_keys(m)]
     kinds = sorted({str(m["dtype"]) for m in masks})
     return (f"{'/'.join(kinds)}; prompt: {prompt['mask_keys']} of {prompt['keys']} keys; decode: "
             f"{len(short)} of {len(decode)} cover fewer keys than attended")  # fmt: skip
