@@ -347,6 +347,11 @@ def _engine_generate(engine, ids: torch.Tensor, mask: torch.Tensor | None, ref_t
     return {"raised": None, "first_token_equal_native": tokens[:1] == ref_tokens[:1]}
 
 
+def _margin_at_divergence(he_tokens: list[int], ref_tokens: list[int], ref_logits: list) -> float | None:
+    index = measure.first_divergent_index(he_tokens, ref_tokens)
+    return None if index is None or index >= len(ref_logits) else measure.top2_margin(ref_logits[index])
+
+
 def _compare(he_tokens, he_logits, prompt, native, lora_names, dtype) -> dict:
     """The HE's first generate against native: tokens, and logits step by step, teacher-forced on the HE's
     tokens, against the model, the model without its LoRA and each twin. `prompt`: the batch and its mask;
@@ -363,6 +368,9 @@ def _compare(he_tokens, he_logits, prompt, native, lora_names, dtype) -> dict:
         "he_tokens": he_tokens,
         "tokens_equal_native": he_tokens == ref_tokens,
         "first_divergent_token": measure.first_divergent_index(he_tokens, ref_tokens),
+        # Native's top-1 vs top-2 gap where the tokens part (the prefix is shared there): a near-tie when smaller
+        # than the tolerance, where noise within it may flip the token.
+        "native_margin_at_divergence": _margin_at_divergence(he_tokens, ref_tokens, ref_logits),
         "first_step_logits_max_abs": measure.stepwise_max_abs(he_logits[:1], ref_logits[:1])[0],
         "per_step_logits_vs_native_freerun": measure.stepwise_max_abs(he_logits, ref_logits),
         "per_step_logits_vs_native": steps,

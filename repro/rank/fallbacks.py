@@ -40,11 +40,30 @@ def rotary_cos_sin(
     return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
-def apply_partial_rotary(x: torch.Tensor, positions: torch.Tensor, rotary_dim: int, base: float) -> torch.Tensor:
-    """Rotates the first `rotary_dim` dims of `x` [batch, heads, seq, head_dim]; the rest passes through."""
-    cos, sin = rotary_cos_sin(positions, rotary_dim, base, x.dtype)
+def rotate_every_two(x: torch.Tensor) -> torch.Tensor:
+    """GPT-J's rotation: each even/odd pair of dims (x0, x1) becomes (-x1, x0)."""
+    return torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
+
+
+def rotary_cos_sin_every_two(
+    positions: torch.Tensor, rotary_dim: int, base: float, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GPT-J rotary tables (rotate_every_two layout: each frequency repeated for its pair), in fp32 like
+    Transformers' `create_sinusoidal_positions`."""
+    inv_freq = 1.0 / (base ** (torch.arange(0, rotary_dim, 2, dtype=torch.int64).float() / rotary_dim))
+    freqs = torch.outer(positions.float(), inv_freq.to(positions.device))
+    return freqs.cos().repeat_interleave(2, -1).to(dtype), freqs.sin().repeat_interleave(2, -1).to(dtype)
+
+
+def apply_partial_rotary(
+    x: torch.Tensor, positions: torch.Tensor, rotary_dim: int, base: float, every_two: bool = False
+) -> torch.Tensor:
+    """Rotates the first `rotary_dim` dims of `x` [batch, heads, seq, head_dim]; the rest passes through.
+    GPT-NeoX and Llama rotate halves; GPT-J (`every_two`) rotates interleaved pairs."""
+    tables, rotate = (rotary_cos_sin_every_two, rotate_every_two) if every_two else (rotary_cos_sin, rotate_half)
+    cos, sin = tables(positions, rotary_dim, base, x.dtype)
     x_rot, x_pass = x[..., :rotary_dim], x[..., rotary_dim:]
-    return torch.cat((x_rot * cos + rotate_half(x_rot) * sin, x_pass), dim=-1)
+    return torch.cat((x_rot * cos + rotate(x_rot) * sin, x_pass), dim=-1)
 
 
 def _positions(is_prompt: bool, seq_len: int, device: torch.device) -> torch.Tensor:
@@ -81,18 +100,19 @@ def softmax_context_fallback(
     token_idx,
     position_ids,
 ):
-    """DeepSpeed's `SoftmaxContextOp.softmax_context_fallback` with GPT-NeoX partial rotary."""
+    """DeepSpeed's `SoftmaxContextOp.softmax_context_fallback` with partial rotary: GPT-NeoX's halves and GPT-J's
+    interleaved pairs (DeepSpeed's own rotates only halves, and skips `rotate_every_two` silently)."""
     from deepspeed.ops.transformer.inference.op_binding.softmax import SoftmaxOp
     from deepspeed.ops.transformer.inference.op_binding.workspace import InferenceContext
 
     query, key, value = self.bias_add_transform_0213(query_key_value, None, heads, 3, False)
     if rotary_dim > 0:
-        if not rotate_half or rotate_every_two:
-            raise NotImplementedError("repro's rotary fallback implements GPT-NeoX rotate_half only")
+        if rotate_half == rotate_every_two:
+            raise NotImplementedError(f"no rotary with rotate_half={rotate_half}, rotate_every_two={rotate_every_two}")
         positions = _positions(is_prompt, query.shape[2], query.device)
         base = float(rope_theta) if rope_theta else ROTARY_BASE_DEFAULT
-        query = apply_partial_rotary(query, positions, rotary_dim, base)
-        key = apply_partial_rotary(key, positions, rotary_dim, base)
+        query = apply_partial_rotary(query, positions, rotary_dim, base, rotate_every_two)
+        key = apply_partial_rotary(key, positions, rotary_dim, base, rotate_every_two)
 
     key, value = InferenceContext.Instance().update_cache(layer_id, token_idx, is_prompt, key, value)
     key = self.repeat_kv(key, num_kv)
@@ -176,6 +196,18 @@ def linear_fallback(self: Any, input, weight, bias, add_bias, do_flash_attn, num
     return output + bias if add_bias else output
 
 
+def gelu_gemm_fallback(self: Any, input, weight, scale, bias, out, out_scale, dtype, transpose):
+    """The MLP of a layer whose MLP reads the attention's LayerNorm (`GELUGemmOp`, GPT-J's path: no `attn_nw`).
+
+    DeepSpeed's fallback multiplies by the weights as given, where the compiled `fused_gemm_gelu` reads them
+    transposed in `transposed_mode` (the Hugging Face [out, in] layout the Hybrid Engine hands it), so it fails
+    on every shape that is not square. GELU is the kernel's tanh one, as in DeepSpeed's fallback.
+    """
+    hidden = torch.matmul(input, weight.t() if transpose else weight)
+    hidden = F.gelu(hidden.float() + bias.float(), approximate="tanh").to(hidden.dtype)
+    return torch.matmul(hidden, out.t() if transpose else out)
+
+
 def compiled_op_error() -> str | None:
     """Loads DeepSpeed's compiled inference op as `BaseOp` would; returns why it failed, or None."""
     from deepspeed.ops.transformer.inference.op_binding.base import BaseOp
@@ -194,6 +226,7 @@ def compiled_op_error() -> str | None:
 def install() -> dict[str, str]:
     """Makes missing kernels select the completed fallbacks; returns what it found and did."""
     from deepspeed.ops.transformer.inference.op_binding.base import BaseOp
+    from deepspeed.ops.transformer.inference.op_binding.gelu_gemm import GELUGemmOp
     from deepspeed.ops.transformer.inference.op_binding.linear import LinearOp
     from deepspeed.ops.transformer.inference.op_binding.mlp_gemm import MLPGemmOp
     from deepspeed.ops.transformer.inference.op_binding.softmax_context import SoftmaxContextOp
@@ -205,6 +238,7 @@ def install() -> dict[str, str]:
     SoftmaxContextOp.softmax_context_fallback = softmax_context_fallback
     MLPGemmOp.mlp_gemm_fallback = mlp_gemm_fallback
     LinearOp.linear_fallback = linear_fallback
+    GELUGemmOp.gelu_gemm_fallback = gelu_gemm_fallback
     return {"compiled_op": "missing" if error else "loaded", "compiled_op_error": error or ""}
 
 
@@ -217,7 +251,7 @@ def kernel_paths(roots: Iterable[torch.nn.Module]) -> dict[str, str]:
         if not isinstance(module, BaseOp):
             continue
         for name, value in vars(module).items():
-            if not name.endswith("_func") or value is None:
+            if not (name.endswith("_func") or name == "fused_gemm_gelu") or value is None:
                 continue
             path = "fallback" if "fallback" in getattr(value, "__name__", "") else "compiled"
             key = f"{type(module).__name__}.{name}"

@@ -26,6 +26,24 @@ def test_partial_rotary_matches_transformers(tiny_config, start):
     assert torch.equal(got_q[..., rotary_dim:], q[..., rotary_dim:])  # only the first rotary_dim dims move
 
 
+@pytest.mark.parametrize("start", [0, 5])
+def test_every_two_rotary_matches_transformers_gptj(start):
+    """GPT-J's interleaved rotary (DeepSpeed's own fallback skips `rotate_every_two`: no rotation at all)."""
+    from transformers.models.gptj.modeling_gptj import apply_rotary_pos_emb, create_sinusoidal_positions
+
+    heads, head_dim, rotary_dim, seq = 4, 64, 16, 3
+    x = torch.randn(1, seq, heads, head_dim)  # GPT-J rotates [batch, seq, heads, head_dim]
+    positions = torch.arange(start, start + seq)
+    sin, cos = create_sinusoidal_positions(32, rotary_dim)[positions][None].chunk(2, dim=-1)
+    ref = torch.cat((apply_rotary_pos_emb(x[..., :rotary_dim], sin, cos), x[..., rotary_dim:]), dim=-1)
+
+    got = fallbacks.apply_partial_rotary(x.transpose(1, 2), positions, rotary_dim, 10000.0, every_two=True)
+    torch.testing.assert_close(got.transpose(1, 2), ref)
+    if start:  # at position 0 the rotation is the identity; elsewhere the two layouts differ
+        halves = fallbacks.apply_partial_rotary(x.transpose(1, 2), positions, rotary_dim, 10000.0)
+        assert not torch.allclose(halves.transpose(1, 2), ref)
+
+
 def test_decode_position_is_number_of_cached_tokens():
     from deepspeed.ops.transformer.inference.op_binding.workspace import InferenceContext
 
@@ -111,10 +129,29 @@ def test_the_post_layer_norm_qkv_linear_is_a_plain_gemm_with_bias():
         fallbacks.linear_fallback(None, x, w, b, True, True, 2, True, 1e4)
 
 
+def test_the_mlp_on_the_attention_norm_matches_gptj_mlp():
+    """GPT-J's injected MLP (`fused_gemm_gelu` on the attention's normalised input), handed the Hugging Face
+    [out, in] weights in transposed mode, computes GPT-J's own MLP (gelu_new is the tanh GELU)."""
+    from transformers import GPTJConfig
+    from transformers.models.gptj.modeling_gptj import GPTJMLP
+
+    torch.manual_seed(0)
+    mlp = GPTJMLP(64, GPTJConfig(n_embd=16, resid_pdrop=0.0)).eval()
+    x = torch.randn(1, 3, 16)
+    args = (x, mlp.fc_in.weight, None, mlp.fc_in.bias, mlp.fc_out.weight, None, False)
+    with torch.no_grad():
+        torch.testing.assert_close(fallbacks.gelu_gemm_fallback(None, *args, True) + mlp.fc_out.bias, mlp(x))
+        with pytest.raises(RuntimeError, match="cannot be multiplied"):  # DeepSpeed's own, on the same weights
+            from deepspeed.ops.transformer.inference.op_binding.gelu_gemm import GELUGemmOp
+
+            GELUGemmOp.__dict__["gelu_gemm_fallback"](None, *args, True)
+
+
 @pytest.fixture
 def clean_base_op():
-    """install() patches four DeepSpeed classes; every one is restored, so no later test sees ours."""
+    """install() patches five DeepSpeed classes; every one is restored, so no later test sees ours."""
     from deepspeed.ops.transformer.inference.op_binding.base import BaseOp
+    from deepspeed.ops.transformer.inference.op_binding.gelu_gemm import GELUGemmOp
     from deepspeed.ops.transformer.inference.op_binding.linear import LinearOp
     from deepspeed.ops.transformer.inference.op_binding.mlp_gemm import MLPGemmOp
     from deepspeed.ops.transformer.inference.op_binding.softmax_context import SoftmaxContextOp
@@ -124,12 +161,14 @@ def clean_base_op():
         SoftmaxContextOp.__dict__["softmax_context_fallback"],
         MLPGemmOp.__dict__["mlp_gemm_fallback"],
         LinearOp.__dict__["linear_fallback"],
+        GELUGemmOp.__dict__["gelu_gemm_fallback"],
     )
     yield BaseOp
     BaseOp.inference_module = saved[0]
     SoftmaxContextOp.softmax_context_fallback = saved[1]
     MLPGemmOp.mlp_gemm_fallback = saved[2]
     LinearOp.linear_fallback = saved[3]
+    GELUGemmOp.gelu_gemm_fallback = saved[4]
 
 
 def _config():
@@ -139,18 +178,21 @@ def _config():
 
 
 def test_missing_compiled_op_selects_completed_fallbacks(clean_base_op):
+    from deepspeed.ops.transformer.inference.op_binding.gelu_gemm import GELUGemmOp
     from deepspeed.ops.transformer.inference.op_binding.mlp_gemm import MLPGemmOp
     from deepspeed.ops.transformer.inference.op_binding.softmax_context import SoftmaxContextOp
 
     clean_base_op.inference_module = None
     state = fallbacks.install()
     assert state["compiled_op"] == "missing" and state["compiled_op_error"]
-    ops = torch.nn.ModuleList([SoftmaxContextOp(_config()), MLPGemmOp(_config())])
+    ops = torch.nn.ModuleList([SoftmaxContextOp(_config()), MLPGemmOp(_config()), GELUGemmOp(_config())])
     assert ops[0].softmax_context_func.__func__ is fallbacks.softmax_context_fallback
     assert ops[1].mlp_gemm_func.__func__ is fallbacks.mlp_gemm_fallback
+    assert ops[2].fused_gemm_gelu.__func__ is fallbacks.gelu_gemm_fallback
     paths = fallbacks.kernel_paths([ops])
     assert paths["SoftmaxContextOp.softmax_context_func"] == "fallback"
     assert paths["MLPGemmOp.mlp_gemm_func"] == "fallback"
+    assert paths["GELUGemmOp.fused_gemm_gelu"] == "fallback"
 
 
 def test_a_compiled_kernel_that_exists_is_never_replaced(clean_base_op):

@@ -17,7 +17,7 @@ from ...options import UsageError
 from .plan import ENGAGED_ON, PINNED, SCENARIOS, cell_axes
 
 # Transformers' model_type -> the suite's architecture (repro.rank.archs has an adapter for each).
-MODEL_TYPES = {"gpt_neox": "gpt-neox", "gpt_neo": "gpt-neo", "llama": "llama", "opt": "opt"}
+MODEL_TYPES = {"gpt_neox": "gpt-neox", "gpt_neo": "gpt-neo", "llama": "llama", "opt": "opt", "gptj": "gpt-j"}
 # Fields that name or describe a checkpoint rather than the forward math: not handed to the config class.
 NOT_MATH = ("architectures", "auto_map", "_name_or_path", "transformers_version", "torch_dtype", "dtype",
             "model_type", "_commit_hash", "quantization_config", "head_dim")  # fmt: skip
@@ -60,23 +60,27 @@ def tiny_twin(config: dict) -> dict:
     the Hybrid Engine must reproduce stays the user's (ratios of FFN and projection sizes, grouped-query heads,
     rotary, norms, activations, biases)."""
     twin = {k: v for k, v in config.items() if k not in NOT_MATH}
-    hidden_key, heads_key = _first(config, "hidden_size", "n_embd"), _first(config, "num_attention_heads", "num_heads")
+    hidden_key = _first(config, "hidden_size", "n_embd")
+    heads_key = _first(config, "num_attention_heads", "num_heads", "n_head")
     if hidden_key is None or heads_key is None:
         raise UsageError("the config names no hidden size or head count: not a decoder this suite can shrink")
     hidden, heads = config[hidden_key], config[heads_key]
     twin[hidden_key], twin[heads_key] = TWIN["hidden"], TWIN["heads"]
-    layers_key = _first(config, "num_hidden_layers", "num_layers")
+    layers_key = _first(config, "num_hidden_layers", "num_layers", "n_layer")
     if layers_key:
         twin[layers_key] = TWIN["layers"]
     if config.get("num_key_value_heads"):  # keep the grouped-query ratio
         twin["num_key_value_heads"] = max(1, TWIN["heads"] * config["num_key_value_heads"] // heads)
-    for key in ("intermediate_size", "ffn_dim", "word_embed_proj_dim"):
+    for key in ("intermediate_size", "ffn_dim", "word_embed_proj_dim", "n_inner"):
         if config.get(key):
             twin[key] = max(1, round(TWIN["hidden"] * config[key] / hidden))
     if config.get("vocab_size"):
         twin["vocab_size"] = min(config["vocab_size"], TWIN["vocab"])
-    if config.get("max_position_embeddings"):
-        twin["max_position_embeddings"] = min(config["max_position_embeddings"], TWIN["positions"])
+    for key in ("max_position_embeddings", "n_positions"):
+        if config.get(key):
+            twin[key] = min(config[key], TWIN["positions"])
+    if config.get("rotary_dim"):  # GPT-J: the fraction of each head that is rotated
+        twin["rotary_dim"] = max(2, TWIN["hidden"] // TWIN["heads"] * config["rotary_dim"] * heads // hidden)
     if config.get("window_size"):
         twin["window_size"] = min(config["window_size"], TWIN["positions"])
     if config.get("attention_types"):  # GPT-Neo: the first two layers' kinds, in its own format

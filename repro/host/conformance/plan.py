@@ -37,7 +37,8 @@ NEOX_MORE: dict[str, dict] = {
 # The dtypes a cell runs in: DeepSpeed-Chat trains in fp16, which DeepSpeed's CPU accelerator does not offer
 # (its supported_dtypes() are fp32 and bf16), so on CPU bf16 stands for the half-precision path.
 DTYPES = ("fp32", "bf16")
-ARCHS = ("gpt-neox", "gpt-neo", "llama", "opt")  # each has an adapter: repro.rank.archs (tiny default, LoRA, twins)
+# Each has an adapter: repro.rank.archs (tiny default, LoRA, twins).
+ARCHS = ("gpt-neox", "gpt-neo", "llama", "opt", "gpt-j")
 # Per architecture, its configurations: overrides of its tiny default (GPT-NeoX: CONFIGS above). Why these
 # fields, and which were left out: report.CONFIG_NOTES / LEFT_OUT / LEFT_OUT_ARCHS.
 ARCH_CONFIGS: dict[str, dict[str, dict]] = {
@@ -68,9 +69,20 @@ ARCH_CONFIGS: dict[str, dict[str, dict]] = {
         "projection-dim-128": {"word_embed_proj_dim": 128},
         "layer-norm-not-affine": {"layer_norm_elementwise_affine": False},
     },
+    # Every GPTJConfig field that changes the forward math, one value besides the tiny default's: the rotary
+    # over the whole head, the activation (gelu_new by default), the FFN size, the epsilon, tied embeddings.
+    "gpt-j": {
+        "default": {},
+        "full-rotary": {"rotary_dim": 64},
+        "exact-gelu": {"activation_function": "gelu"},
+        "relu": {"activation_function": "relu"},
+        "ffn-512": {"n_inner": 512},
+        "layer-norm-eps-1e-3": {"layer_norm_epsilon": 1e-3},
+        "tied-embeddings": {"tie_word_embeddings": True},
+    },
 }
 # Configurations added for field coverage, not in the quick plan (not an axis; the quick plan's 3 minutes).
-COVERAGE_ONLY = (*NEOX_MORE, "head-dim-32")
+COVERAGE_ONLY = {"gpt-neox": tuple(NEOX_MORE), "llama": ("head-dim-32",), "gpt-j": ("tied-embeddings",)}
 SERIES = ("0000", "0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010", "0011", "0012",
           "0013", "0014", "0015", "0016", "0017", "0018", "0019", "0020", "0021", "0022", "0023",
           "0024", "0025", "0026", "0027", "0028")  # fmt: skip
@@ -177,7 +189,7 @@ def plan(quick: bool = False) -> list[dict]:
                 cell_axes(a, c, series, 3, 2, "reference")
                 for a in ARCHS
                 for c in ARCH_CONFIGS[a]
-                if c != "sequential-residual" and c not in COVERAGE_ONLY
+                if c != "sequential-residual" and c not in COVERAGE_ONLY.get(a, ())
             ),
             cell_axes("gpt-neox", "sequential-residual", "released", 2, 1, "reference"),  # #3453, on ZeRO-2 and 1 rank
             *(

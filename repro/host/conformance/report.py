@@ -93,6 +93,13 @@ ARCH_CONFIG_NOTES = {
     "opt `word_embed_proj_dim`": "embeddings narrower than the layers (opt-350m): project_in/out Linears outside "
     "the layers",
     "opt `layer_norm_elementwise_affine`": "LayerNorms without weight and bias",
+    "gpt-j `rotary_dim`": "16 of each head's 64 dims (GPT-J 6B's quarter) vs the whole head; the container reads it, "
+    "the kernel rotates interleaved pairs (`rotate_every_two`), which DeepSpeed's CPU fallback skips",
+    "gpt-j `activation_function`": "gelu_new (GPT-J 6B) vs exact gelu and relu: the MLP reads the attention's "
+    "LayerNorm, so it runs `fused_gemm_gelu`, GELU whatever the config says (0029)",
+    "gpt-j `n_inner`": "4x hidden (default) vs 2x: the policy reports no intermediate size",
+    "gpt-j `layer_norm_epsilon`": "read by the container for the layers; the HE replaces the final norm (0011)",
+    "gpt-j `tie_word_embeddings`": "separate (GPT-J 6B) vs tied: outside the layers, one weight ZeRO-3 partitions",
 }
 LEFT_OUT_ARCHS = {
     "gpt-neo `window_size` below the sequence length": "DeepSpeed's softmax fallback ignores local attention, "
@@ -103,6 +110,10 @@ LEFT_OUT_ARCHS = {
     "opt `dropout` / `attention_dropout` / `layerdrop`": "training only: 0 in the tiny default, so train() and "
     "eval() compute the same function",
     "opt `_remove_final_layer_norm`": "a loading flag for checkpoints older than Transformers 4.20",
+    "gpt-j `rotary_dim=None`": "Transformers' own GPT-J cannot run it with more than one head (its sin/cos tables "
+    "span the hidden size: `RuntimeError: The size of tensor a (64) must match the size of tensor b (256)`)",
+    "gpt-j `resid_pdrop` / `embd_pdrop` / `attn_pdrop`": "training only: 0 in the tiny default",
+    "gpt-j `n_positions`": "above every sequence the cells run (prompt + answer); no effect below it",
 }
 
 

@@ -127,6 +127,26 @@ def test_nan_or_a_difference_is_never_correct():
     assert math.isnan(dx.worst([0.1, math.nan])) and dx.worst([0.1, 0.3]) == 0.3
 
 
+def test_a_token_flip_is_correct_only_at_a_native_near_tie_within_the_tolerance():
+    """bf16 GPT-J: the first token flipped where native's top two logits were 0.004 apart, every teacher-forced
+    step within 0.012 of native (tolerance 0.05). A margin above the tolerance, a step beyond it, or a margin not
+    recorded keeps the cell unexplained."""
+    tie = arch_cell(tokens_equal_native=False, dtype="bf16", per_step_logits_vs_native=[0.0078, 0.0117],
+                    native_margin_at_divergence=0.0039)  # fmt: skip
+    assert dx.diagnose(tie) == [dx.CORRECT]
+    assert dx.diagnose({**tie, "native_margin_at_divergence": 0.06}) == [dx.UNEXPLAINED]
+    assert dx.diagnose({**tie, "per_step_logits_vs_native": [0.0078, 0.07]}) == [dx.UNEXPLAINED]
+    assert dx.diagnose({k: v for k, v in tie.items() if k != "native_margin_at_divergence"}) == [dx.UNEXPLAINED]
+    assert dx.diagnose({**tie, "dtype": "fp32"}) == [dx.UNEXPLAINED]  # fp32's tolerance is 1e-3
+
+
+def test_gptjs_activation_twin_names_its_bug_only_when_the_he_matches_it():
+    relu = arch_cell(arch="gpt-j", tokens_equal_native=False, per_step_logits_vs_native=[0.59, 0.5],
+                     per_step_logits_vs_twin={"tanh_gelu_activation": [7e-7, 6e-7]})  # fmt: skip
+    assert dx.diagnose(relu) == [dx.BUG_GPTJ_ACTIVATION]
+    assert dx.diagnose({**relu, "per_step_logits_vs_twin": {"tanh_gelu_activation": [0.3, 0.2]}}) == [dx.UNEXPLAINED]
+
+
 def test_a_refusal_by_name_is_not_a_bug_and_a_grouped_query_crash_is():
     refusal = {"type": "ValueError", "at": "deepspeed/module_inject/containers/llama.py:197",
                "message": "DeepSpeed kernel injection cannot serve this Llama configuration: mlp_bias"}  # fmt: skip

@@ -43,12 +43,24 @@ def test_the_tiny_twin_shrinks_the_sizes_and_keeps_the_math():
     neo = my_model.tiny_twin({"model_type": "gpt_neo", "hidden_size": 2048, "num_heads": 16, "num_layers": 24,
                               "attention_types": [[["global", "local"], 12]], "window_size": 256})  # fmt: skip
     assert neo["num_layers"] == 2 and neo["attention_types"] == [[["global", "local"], 1]]
+    gptj = my_model.tiny_twin(GPTJ_6B)
+    assert {k: gptj[k] for k in ("n_embd", "n_head", "n_layer", "n_positions", "rotary_dim")} == {
+        "n_embd": 256,
+        "n_head": 4,
+        "n_layer": 2,
+        "n_positions": 256,
+        "rotary_dim": 16,
+    }  # 64 of 256: a quarter
+
+
+GPTJ_6B = {"model_type": "gptj", "n_embd": 4096, "n_head": 16, "n_layer": 28, "n_positions": 2048, "rotary_dim": 64,
+           "activation_function": "gelu_new", "vocab_size": 50400}  # fmt: skip
 
 
 def test_the_twins_config_builds_its_architecture():
     from repro.rank.archs import adapter
 
-    for config in (PYTHIA_410M, OPT_350M):
+    for config in (PYTHIA_410M, OPT_350M, GPTJ_6B):
         arch = adapter(my_model.arch_of(config))
         built = arch.config(my_model.tiny_twin(config))
         assert built.hidden_size == 256 and built.num_hidden_layers == 2
@@ -63,8 +75,8 @@ def test_bad_input_is_refused_in_one_line(tmp_path):
         my_model.read(write(tmp_path, "{not json"))
     with pytest.raises(UsageError, match="not a Hugging Face config"):
         my_model.read(write(tmp_path, [1, 2]))
-    with pytest.raises(UsageError, match="model_type 'bloom': .*gpt_neo, gpt_neox, llama, opt"):
-        my_model.plan(write(tmp_path, {**PYTHIA_410M, "model_type": "bloom"}))
+    with pytest.raises(UsageError, match="model_type 'falcon': .*gpt_neo, gpt_neox, gptj, llama, opt"):
+        my_model.plan(write(tmp_path, {**PYTHIA_410M, "model_type": "falcon"}))
 
 
 def test_no_code_and_no_pickle_from_a_model_directory(tmp_path):
