@@ -79,6 +79,12 @@ def spec_path(out: Path) -> Path:
     return out.with_suffix(".spec.json")
 
 
+def peer_crash_path(out: Path, rank: int) -> Path:
+    """Where a rank other than 0 leaves its own crash (OUT.rankN.crash.json): rank 0 often sees only the
+    collective its peer left, and the host joins them (repro.host.conformance.cells)."""
+    return out.with_suffix(f".rank{rank}.crash.json")
+
+
 class Laps:
     """Named phase durations, each also one progress line from rank 0."""
 
@@ -265,6 +271,7 @@ def run(spec: dict) -> dict:
         laps("cycles")
     except Exception as exc:  # the Hybrid Engine's own failure: the cell's finding
         result["crash"] = {**he_faults.crash(exc), "during": phase}
+        result["crash_time"] = time.time()  # which rank's crash came first, when several did
     result["duration_s"] = round(time.time() - laps.started, 2)
     result["timings_s"] = laps.timings
     return result
@@ -396,8 +403,12 @@ def main(out: str) -> int:
         # interpreter exit can abort the rank after the finding is made. Rank 0 records it and every rank
         # leaves at once; a rank that did not crash waits in a collective until the host's timeout, which
         # the host reports as a broken cell.
-        if os.environ.get("RANK", "0") == "0":
+        rank = int(os.environ.get("RANK", "0"))
+        if rank == 0:
             write_json(out_path, result)
+        else:
+            own = {"rank": rank, "crash": result["crash"], "crash_time": result["crash_time"]}
+            write_json(peer_crash_path(out_path, rank), own)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)

@@ -208,6 +208,45 @@ def gelu_gemm_fallback(self: Any, input, weight, scale, bias, out, out_scale, dt
     return torch.matmul(hidden, out.t() if transpose else out)
 
 
+def softmax_fallback(
+    attn_scores, attn_mask, alibi, triangular, recompute, local_attention, window_size, async_op, layer_scale,
+    head_offset, mp_size,
+):  # fmt: skip
+    """DeepSpeed's `SoftmaxOp.softmax_fallback` with ALiBi as the compiled softmax indexes it (BLOOM's path).
+
+    BLOOM hands the layer ALiBi as [batch * heads, 1, keys], every head of the model. The kernel adds to head h of
+    sequence b the row `b * heads * mp_size + head_offset + h` (heads: this partition's). DeepSpeed's fallback adds
+    `alibi[head_offset:head_offset + heads // mp_size]`, sequence 0's rows for every sequence and, under tensor
+    parallelism, half the partition's heads. Here each sequence takes its own rows; a head_offset past the heads
+    ALiBi holds leaves none, and the addition fails as DeepSpeed's own fallback does (the kernel reads the next
+    sequence's rows instead).
+    """
+    from deepspeed.ops.transformer.inference.op_binding.workspace import InferenceContext
+
+    if alibi is not None and len(alibi.shape) > 1:
+        batch, heads = attn_scores.shape[0], attn_scores.shape[1]
+        per_sequence = alibi.view(batch, alibi.shape[0] // batch, *alibi.shape[1:])
+        alibi = per_sequence[:, head_offset : head_offset + heads]
+    else:
+        alibi = None
+    if attn_mask is not None and len(attn_mask.shape) == 1:
+        attn_mask = None
+    input_dtype = attn_scores.dtype
+    attn_scores *= layer_scale
+    if alibi is not None:
+        attn_scores += alibi
+    if attn_mask is not None:
+        attn_scores += attn_mask[:, None, None, :] if len(attn_mask.shape) == 2 else attn_mask
+    if triangular:
+        if attn_scores.shape[2] == 1:  # query using kv cache
+            token_idx = InferenceContext.Instance().current_tokens()
+            tri = torch.arange(attn_scores.shape[2], device=attn_scores.device).ge(token_idx)
+        else:
+            tri = ~torch.tril(torch.ones(attn_scores.size(), device=attn_scores.device)).to(bool)
+        attn_scores = torch.masked_fill(attn_scores, tri, float("-inf"))
+    return F.softmax(attn_scores, dim=-1, dtype=torch.float32).to(input_dtype)
+
+
 def compiled_op_error() -> str | None:
     """Loads DeepSpeed's compiled inference op as `BaseOp` would; returns why it failed, or None."""
     from deepspeed.ops.transformer.inference.op_binding.base import BaseOp
@@ -229,6 +268,7 @@ def install() -> dict[str, str]:
     from deepspeed.ops.transformer.inference.op_binding.gelu_gemm import GELUGemmOp
     from deepspeed.ops.transformer.inference.op_binding.linear import LinearOp
     from deepspeed.ops.transformer.inference.op_binding.mlp_gemm import MLPGemmOp
+    from deepspeed.ops.transformer.inference.op_binding.softmax import SoftmaxOp
     from deepspeed.ops.transformer.inference.op_binding.softmax_context import SoftmaxContextOp
 
     error = compiled_op_error()
@@ -239,6 +279,7 @@ def install() -> dict[str, str]:
     MLPGemmOp.mlp_gemm_fallback = mlp_gemm_fallback
     LinearOp.linear_fallback = linear_fallback
     GELUGemmOp.gelu_gemm_fallback = gelu_gemm_fallback
+    SoftmaxOp.softmax_fallback = staticmethod(softmax_fallback)
     return {"compiled_op": "missing" if error else "loaded", "compiled_op_error": error or ""}
 
 
@@ -251,7 +292,7 @@ def kernel_paths(roots: Iterable[torch.nn.Module]) -> dict[str, str]:
         if not isinstance(module, BaseOp):
             continue
         for name, value in vars(module).items():
-            if not (name.endswith("_func") or name == "fused_gemm_gelu") or value is None:
+            if not (name.endswith("_func") or name == "fused_gemm_gelu") or value is None or isinstance(value, BaseOp):
                 continue
             path = "fallback" if "fallback" in getattr(value, "__name__", "") else "compiled"
             key = f"{type(module).__name__}.{name}"

@@ -4,6 +4,8 @@ an injected layer (the Hybrid Engine did not engage: native generate ran instead
 
 from __future__ import annotations
 
+import os
+import sys
 import traceback
 
 from .measure import worst
@@ -20,7 +22,10 @@ def crash_site(exc: BaseException) -> str:
 
 
 def crash(exc: BaseException) -> dict:
-    """The cell's finding when the Hybrid Engine raises: type, first line of the message, and where."""
+    """The cell's finding when the Hybrid Engine raises: type, first line of the message, and where. With
+    REPRO_DEBUG set, the whole traceback also goes to the rank's stderr (a pool's worker.log)."""
+    if os.environ.get("REPRO_DEBUG"):
+        traceback.print_exception(exc, file=sys.stderr)
     return {"type": type(exc).__name__, "message": str(exc).splitlines()[0][:300] if str(exc) else "",
             "at": crash_site(exc)}  # fmt: skip
 

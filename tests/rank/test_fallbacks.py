@@ -147,13 +147,37 @@ def test_the_mlp_on_the_attention_norm_matches_gptj_mlp():
             GELUGemmOp.__dict__["gelu_gemm_fallback"](None, *args, True)
 
 
+def test_alibi_is_added_per_sequence_and_per_partition_as_the_kernel_indexes_it():
+    """BLOOM's ALiBi ([batch * heads, 1, keys], Transformers' build_alibi_tensor) for two sequences, the second
+    left-padded: every sequence and every head of a tensor-parallel partition gets its own rows. DeepSpeed's
+    fallback gives the second sequence the first's rows and a partition half its heads."""
+    from deepspeed.ops.transformer.inference.op_binding.softmax import SoftmaxOp
+    from transformers.models.bloom.modeling_bloom import build_alibi_tensor
+
+    mask = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])
+    alibi = build_alibi_tensor(mask, 4, torch.float32)  # [2 * 4, 1, 5]
+    scores = torch.randn(2, 4, 1, 5)
+    want = F.softmax(scores + alibi.view(2, 4, 1, 5), dim=-1)
+    flags = (False, False, False, 1, False, 1.0)  # triangular .. async_op, layer_scale
+    torch.testing.assert_close(fallbacks.softmax_fallback(scores.clone(), None, alibi, *flags, 0, 1), want)
+    theirs = SoftmaxOp.__dict__["softmax_fallback"].__func__(scores.clone(), None, alibi, *flags, 0, 1)
+    assert (theirs[1] - want[1]).abs().max() > 1e-2  # sequence 0's ALiBi on sequence 1
+    # Rank 1 of 2 holds heads 2 and 3 and passes head_offset 2 (its rank in the tensor-parallel group x 2).
+    part = fallbacks.softmax_fallback(scores[:, 2:].clone(), None, alibi, *flags, 2, 2)
+    torch.testing.assert_close(part, want[:, 2:])
+    # A head_offset past the heads ALiBi holds (rank 1's global rank x 4 heads, no tensor parallelism): no rows.
+    with pytest.raises(RuntimeError, match=r"size of tensor b \(0\)"):
+        fallbacks.softmax_fallback(scores.clone(), None, alibi, *flags, 4, 1)
+
+
 @pytest.fixture
 def clean_base_op():
-    """install() patches five DeepSpeed classes; every one is restored, so no later test sees ours."""
+    """install() patches six DeepSpeed classes; every one is restored, so no later test sees ours."""
     from deepspeed.ops.transformer.inference.op_binding.base import BaseOp
     from deepspeed.ops.transformer.inference.op_binding.gelu_gemm import GELUGemmOp
     from deepspeed.ops.transformer.inference.op_binding.linear import LinearOp
     from deepspeed.ops.transformer.inference.op_binding.mlp_gemm import MLPGemmOp
+    from deepspeed.ops.transformer.inference.op_binding.softmax import SoftmaxOp
     from deepspeed.ops.transformer.inference.op_binding.softmax_context import SoftmaxContextOp
 
     saved = (
@@ -162,6 +186,7 @@ def clean_base_op():
         MLPGemmOp.__dict__["mlp_gemm_fallback"],
         LinearOp.__dict__["linear_fallback"],
         GELUGemmOp.__dict__["gelu_gemm_fallback"],
+        SoftmaxOp.__dict__["softmax_fallback"],
     )
     yield BaseOp
     BaseOp.inference_module = saved[0]
@@ -169,6 +194,7 @@ def clean_base_op():
     MLPGemmOp.mlp_gemm_fallback = saved[2]
     LinearOp.linear_fallback = saved[3]
     GELUGemmOp.gelu_gemm_fallback = saved[4]
+    SoftmaxOp.softmax_fallback = saved[5]
 
 
 def _config():

@@ -37,8 +37,20 @@ def run_cell(
                 "zero_stage": axes["zero_stage"], "config": axes["config"], "dtype": dtype_of(axes),
                 "backend": backend, **axes.get("probe", {})}  # fmt: skip
     spec.write_text(json.dumps(settings))
+    peers = [out.with_suffix(f".rank{r}.crash.json") for r in range(1, axes["world_size"])]  # cell_probe's
+    for f in peers:
+        f.unlink(missing_ok=True)
     try:
-        return probe(PROBE, out, root, ranks=axes["world_size"], timeout_s=timeout_s, backend=backend)
+        try:
+            result = probe(PROBE, out, root, ranks=axes["world_size"], timeout_s=timeout_s, backend=backend)
+        except launch.LaunchError:
+            # A rank that crashed on its own left its crash; rank 0 may have measured everything and failed only
+            # in the barrier after it: its result and the peer's crash are the cell's. Anything else is broken.
+            if not out.exists() or not any(f.exists() for f in peers):
+                raise
+            result = json.loads(out.read_text())
+        crashed = [json.loads(f.read_text()) for f in peers if f.exists()]
+        return {**result, "peer_crashes": crashed} if crashed else result
     finally:
-        spec.unlink(missing_ok=True)
-        out.unlink(missing_ok=True)
+        for f in (spec, out, *peers):
+            f.unlink(missing_ok=True)

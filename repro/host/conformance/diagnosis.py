@@ -24,7 +24,11 @@ BUG_OPT_NO_BIAS = "OPT without biases crashes kernel injection on the missing q/
 BUG_OPT_POST_LN = "post-LayerNorm OPT computed with its two LayerNorms swapped (0019)"
 BUG_POST_LN_QKV_BIAS = "ZeRO-3 post-LayerNorm attention computed without its q/k/v biases (0020)"
 BUG_NEOX_ACTIVATION = "GPT-NeoX's hidden_act ignored by the Hybrid Engine: computed with GELU (0014)"
-BUG_GPTJ_ACTIVATION = "GPT-J's activation_function ignored by the Hybrid Engine: its MLP computed with GELU (0029)"
+BUG_BLOOM_RESIDUAL = (
+    "BLOOM's apply_residual_connection_post_layernorm ignored by the Hybrid Engine: the residual taken before the "
+    "LayerNorm"
+)
+BUG_GPTJ_ACTIVATION = "GPT-J's activation_function ignored by the Hybrid Engine: its MLP computed with GELU"
 # Positive evidence: DeepSpeed's QKV layout transform read the shape of the QKV bias a GPT-NeoX without attention
 # biases does not have (hybrid_megatron.py's _align_qkv).
 BUG_NEOX_NO_ATTENTION_BIAS = (
@@ -50,6 +54,7 @@ TWIN_BUGS = {
     "gelu_activation": BUG_NEOX_ACTIVATION,
     "unscaled_rotary": BUG_NEOX_ROPE_SCALING,
     "tanh_gelu_activation": BUG_GPTJ_ACTIVATION,
+    "residual_before_layer_norm": BUG_BLOOM_RESIDUAL,
 }
 UNEXPLAINED = "differs from native (cause not established)"
 # DeepSpeed found no injection policy for the model's layers (or generate went around them) and generate ran
@@ -100,6 +105,7 @@ REFUSAL_TP = "hybrid_engine.inference_tp_size="  # how 0012's refusal begins
 # The containers' refusals, told apart by the file that raised and the setting they name (any other DeepSpeed
 # refusal is 0010's, from llama.py).
 CONTAINERS = "deepspeed/module_inject/containers/"
+SOFTMAX = "deepspeed/ops/transformer/inference/op_binding/softmax.py"
 NAMED_REFUSALS = {
     ("gptneox.py", "rope_type="): REFUSED_ROPE,
     ("gptneox.py", "hidden_act="): REFUSED_NEOX_ACTIVATION,
@@ -107,7 +113,17 @@ NAMED_REFUSALS = {
     ("opt.py", "enable_bias=False"): REFUSED_OPT_BIAS,
     ("opt.py", "layer_norm_elementwise_affine=False"): REFUSED_OPT_LAYER_NORM,
 }
-REFUSALS = (REFUSED, REFUSED_TP, *NAMED_REFUSALS.values())
+# DeepSpeed 0.19.8's own refusal (released; not ours): DS_BloomContainer raises for Transformers from 4.44.
+REFUSED_BLOOM_TRANSFORMERS = "refused by name: BLOOM on Transformers newer than 4.43.4 (DeepSpeed's own check)"
+REFUSALS = (REFUSED, REFUSED_TP, *NAMED_REFUSALS.values(), REFUSED_BLOOM_TRANSFORMERS)
+# Positive evidence (a rank's own crash, repro.rank.cell_probe.peer_crash_path): BloomSelfAttention hands the softmax
+# `head_offset = dist.get_rank() * heads per partition`, the global rank whatever the tensor-parallel group, and
+# the softmax adds `alibi[head_offset:head_offset + heads]`: on data-parallel rank 1 of a 4-head model that is
+# alibi[4:8], none of the 4 heads the layer has (DeepSpeed's PyTorch softmax: a shape error; the CUDA kernel's
+# indexing reads past the sequence's heads instead: read, not run).
+BUG_BLOOM_ALIBI_OFFSET = (
+    "BLOOM's attention offsets ALiBi by the global rank: a data-parallel rank > 0 takes none of its heads"
+)
 # Per-step tolerance of a correct cell, per dtype (repro.tolerance, the probe's too): fp32 HE vs native differ
 # by <= 2e-7 in every correct family cell (results/reference/family); 1e-3 leaves 3 orders of magnitude above
 # that noise and stays 2 orders below the smallest bug measured there (0.3).
@@ -130,8 +146,8 @@ def diagnose(cell: dict) -> list[str]:
     flags = cell.get("attention_prompt_flags") or {}
     if flags.get("decode_calls_as_prompt"):  # measured before any crash it leads to
         return [f"{BUG_DECODE_AS_PROMPT} ({flags['decode_calls_as_prompt']} of {flags['decode_calls']} decode calls)"]
-    if "crash" in cell:
-        return [_crash(cell)]
+    if "crash" in cell or cell.get("peer_crashes"):
+        return [_crash(root_crash(cell))]
     if not cell.get("injected_layer_calls"):  # generate never ran an injected layer (or nothing says it did)
         found = [f"{NOT_ENGAGED} ({cell.get('inference_containers', 0)} inference containers)"]
         policy = cell.get("layer_policy") or {}
@@ -223,8 +239,25 @@ def covers_too_few_keys(mask: dict) -> bool:
     return mask["mask_keys"] is not None and mask["mask_keys"] < mask["keys"]
 
 
+def root_crash(cell: dict) -> dict:
+    """The cell with the crash that came first: rank 0's, or a peer's that crashed before it (rank 0 then often
+    fails only in the collective its peer left) or while rank 0 did not crash at all. Unrecorded times keep
+    rank 0's."""
+    first = cell if "crash" in cell else {**cell, "crash_time": float("inf")}
+    for peer in cell.get("peer_crashes") or ():
+        if peer.get("crash_time", float("inf")) < first.get("crash_time", float("-inf")) or "crash" not in first:
+            first = {**cell, "crash": peer["crash"], "crash_rank": peer["rank"]}
+    return first
+
+
 def _crash(cell: dict) -> str:
     c = cell["crash"]
+    if cell.get("arch") == "bloom" and c["type"] == "RuntimeError" and c["at"].startswith(SOFTMAX) and \
+            c["message"].endswith("must match the size of tensor b (0) at non-singleton dimension 1"):  # fmt: skip
+        return f"{BUG_BLOOM_ALIBI_OFFSET} (rank {cell.get('crash_rank', 0)}: {c['message']})"
+    if c["type"] == "RuntimeError" and c["message"].startswith("Transformers version") and \
+            c["at"].startswith(CONTAINERS + "bloom.py"):  # fmt: skip
+        return REFUSED_BLOOM_TRANSFORMERS
     tuple_where_tensor = c["type"] == "AttributeError" and c["message"].startswith("'tuple' object has no")
     if tuple_where_tensor and c["at"].startswith("deepspeed/model_implementations/transformers/ds_transformer.py"):
         return BUG_LAYER_TUPLE

@@ -11,7 +11,8 @@ PINNED = pinned()  # the Transformers of constraints.txt
 # keeps OPT layers that take a Cache on the native path (from Transformers 4.49); 4.48.3 is the newest it
 # injects (constraints-transformers-4.48.3.txt). Each architecture also runs a few cells on the other version.
 OLDER = "4.48.3"
-ENGAGED_ON = {"opt": OLDER}
+# DeepSpeed's BLOOM container refuses Transformers from 4.44 (constraints-transformers-4.43.4.txt).
+ENGAGED_ON = {"opt": OLDER, "bloom": "4.43.4"}
 # The last Transformers before its masking rewrite and the first after it: GPT-NeoX's and Llama's left-padded
 # cells bound where their injected attention starts to be handed masks it cannot use (bool, over 1 key).
 MASK_RANGE = ("4.52.4", "4.53.0")
@@ -38,7 +39,7 @@ NEOX_MORE: dict[str, dict] = {
 # (its supported_dtypes() are fp32 and bf16), so on CPU bf16 stands for the half-precision path.
 DTYPES = ("fp32", "bf16")
 # Each has an adapter: repro.rank.archs (tiny default, LoRA, twins).
-ARCHS = ("gpt-neox", "gpt-neo", "llama", "opt", "gpt-j")
+ARCHS = ("gpt-neox", "gpt-neo", "llama", "opt", "gpt-j", "bloom")
 # Per architecture, its configurations: overrides of its tiny default (GPT-NeoX: CONFIGS above). Why these
 # fields, and which were left out: report.CONFIG_NOTES / LEFT_OUT / LEFT_OUT_ARCHS.
 ARCH_CONFIGS: dict[str, dict[str, dict]] = {
@@ -79,6 +80,13 @@ ARCH_CONFIGS: dict[str, dict[str, dict]] = {
         "ffn-512": {"n_inner": 512},
         "layer-norm-eps-1e-3": {"layer_norm_epsilon": 1e-3},
         "tied-embeddings": {"tie_word_embeddings": True},
+    },
+    # Every BloomConfig field that changes the forward math: the epsilon (inside and outside the layers) and the
+    # residual taken after the LayerNorm; the ALiBi slopes follow from the head count.
+    "bloom": {
+        "default": {},
+        "layer-norm-eps-1e-3": {"layer_norm_epsilon": 1e-3},
+        "residual-post-layernorm": {"apply_residual_connection_post_layernorm": True},
     },
 }
 # Configurations added for field coverage, not in the quick plan (not an axis; the quick plan's 3 minutes).

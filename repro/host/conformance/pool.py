@@ -131,7 +131,7 @@ class Pool:
             joined = out_json.with_suffix(".log")
             joined.write_text(log)
             raise LaunchError(f"{module}: ranks exited with status {failed}: {first_error(log)} (full log: {joined})")
-        for f in logs:
+        for f in logs if not os.environ.get("REPRO_DEBUG") else ():  # with it, each rank's log stays beside the cell
             f.unlink(missing_ok=True)
         return json.loads(out_json.read_text())
 

@@ -99,6 +99,10 @@ ARCH_CONFIG_NOTES = {
     "LayerNorm, so it runs `fused_gemm_gelu`, GELU whatever the config says (0029)",
     "gpt-j `n_inner`": "4x hidden (default) vs 2x: the policy reports no intermediate size",
     "gpt-j `layer_norm_epsilon`": "read by the container for the layers; the HE replaces the final norm (0011)",
+    "bloom `layer_norm_epsilon`": "read by the container for the layers; the HE replaces the LayerNorms outside "
+    "them, the final one and the word embeddings' (0011)",
+    "bloom `apply_residual_connection_post_layernorm`": "the residual taken from the LayerNorm's output, not its "
+    "input",
     "gpt-j `tie_word_embeddings`": "separate (GPT-J 6B) vs tied: outside the layers, one weight ZeRO-3 partitions",
 }
 LEFT_OUT_ARCHS = {
@@ -112,6 +116,9 @@ LEFT_OUT_ARCHS = {
     "opt `_remove_final_layer_norm`": "a loading flag for checkpoints older than Transformers 4.20",
     "gpt-j `rotary_dim=None`": "Transformers' own GPT-J cannot run it with more than one head (its sin/cos tables "
     "span the hidden size: `RuntimeError: The size of tensor a (64) must match the size of tensor b (256)`)",
+    "bloom `pretraining_tp` / `slow_but_exact`": "the same products in slices (Transformers' reproduction of "
+    "Megatron's rounding): no new math for the HE, whose layers replace them",
+    "bloom `hidden_dropout` / `attention_dropout`": "training only: 0 in the tiny default",
     "gpt-j `resid_pdrop` / `embd_pdrop` / `attn_pdrop`": "training only: 0 in the tiny default",
     "gpt-j `n_positions`": "above every sequence the cells run (prompt + answer); no effect below it",
 }

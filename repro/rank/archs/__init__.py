@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from . import gpt_neo, gpt_neox, gptj, llama, opt
+from . import bloom, gpt_neo, gpt_neox, gptj, llama, opt
 from .adapter import Adapter
 
 ADAPTERS: dict[str, Adapter] = {
-    a.name: a for a in (gpt_neox.ADAPTER, gpt_neo.ADAPTER, llama.ADAPTER, opt.ADAPTER, gptj.ADAPTER)
+    a.name: a for a in (gpt_neox.ADAPTER, gpt_neo.ADAPTER, llama.ADAPTER, opt.ADAPTER, gptj.ADAPTER, bloom.ADAPTER)
 }
 
 

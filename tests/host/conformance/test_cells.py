@@ -62,6 +62,22 @@ def test_opt_engages_on_4_48_3_where_a_gelu_model_is_computed_with_relu_and_stay
     assert found[1].startswith(diagnosis.BUG_ENGINE_GENERATE) and "_generate" in found[1]
 
 
+@pytest.mark.distributed
+def test_bloom_on_two_data_parallel_ranks_offsets_alibi_by_the_global_rank(tmp_path):
+    """Transformers 4.43.4 (the newest DeepSpeed's BLOOM container accepts), ZeRO-2, 2 ranks without tensor
+    parallelism: rank 1 slices ALiBi from head 4 of 4 and crashes first; rank 0 fails in the collective it left.
+    The cell is diagnosed from rank 1's own crash, which the host joins (peer_crashes), and leaves no file."""
+    from repro.host.conformance import run
+
+    axes = plan.cell_axes("bloom", "default", "released", 2, 2, "reference")
+    assert axes["transformers"] == "4.43.4"
+    roots = run.prepare([axes])
+    result = cells.run_cell(tmp_path, roots[("released", "4.43.4")][0], axes, timeout_s=240)
+    assert [p["rank"] for p in result["peer_crashes"]] == [1]
+    assert diagnosis.diagnose({**axes, **result})[0].startswith(diagnosis.BUG_BLOOM_ALIBI_OFFSET + " (rank 1:")
+    assert not list(tmp_path.rglob("*.crash.json"))
+
+
 def test_a_scenarios_probe_settings_reach_the_probe_and_the_spec_is_removed(tmp_path):
     """DeepSpeed-Chat's scenario: its ZeRO-3 settings, LoRA size and synced_gpus are what the probe reads."""
     import json

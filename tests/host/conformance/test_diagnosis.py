@@ -140,6 +140,34 @@ def test_a_token_flip_is_correct_only_at_a_native_near_tie_within_the_tolerance(
     assert dx.diagnose({**tie, "dtype": "fp32"}) == [dx.UNEXPLAINED]  # fp32's tolerance is 1e-3
 
 
+def test_a_peers_earlier_crash_is_the_cells_and_blooms_alibi_offset_is_named_from_it():
+    """Rank 0 fails in the collective rank 1 left; rank 1's own crash came first and names the bug."""
+    gloo = {"type": "RuntimeError", "message": "Connection closed by peer", "at": "deepspeed/runtime/zero/x.py:1"}
+    alibi = {
+        "type": "RuntimeError",
+        "at": dx.SOFTMAX + ":48",
+        "message": "The size of tensor a (4) must match the size of tensor b (0) at non-singleton dimension 1",
+    }
+    cell = arch_cell(
+        arch="bloom", crash=gloo, crash_time=2.0, peer_crashes=[{"rank": 1, "crash": alibi, "crash_time": 1.0}]
+    )
+    assert dx.diagnose(cell) == [f"{dx.BUG_BLOOM_ALIBI_OFFSET} (rank 1: {alibi['message']})"]
+    later = {**cell, "peer_crashes": [{"rank": 1, "crash": alibi, "crash_time": 3.0}]}
+    assert dx.diagnose(later)[0].startswith("crash in the Hybrid Engine: RuntimeError: Connection closed")
+    untimed = {**cell, "peer_crashes": [{"rank": 1, "crash": alibi}]}
+    assert dx.diagnose(untimed)[0].startswith("crash in the Hybrid Engine: RuntimeError: Connection closed")
+    assert not dx.diagnose({**cell, "arch": "gpt-neox"})[0].startswith(dx.BUG_BLOOM_ALIBI_OFFSET)
+    # ZeRO-2: rank 0 measured a correct generate and failed only in the barrier after it; rank 1's crash decides.
+    rank0_fine = arch_cell(arch="bloom", peer_crashes=[{"rank": 1, "crash": alibi, "crash_time": 1.0}])
+    assert dx.diagnose(rank0_fine) == [f"{dx.BUG_BLOOM_ALIBI_OFFSET} (rank 1: {alibi['message']})"]
+    refused = {
+        "type": "RuntimeError",
+        "at": dx.CONTAINERS + "bloom.py:29",
+        "message": "Transformers version 4.57.6 exceeds version 4.43.4! After transformers version 4.43.4",
+    }
+    assert dx.diagnose(arch_cell(arch="bloom", crash=refused)) == [dx.REFUSED_BLOOM_TRANSFORMERS]
+
+
 def test_gptjs_activation_twin_names_its_bug_only_when_the_he_matches_it():
     relu = arch_cell(arch="gpt-j", tokens_equal_native=False, per_step_logits_vs_native=[0.59, 0.5],
                      per_step_logits_vs_twin={"tanh_gelu_activation": [7e-7, 6e-7]})  # fmt: skip
