@@ -122,7 +122,7 @@ REFUSALS = (REFUSED, REFUSED_TP, *NAMED_REFUSALS.values(), REFUSED_BLOOM_TRANSFO
 # alibi[4:8], none of the 4 heads the layer has (DeepSpeed's PyTorch softmax: a shape error; the CUDA kernel's
 # indexing reads past the sequence's heads instead: read, not run).
 BUG_BLOOM_ALIBI_OFFSET = (
-    "BLOOM's attention offsets ALiBi by the global rank: a data-parallel rank > 0 takes none of its heads"
+    "BLOOM's attention offsets ALiBi by the global rank: a data-parallel rank > 0 takes none of its heads (0029)"
 )
 # Per-step tolerance of a correct cell, per dtype (repro.tolerance, the probe's too): fp32 HE vs native differ
 # by <= 2e-7 in every correct family cell (results/reference/family); 1e-3 leaves 3 orders of magnitude above

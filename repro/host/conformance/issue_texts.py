@@ -13,6 +13,7 @@ from ..upstream import issue_scripts
 from . import evidence, labels
 from .diagnosis import (
     BUG_3453,
+    BUG_BLOOM_ALIBI_OFFSET,
     BUG_CACHE_RETURN,
     BUG_DECODE_AS_PROMPT,
     BUG_ENGINE_GENERATE,
@@ -39,6 +40,7 @@ from .diagnosis import (
     REFUSALS,
     TOL,
     covers_too_few_keys,
+    root_crash,
     worst,
 )
 from .plan import PINNED
@@ -49,6 +51,13 @@ ISSUE_3453 = "ISSUE-3453.md"
 def _twin(name: str) -> Callable[[dict], str]:
     """Max abs of the HE's logits against the native twin `name` (repro.rank.archs), over every step."""
     return lambda c: num(worst((c.get("per_step_logits_vs_twin") or {}).get(name) or [math.nan]))
+
+
+def _first_crash(cell: dict) -> str:
+    """The crash that came first, on whichever rank (diagnosis.root_crash)."""
+    first = root_crash(cell)
+    c = first.get("crash")
+    return f"rank {first.get('crash_rank', 0)}: {c['type']}: {c['message']}" if c else "-"
 
 
 def _bias(cell: dict) -> str:
@@ -714,6 +723,37 @@ ISSUES = {
         "q, k and v rows). Affected releases, read from DeepSpeed's git history (not run): "
         "`HybridMegatronContainer` arrives with #3425 (first in 0.9.3) dividing by `num_attention_heads`, "
         "unchanged to 0.19.8 (run here).",
+    },
+    BUG_BLOOM_ALIBI_OFFSET: {
+        "file": "ISSUE-bloom-alibi-offset.md",
+        "scope": "injection",
+        "shown": lambda c: c["arch"] == "bloom" and c["world_size"] == 2 and not c["scenario"].startswith("tp2")
+        and c.get("transformers") == "4.43.4",
+        "evidence": (("first crash", _first_crash),),
+        "measured": "rank 1 adds ALiBi from head 4 of a 4-head model: none of its heads (DeepSpeed's PyTorch softmax "
+        "fails on the shapes); rank 0 computes the model",
+        "title": "BLOOM with kernel injection or the Hybrid Engine on more than one data-parallel rank: every rank "
+        "but 0 adds the wrong heads' ALiBi",
+        "cause": "`BloomSelfAttention.compute_attention()` (`deepspeed/ops/transformer/inference/ds_attention.py`) "
+        "hands the softmax `head_offset = dist.get_rank() * num_attention_heads_per_partition`, and the softmax "
+        "adds ALiBi rows `head_offset` to `head_offset + heads` of each sequence. ALiBi holds every head of the "
+        "model (transformers builds it for the whole model), so the offset must be the rank within the "
+        "tensor-parallel group. It is the global rank: with data parallelism (the Hybrid Engine with "
+        "`inference_tp_size` 1, as DeepSpeed-Chat trains BLOOM on several GPUs) every rank holds every head, and "
+        "rank r adds ALiBi from head `r * heads` on: past the sequence's heads.",
+        "fix": "The offset is the rank in the attention's `mp_group` times the heads per partition under tensor "
+        "parallelism, and 0 without it (patch `0029`); `init_inference()`'s tensor parallelism without data "
+        "parallelism is unchanged, its ranks being the same.",
+        "context": "On CPU, DeepSpeed's PyTorch softmax slices no rows for rank 1 and fails on the shapes (our "
+        "stand-in for the kernel indexes as the kernel does and fails the same way); the CUDA kernel "
+        "(`csrc/transformer/inference/csrc/softmax.cu`) indexes `batch * heads * mp_size + head_offset + head` and "
+        "reads the next sequence's rows, or past the tensor, instead (read, not run). BLOOM runs on Transformers "
+        "4.43.4 here: DeepSpeed's BLOOM container refuses newer ones. Single-rank cells are correct as released; "
+        "with the patch, every BLOOM cell on 2 ranks is correct but those with a residual after the LayerNorm "
+        "and tensor parallelism on ZeRO-3. Affected releases, read from DeepSpeed's git history (not run): "
+        "the offset has been the global rank since BLOOM inference support (#2083, first in 0.6.7), through "
+        "`BloomSelfAttention` (#2623, first in 0.8.0) and the Hybrid Engine's first release (0.9.0), to 0.19.8 "
+        "(run here).",
     },
 }  # fmt: skip
 

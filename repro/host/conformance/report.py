@@ -13,6 +13,7 @@ from ..tables import num
 from . import evidence, issue_texts, labels
 from .diagnosis import (
     BUG_3453,
+    BUG_BLOOM_ALIBI_OFFSET,
     BUG_CACHE_RETURN,
     BUG_DECODE_AS_PROMPT,
     BUG_ENGINE_GENERATE,
@@ -159,6 +160,7 @@ PATCH_OF = {
     BUG_TP_OUTPUT: "0026",
     BUG_NEOX_TP_HEADS: "0027",
     BUG_PADDING_MASK: "0028",
+    BUG_BLOOM_ALIBI_OFFSET: "0029",
 }
 REFERENCE_OF = {
     family.BUG_8391: "upstream #8391 (PR #8392); `results/reference/cpu-pythia-410m/`",

@@ -117,6 +117,8 @@ SCRIPTS = (
     ),
     # Transformers 4.53.0: the first with bool masks, and before the Llama layer's return matters (0008).
     IssueScript("ISSUE-left-padding.md", "left_padding.py", 1, "0028", (), MASK_RANGE[1]),
+    # DeepSpeed's BLOOM container refuses Transformers newer than 4.43.4.
+    IssueScript("ISSUE-bloom-alibi-offset.md", "bloom_alibi_offset.py", 2, "0029", (), ENGAGED_ON["bloom"]),
     IssueScript("PR-8392-COMMENT.md", "zero3_qkv_layout.py", 2, "0001"),
     IssueScript("PR-8392-COMMENT.md", "zero3_qkv_layout.py", 2, "0004", ("--order", "train-first")),
 )

@@ -98,6 +98,7 @@ EXPECTED_FAILURES = {
         "test_a_decode_mask_over_every_key_is_taken_as_it_is": A,
         "test_a_new_prompt_forgets_the_last_ones_padding": A,
     },
+    "0029": {"TestBloomAlibiHeadOffset::test_data_parallel_ranks_take_alibi_from_the_first_head": A},
 }
 
 
@@ -138,7 +139,7 @@ def test_every_test_passes_with_the_whole_series():
     tests = tuple(t for patch_tests in regression.TESTS_BY_PATCH.values() for t in patch_tests)
     result = regression.run_upstream_test(root, timeout_s=900, tests=tests)
     assert result["outcome"] == "pass", result.get("error", "") + result["output_tail"]
-    assert len(result["tests"]) == 85 and set(result["tests"].values()) == {"passed"}
+    assert len(result["tests"]) == 87 and set(result["tests"].values()) == {"passed"}
 
 
 def test_pytest_runs_with_one_openmp_thread_so_forked_ranks_do_not_hang(monkeypatch):
