@@ -26,9 +26,9 @@ BUG_POST_LN_QKV_BIAS = "ZeRO-3 post-LayerNorm attention computed without its q/k
 BUG_NEOX_ACTIVATION = "GPT-NeoX's hidden_act ignored by the Hybrid Engine: computed with GELU (0014)"
 BUG_BLOOM_RESIDUAL = (
     "BLOOM's apply_residual_connection_post_layernorm ignored by the Hybrid Engine: the residual taken before the "
-    "LayerNorm"
+    "LayerNorm (0031)"
 )
-BUG_GPTJ_ACTIVATION = "GPT-J's activation_function ignored by the Hybrid Engine: its MLP computed with GELU"
+BUG_GPTJ_ACTIVATION = "GPT-J's activation_function ignored by the Hybrid Engine: its MLP computed with GELU (0030)"
 # Positive evidence: DeepSpeed's QKV layout transform read the shape of the QKV bias a GPT-NeoX without attention
 # biases does not have (hybrid_megatron.py's _align_qkv).
 BUG_NEOX_NO_ATTENTION_BIAS = (
@@ -99,7 +99,9 @@ REFUSED_NEOX_ACTIVATION = "refused by name: a GPT-NeoX activation the injected M
 REFUSED_NEOX_ATTENTION_BIAS = "refused by name: GPT-NeoX without the attention biases the injected layer adds (0015)"
 REFUSED_OPT_BIAS = "refused by name: OPT without the biases the injected layer adds (0017)"
 REFUSED_OPT_LAYER_NORM = "refused by name: OPT without the LayerNorm weights the injected layer takes (0023)"
-# How DeepSpeed's refusals begin (0006, 0010, 0014, 0015, 0017, 0023).
+REFUSED_GPTJ_ACTIVATION = "refused by name: a GPT-J activation the injected MLP cannot compute (0030)"
+REFUSED_BLOOM_RESIDUAL = "refused by name: BLOOM with the residual after the LayerNorm (0031)"
+# How DeepSpeed's refusals begin (0006, 0010, 0014, 0015, 0017, 0023, 0030, 0031).
 REFUSAL = "DeepSpeed kernel injection cannot serve"
 REFUSAL_TP = "hybrid_engine.inference_tp_size="  # how 0012's refusal begins
 # The containers' refusals, told apart by the file that raised and the setting they name (any other DeepSpeed
@@ -112,6 +114,8 @@ NAMED_REFUSALS = {
     ("gptneox.py", "attention_bias=False"): REFUSED_NEOX_ATTENTION_BIAS,
     ("opt.py", "enable_bias=False"): REFUSED_OPT_BIAS,
     ("opt.py", "layer_norm_elementwise_affine=False"): REFUSED_OPT_LAYER_NORM,
+    ("gptj.py", "activation_function="): REFUSED_GPTJ_ACTIVATION,
+    ("bloom.py", "apply_residual_connection_post_layernorm=True"): REFUSED_BLOOM_RESIDUAL,
 }
 # DeepSpeed 0.19.8's own refusal (released; not ours): DS_BloomContainer raises for Transformers from 4.44.
 REFUSED_BLOOM_TRANSFORMERS = "refused by name: BLOOM on Transformers newer than 4.43.4 (DeepSpeed's own check)"

@@ -14,9 +14,11 @@ from . import evidence, labels
 from .diagnosis import (
     BUG_3453,
     BUG_BLOOM_ALIBI_OFFSET,
+    BUG_BLOOM_RESIDUAL,
     BUG_CACHE_RETURN,
     BUG_DECODE_AS_PROMPT,
     BUG_ENGINE_GENERATE,
+    BUG_GPTJ_ACTIVATION,
     BUG_LAYER_TUPLE,
     BUG_LORA_NO_IN_FEATURES,
     BUG_NEOX_ACTIVATION,
@@ -754,6 +756,53 @@ ISSUES = {
         "the offset has been the global rank since BLOOM inference support (#2083, first in 0.6.7), through "
         "`BloomSelfAttention` (#2623, first in 0.8.0) and the Hybrid Engine's first release (0.9.0), to 0.19.8 "
         "(run here).",
+    },
+    BUG_GPTJ_ACTIVATION: {
+        "file": "ISSUE-gptj-activation.md",
+        "scope": "injection",
+        "shown": lambda c: c["arch"] == "gpt-j" and c["configuration"] == "relu",
+        "evidence": (("vs the same weights with gelu_new (max abs, every step)", _twin("tanh_gelu_activation")),),
+        "measured": "a ReLU GPT-J's logits equal those of the same weights with GELU (gelu_new), and differ from "
+        "the model's",
+        "title": "Kernel injection and Hybrid Engine compute GPT-J with GELU whatever its activation_function",
+        "cause": "GPT-J's MLP reads the attention's LayerNorm, so `HFGPTJLayerPolicy.layernorm()` "
+        "(`deepspeed/module_inject/containers/gptj.py`) hands the injected layer no MLP LayerNorm, and "
+        "`DeepSpeedMLP.forward()` (`deepspeed/ops/transformer/inference/ds_mlp.py`) runs such an MLP through "
+        "`fused_gemm_gelu`, whose activation is GELU whatever `mlp_act_func_type` says. The policy never reads "
+        "`activation_function`: a GPT-J with another activation is computed with GELU, with no error.",
+        "fix": "The policy reads `activation_function` from the config the layer's attention keeps and refuses "
+        "any activation that is not a GELU variant by name (patch `0030`), as the GPT-NeoX and OPT policies "
+        "refuse the activations their kernels lack; every GELU variant is served (the kernel's tanh GELU is "
+        "within about 1e-4 of the exact one).",
+        "context": "Every GPT-J checkpoint we know uses gelu_new, which the injected MLP computes: this concerns "
+        "GPT-J-shaped models trained with another activation. On CPU our fallback stands in for "
+        "`fused_gemm_gelu` with the kernel's tanh GELU (DeepSpeed's own fallback ignores `transposed_mode` and "
+        "fails on the shapes); which activation runs is decided in Python, so we expect GPUs to show the same "
+        "(not run by us). Affected releases, read from DeepSpeed's git history (not run): the policy has never "
+        "read the activation, from GPT-J inference support (#1670, first in 0.5.10) to 0.19.8 (run here).",
+    },
+    BUG_BLOOM_RESIDUAL: {
+        "file": "ISSUE-bloom-residual.md",
+        "scope": "injection",
+        "shown": lambda c: c["arch"] == "bloom" and c["configuration"] == "residual-post-layernorm",
+        "evidence": (("vs the same weights with the residual before the LayerNorm (max abs, every step)",
+                      _twin("residual_before_layer_norm")),),
+        "measured": "with `apply_residual_connection_post_layernorm=True` the logits equal those of the same "
+        "weights with the default residual, and differ from the model's",
+        "title": "Kernel injection and Hybrid Engine compute BLOOM with apply_residual_connection_post_layernorm="
+        "True as if it were False",
+        "cause": "transformers' `BloomBlock` takes each residual from the LayerNorm's output when "
+        "`apply_residual_connection_post_layernorm` is set. DeepSpeed's injected layer "
+        "(`DeepSpeedTransformerInference` with the BLOOM container, `deepspeed/module_inject/containers/bloom.py`) "
+        "always adds the residual from before the LayerNorm, and `BLOOMLayerPolicy` never reads the setting: "
+        "such a model is computed as the default one, with no error.",
+        "fix": "`BLOOMLayerPolicy` refuses a layer with the residual after the LayerNorm by name and says to run "
+        "the model without kernel injection (patch `0031`).",
+        "context": "Every BLOOM checkpoint we know keeps the default (False): this concerns BLOOM-shaped models "
+        "trained otherwise. Which residual is added is decided in Python, so we expect GPUs to show the same "
+        "(not run by us). BLOOM runs on Transformers 4.43.4 here: DeepSpeed's BLOOM container refuses newer ones. "
+        "Affected releases, read from DeepSpeed's git history (not run): the policy has never read the setting, "
+        "from BLOOM inference support (#2083, first in 0.6.7) to 0.19.8 (run here).",
     },
 }  # fmt: skip
 

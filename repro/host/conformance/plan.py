@@ -93,7 +93,8 @@ ARCH_CONFIGS: dict[str, dict[str, dict]] = {
 COVERAGE_ONLY = {"gpt-neox": tuple(NEOX_MORE), "llama": ("head-dim-32",), "gpt-j": ("tied-embeddings",)}
 SERIES = ("0000", "0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010", "0011", "0012",
           "0013", "0014", "0015", "0016", "0017", "0018", "0019", "0020", "0021", "0022", "0023",
-          "0024", "0025", "0026", "0027", "0028", "0029")  # fmt: skip
+          "0024", "0025", "0026", "0027", "0028", "0029",
+          "0030", "0031")  # fmt: skip
 # Released, the whole series, and the series without one patch where that patch's bug hides behind another
 # on released DeepSpeed (the Llama crash, 0008, comes first there): each such patch shown necessary.
 BUILDS = {

@@ -14,9 +14,11 @@ from . import evidence, issue_texts, labels
 from .diagnosis import (
     BUG_3453,
     BUG_BLOOM_ALIBI_OFFSET,
+    BUG_BLOOM_RESIDUAL,
     BUG_CACHE_RETURN,
     BUG_DECODE_AS_PROMPT,
     BUG_ENGINE_GENERATE,
+    BUG_GPTJ_ACTIVATION,
     BUG_LAYER_TUPLE,
     BUG_LORA_NO_IN_FEATURES,
     BUG_LORA_NOT_FOUND,
@@ -42,6 +44,8 @@ from .diagnosis import (
     OUTSIDE_CONTRACT,
     REFUSALS,
     REFUSED,
+    REFUSED_BLOOM_RESIDUAL,
+    REFUSED_GPTJ_ACTIVATION,
     REFUSED_NEOX_ACTIVATION,
     REFUSED_NEOX_ATTENTION_BIAS,
     REFUSED_OPT_BIAS,
@@ -161,6 +165,10 @@ PATCH_OF = {
     BUG_NEOX_TP_HEADS: "0027",
     BUG_PADDING_MASK: "0028",
     BUG_BLOOM_ALIBI_OFFSET: "0029",
+    BUG_GPTJ_ACTIVATION: "0030",
+    REFUSED_GPTJ_ACTIVATION: "0030",
+    BUG_BLOOM_RESIDUAL: "0031",
+    REFUSED_BLOOM_RESIDUAL: "0031",
 }
 REFERENCE_OF = {
     family.BUG_8391: "upstream #8391 (PR #8392); `results/reference/cpu-pythia-410m/`",
@@ -173,6 +181,8 @@ REFERENCE_OF = {
     REFUSED_NEOX_ATTENTION_BIAS: "`ISSUE-gptneox-attention-bias.md`",
     REFUSED_OPT_BIAS: "`ISSUE-opt-bias.md`",
     REFUSED_OPT_LAYER_NORM: "`ISSUE-layer-norm-without-weights.md`",
+    REFUSED_GPTJ_ACTIVATION: "`ISSUE-gptj-activation.md`",
+    REFUSED_BLOOM_RESIDUAL: "`ISSUE-bloom-residual.md`",
 }
 
 

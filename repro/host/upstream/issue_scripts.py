@@ -29,7 +29,7 @@ SERIES = tuple(sorted(TESTS_BY_PATCH))  # every patch of the series comes with i
 # Where the bug shows before DeepSpeed needs a kernel, so the script shows it on a plain CPU install too.
 BEFORE_KERNELS = {"0009": "`deepspeed.initialize` fails before any kernel is needed"}
 # The patches that make DeepSpeed refuse a configuration by name (their scripts' OK).
-REFUSING = ("0010", "0012", "0014", "0015", "0017", "0023")
+REFUSING = ("0010", "0012", "0014", "0015", "0017", "0023", "0030", "0031")
 # Where no kernel is ever needed: no layer is injected, so the script runs on a plain CPU install as it is.
 NO_KERNELS = {"0013": "no layer is injected on this path"}
 # Where the Hybrid Engine engages OPT (DeepSpeed 0.19.8 keeps Cache-based decoders, Transformers >= 4.49, native).
@@ -119,6 +119,8 @@ SCRIPTS = (
     IssueScript("ISSUE-left-padding.md", "left_padding.py", 1, "0028", (), MASK_RANGE[1]),
     # DeepSpeed's BLOOM container refuses Transformers newer than 4.43.4.
     IssueScript("ISSUE-bloom-alibi-offset.md", "bloom_alibi_offset.py", 2, "0029", (), ENGAGED_ON["bloom"]),
+    IssueScript("ISSUE-gptj-activation.md", "gptj_config.py", 1, "0030"),
+    IssueScript("ISSUE-bloom-residual.md", "bloom_config.py", 1, "0031", (), ENGAGED_ON["bloom"]),
     IssueScript("PR-8392-COMMENT.md", "zero3_qkv_layout.py", 2, "0001"),
     IssueScript("PR-8392-COMMENT.md", "zero3_qkv_layout.py", 2, "0004", ("--order", "train-first")),
 )

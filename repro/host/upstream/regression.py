@@ -55,6 +55,8 @@ TESTS_BY_PATCH = {
     "0027": ("unit/hybrid_engine/test_hybrid_megatron_tensor_parallel.py",),
     "0028": ("unit/ops/transformer/inference/test_ds_attention_bool_mask.py",),
     "0029": ("unit/ops/transformer/inference/test_ds_attention_bloom_alibi.py",),
+    "0030": ("unit/module_inject/test_gptj_activation.py",),
+    "0031": ("unit/module_inject/test_bloom_residual.py",),
 }
 # Earlier patches of the series a patch's tests need beside it: 0004 reads the QKV layout record 0002 adds,
 # and its ZeRO-3 cases show only once 0001 makes transforms persist; 0005/0006/0014/0015 build a GPT-NeoX
