@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     conformance.add_argument("--arch", action="append", help="only this architecture's cells (repeatable)")
     conformance.add_argument("--merge", type=Path, nargs="+", metavar="DIR", help="join shard outputs into --out")
     conformance.add_argument(
-        "--ranks", type=int, choices=(1, 2), help="only the cells of this world size (a machine with one GPU: 1)"
+        "--ranks", type=int, choices=(1, 2, 4), help="only the cells of this world size (a machine with one GPU: 1)"
     )
     conformance.add_argument(
         "--backend",

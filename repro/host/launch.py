@@ -287,6 +287,8 @@ def run_probe(
         log = out_json.with_suffix(".log")
         log.write_text(output)
         raise LaunchError(f"{module}: ranks exited with status {returncode}: {first_error(output)} (full log: {log})")
+    if os.environ.get("REPRO_DEBUG"):  # the ranks' output stays beside the result, as a pool's does
+        out_json.with_suffix(".log").write_text(output)
     return json.loads(out_json.read_text())
 
 

@@ -11,6 +11,8 @@ called. Exit status 1: the bug (a crash, or logits that differ), 0: the Hybrid E
 
   --arch gpt-neo --zero 3: separate Q, K, V under pinned ZeRO-3 (the layers must keep their copies)
   --arch gpt-neox --zero 2: GPT-NeoX's head-interleaved QKV (the layout transform must split the rank's heads)
+  --arch bloom --zero 3: BLOOM's head-interleaved QKV under pinned ZeRO-3 (the copy must keep the rank's heads;
+    Transformers 4.43: DeepSpeed's BLOOM container refuses newer ones)
 
 GPU: deepspeed --num_gpus 2 tensor_parallel_mpu.py --arch gpt-neo --zero 3
 CPU: DS_ACCELERATOR=cpu torchrun --nproc-per-node 2 tensor_parallel_mpu.py ... (DeepSpeed's CPU build has no
@@ -47,6 +49,13 @@ ARCHS = {
         lambda model: model.gpt_neox.layers,
         ("attention.query_key_value", "mlp.dense_h_to_4h"),
         ("attention.dense", "mlp.dense_4h_to_h"),
+    ),
+    "bloom": (
+        lambda: transformers.BloomForCausalLM(transformers.BloomConfig(
+            vocab_size=1024, hidden_size=256, n_layer=2, n_head=4)),
+        lambda model: model.transformer.h,
+        ("self_attention.query_key_value", "mlp.dense_h_to_4h"),
+        ("self_attention.dense", "mlp.dense_4h_to_h"),
     ),
 }  # fmt: skip
 

@@ -139,7 +139,7 @@ def run(spec: dict) -> dict:
         base_tokens, _ = greedy(base, ids, n, attention_mask=mask)
         unmerged_tokens, unmerged_logits = greedy(model, ids, n, attention_mask=mask)
     sliced = _tp_slices(spec, arch, model, world)  # after the native references, which need the whole model
-    held = heads // world if sliced else heads  # the heads of the QKV weights this rank trains
+    held = heads // spec["tp"] if sliced else heads  # the heads of the QKV weights this rank trains
     originals = {name: p.detach().clone() for name, p in model.named_parameters()}
     deltas = {f"{name}.weight": m.delta().detach().clone() for name, m in lora.lora_modules(model).items()}
     laps("build_and_native")
@@ -211,7 +211,7 @@ def run(spec: dict) -> dict:
             {"model_parameters": [p for p in model.parameters() if p.requires_grad]} if "optimizer" in config else {}
         )
         if spec["mpu"]:
-            params["mpu"] = TensorParallelMpu()
+            params["mpu"] = TensorParallelMpu(spec["tp"])
         engine, *_ = deepspeed.initialize(model=model, config=config, **params)
         names = {id(p): name for name, p in engine.module.named_parameters()}
         containers = engine._inference_containers
@@ -294,13 +294,14 @@ def prompt_batch(left_pad: int, vocab_size: int, device: torch.device) -> tuple[
 
 def _tp_slices(spec: dict, arch, model: torch.nn.Module, world: int) -> list[str]:
     """With `tp_slices`, each rank keeps its slice of the layers' Linears: what an mpu tells DeepSpeed the
-    training weights are. Only with an mpu spanning every rank, and without LoRA (its factors are not sliced)."""
+    training weights are (its tensor-parallel groups: `tp` consecutive ranks). Only with an mpu, and without LoRA
+    (its factors are not sliced)."""
     if not spec["tp_slices"]:
         return []
-    if not spec["mpu"] or spec["tp"] != world:
-        raise ValueError("tp_slices needs mpu and inference_tp_size equal to the world size")
-    rank = int(os.environ["RANK"])
-    return tp_slices.slice_layers(arch.layer_list(model), arch.column_parallel(), arch.row_parallel, rank, world)
+    if not spec["mpu"] or world % spec["tp"]:
+        raise ValueError("tp_slices needs mpu and inference_tp_size dividing the world size")
+    rank = int(os.environ["RANK"]) % spec["tp"]  # this rank's place in its tensor-parallel group
+    return tp_slices.slice_layers(arch.layer_list(model), arch.column_parallel(), arch.row_parallel, rank, spec["tp"])
 
 
 def _device_name(device: torch.device) -> str:

@@ -219,12 +219,16 @@ def softmax_fallback(
     `alibi[head_offset:head_offset + heads // mp_size]`, sequence 0's rows for every sequence and, under tensor
     parallelism, half the partition's heads. Here each sequence takes its own rows; a head_offset past the heads
     ALiBi holds leaves none, and the addition fails as DeepSpeed's own fallback does (the kernel reads the next
-    sequence's rows instead).
+    sequence's rows instead). ALiBi for fewer sequences than the scores hold (a mask not gathered with the prompts)
+    is refused by name, where the kernel reads past it.
     """
     from deepspeed.ops.transformer.inference.op_binding.workspace import InferenceContext
 
     if alibi is not None and len(alibi.shape) > 1:
         batch, heads = attn_scores.shape[0], attn_scores.shape[1]
+        if alibi.shape[0] != batch * heads * mp_size:  # the kernel would read past it
+            raise RuntimeError(f"ALiBi holds {alibi.shape[0]} rows where {batch} sequences of {heads * mp_size} "
+                               f"heads need {batch * heads * mp_size}")  # fmt: skip
         per_sequence = alibi.view(batch, alibi.shape[0] // batch, *alibi.shape[1:])
         alibi = per_sequence[:, head_offset : head_offset + heads]
     else:

@@ -168,6 +168,9 @@ def test_alibi_is_added_per_sequence_and_per_partition_as_the_kernel_indexes_it(
     # A head_offset past the heads ALiBi holds (rank 1's global rank x 4 heads, no tensor parallelism): no rows.
     with pytest.raises(RuntimeError, match=r"size of tensor b \(0\)"):
         fallbacks.softmax_fallback(scores.clone(), None, alibi, *flags, 4, 1)
+    # ALiBi built for one sequence where the scores hold two (its mask was not gathered with the prompts).
+    with pytest.raises(RuntimeError, match="ALiBi holds 4 rows where 2 sequences of 4 heads need 8"):
+        fallbacks.softmax_fallback(scores[:, 2:].clone(), None, alibi[:4], *flags, 2, 2)
 
 
 @pytest.fixture

@@ -128,6 +128,16 @@ REFUSALS = (REFUSED, REFUSED_TP, *NAMED_REFUSALS.values(), REFUSED_BLOOM_TRANSFO
 BUG_BLOOM_ALIBI_OFFSET = (
     "BLOOM's attention offsets ALiBi by the global rank: a data-parallel rank > 0 takes none of its heads (0029)"
 )
+# Positive evidence: under tensor parallelism on ZeRO-3, DeepSpeed's slicing copy (auto_tp.py) was handed a
+# BLOOM layer's QKV and the tensor it copies into overlapping: DS_BloomContainer.attention_qkv_mp() drops the
+# reversed_dim the Hybrid Engine passes, so the copy slices the rank's slice onto itself.
+BUG_BLOOM_TP_COPY = (
+    "BLOOM's tensor-parallel QKV copy ignores the Hybrid Engine's layout: it slices a rank's slice onto itself (0032)"
+)
+# Positive evidence: under pinned ZeRO-3 tensor parallelism the injected BLOOM attention was handed ALiBi for fewer
+# sequences than its scores hold (our softmax stand-in names it; the kernel reads past it): generate() gathers
+# every rank's prompts but hands the model the calling rank's attention mask, from which BLOOM builds ALiBi.
+BUG_TP_MASK = "tensor-parallel generate() gathers the prompts but not their attention masks (0033)"
 # Per-step tolerance of a correct cell, per dtype (repro.tolerance, the probe's too): fp32 HE vs native differ
 # by <= 2e-7 in every correct family cell (results/reference/family); 1e-3 leaves 3 orders of magnitude above
 # that noise and stays 2 orders below the smallest bug measured there (0.3).
@@ -259,6 +269,11 @@ def _crash(cell: dict) -> str:
     if cell.get("arch") == "bloom" and c["type"] == "RuntimeError" and c["at"].startswith(SOFTMAX) and \
             c["message"].endswith("must match the size of tensor b (0) at non-singleton dimension 1"):  # fmt: skip
         return f"{BUG_BLOOM_ALIBI_OFFSET} (rank {cell.get('crash_rank', 0)}: {c['message']})"
+    if cell.get("arch") == "bloom" and c["message"].startswith("ALiBi holds") and c["at"].startswith(SOFTMAX):
+        return f"{BUG_TP_MASK} (rank {cell.get('crash_rank', 0)}: {c['message']})"
+    overlap = c["message"].startswith("unsupported operation: some elements of the input tensor and the written-to")
+    if cell.get("arch") == "bloom" and overlap and c["at"].startswith("deepspeed/module_inject/auto_tp.py"):
+        return BUG_BLOOM_TP_COPY
     if c["type"] == "RuntimeError" and c["message"].startswith("Transformers version") and \
             c["at"].startswith(CONTAINERS + "bloom.py"):  # fmt: skip
         return REFUSED_BLOOM_TRANSFORMERS

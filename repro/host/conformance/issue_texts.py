@@ -15,6 +15,7 @@ from .diagnosis import (
     BUG_3453,
     BUG_BLOOM_ALIBI_OFFSET,
     BUG_BLOOM_RESIDUAL,
+    BUG_BLOOM_TP_COPY,
     BUG_CACHE_RETURN,
     BUG_DECODE_AS_PROMPT,
     BUG_ENGINE_GENERATE,
@@ -33,6 +34,7 @@ from .diagnosis import (
     BUG_POST_LN_QKV_BIAS,
     BUG_QKV_BIAS,
     BUG_ROPE,
+    BUG_TP_MASK,
     BUG_TP_OUTPUT,
     BUG_TP_RELEASED,
     BUG_TP_UNSLICED,
@@ -803,6 +805,54 @@ ISSUES = {
         "(not run by us). BLOOM runs on Transformers 4.43.4 here: DeepSpeed's BLOOM container refuses newer ones. "
         "Affected releases, read from DeepSpeed's git history (not run): the policy has never read the setting, "
         "from BLOOM inference support (#2083, first in 0.6.7) to 0.19.8 (run here).",
+    },
+    BUG_BLOOM_TP_COPY: {
+        "file": "ISSUE-bloom-tensor-parallel.md",
+        "scope": "hybrid-engine",
+        "shown": lambda c: c["arch"] == "bloom" and c["scenario"].startswith("tp2-mpu") and c["zero_stage"] == 3,
+        "evidence": (("first crash", _first_crash),),
+        "measured": "generate fails in the tensor-parallel copy of the first layer's QKV: the copy's source and "
+        "destination overlap",
+        "title": "BLOOM under the Hybrid Engine with tensor parallelism on pinned ZeRO-3: the QKV copy slices the "
+        "wrong dimension and generate fails",
+        "cause": "With an mpu on pinned ZeRO-3, `generate()` (`deepspeed/runtime/hybrid_engine.py`) calls "
+        "`apply_tensor_parallelism(mp_replace, reversed_dim=True)` on every container: the Hybrid Engine's weights "
+        "are [out, in] and its `ReplaceWithTensorSlicing` has `out_dim=0, in_dim=1`. The other copies pass "
+        "`int8=reversed_dim` on; `DS_BloomContainer.attention_qkv_mp()` "
+        "(`deepspeed/module_inject/containers/bloom.py`) drops it, so `ReplaceWithTensorSlicing.copy()` compares "
+        "the QKV's rows with the destination's columns and slices the rank's slice, which the injected attention "
+        "already holds, onto itself: `RuntimeError: unsupported operation: some elements of the input tensor and "
+        "the written-to tensor refer to a single memory location`. Whole weights would be sliced by columns.",
+        "fix": "`attention_qkv_mp()` passes `int8=reversed_dim` on like the other copies; BLOOM's head-interleaved "
+        "rows keep the plain (block) copy (patch `0032`).",
+        "context": "Decided in Python before any kernel runs, so we expect GPUs to show the same (not run by us). "
+        "ZeRO-2 takes no copies and its cells are correct; past this bug the same cells need `0033` (the attention "
+        "mask) and, on 4 ranks, `0029`. BLOOM runs on Transformers 4.43.4 here: DeepSpeed's BLOOM container "
+        "refuses newer ones. Affected releases, read from DeepSpeed's git history (not run): the override arrives "
+        "with the Hybrid Engine's containers (#3425, first in 0.9.3), unchanged to 0.19.8 (run here).",
+    },
+    BUG_TP_MASK: {
+        "file": "ISSUE-tensor-parallel-mask.md",
+        "scope": "hybrid-engine",
+        "shown": lambda c: c["arch"] == "bloom" and c["scenario"].startswith("tp2-mpu") and c["zero_stage"] == 3,
+        "evidence": (("first crash", _first_crash),),
+        "measured": "the injected BLOOM attention of rank 1 is handed ALiBi for one sequence where its scores hold "
+        "both ranks' prompts",
+        "title": "Hybrid Engine tensor-parallel generate() on pinned ZeRO-3 gathers the prompts but not their "
+        "attention masks",
+        "cause": "With pinned ZeRO-3 and `inference_tp_size` > 1, `generate()` "
+        "(`deepspeed/runtime/hybrid_engine.py`) all-gathers the `input_ids` of every rank of the tensor-parallel "
+        "group and runs the model's `generate()` on all of them, but hands it the calling rank's "
+        "`attention_mask` as it was: one rank's rows for the whole group's prompts. The model masks padding and "
+        "counts positions from that mask, so each rank computes its heads of every prompt with its own prompt's "
+        "mask (where the shapes broadcast). BLOOM builds its ALiBi from the mask: one sequence's worth for several, "
+        "and the injected attention reads past it.",
+        "fix": "`generate()` all-gathers the attention mask with the prompts, in the same order (patch `0033`).",
+        "context": "On CPU our stand-in for the softmax kernel refuses ALiBi for fewer sequences than the scores "
+        "hold (the CUDA kernel reads past it: read, not run). Models without ALiBi show it only when the ranks' "
+        "masks differ (left padding, as DeepSpeed-Chat pads a batch); our tensor-parallel cells pass all-ones masks. "
+        "Affected releases, read from DeepSpeed's git history (not run): the gather of the prompts alone has been "
+        "there since the Hybrid Engine's first release, 0.9.0, to 0.19.8 (run here).",
     },
 }  # fmt: skip
 

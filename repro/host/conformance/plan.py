@@ -94,7 +94,7 @@ COVERAGE_ONLY = {"gpt-neox": tuple(NEOX_MORE), "llama": ("head-dim-32",), "gpt-j
 SERIES = ("0000", "0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010", "0011", "0012",
           "0013", "0014", "0015", "0016", "0017", "0018", "0019", "0020", "0021", "0022", "0023",
           "0024", "0025", "0026", "0027", "0028", "0029",
-          "0030", "0031")  # fmt: skip
+          "0030", "0031", "0032", "0033")  # fmt: skip
 # Released, the whole series, and the series without one patch where that patch's bug hides behind another
 # on released DeepSpeed (the Llama crash, 0008, comes first there): each such patch shown necessary.
 BUILDS = {
@@ -108,12 +108,14 @@ BUILDS = {
     "series without 0023": tuple(p for p in SERIES if p != "0023"),
     "series without 0024": tuple(p for p in SERIES if p != "0024"),
     "series without 0028": tuple(p for p in SERIES if p != "0028"),
+    "series without 0029": tuple(p for p in SERIES if p != "0029"),
 }
 # (build, scenarios, architectures) of the leave-one-out cells; ZeRO-3, 1 and 2 ranks (non-pinned: 2).
 LEAVE_ONE_OUT = (
     ("series without 0007", ("reference", "unpinned"), ("gpt-neo", "llama")),
     ("series without 0009", ("lora", "unpinned-lora"), ("llama",)),
     ("series without 0028", ("left-pad",), ("gpt-neox", "llama")),  # released Llama crashes first (0008)
+    ("series without 0029", ("reference",), ("bloom",)),  # 0029 alone makes BLOOM's second rank correct
 )
 # (build, architecture, configuration) of the leave-one-out cells of one configuration, in the reference scenario:
 # post-LayerNorm OPT's swapped LayerNorms (0019) and its ZeRO-3 q/k/v bias (0020) show once its decode steps stop
@@ -143,6 +145,10 @@ SCENARIOS: dict[str, dict] = {
     # (repro.rank.tp_slices); the native references are the whole model's.
     "tp2-mpu-slices": {"order": "eval-generate-train", "lora": "none", "pin": True,
                        "probe": {"tp": 2, "mpu": True, "tp_slices": True}},
+    # The same, gathering one layer at a time for generation (`tp_gather_partition_size` 1; DeepSpeed's default
+    # gathers 8, more than the tiny models have; DeepSpeed-Chat's OPT-66B script gathers 4 of 64).
+    "tp2-mpu-slices-gather1": {"order": "eval-generate-train", "lora": "none", "pin": True,
+                               "probe": {"tp": 2, "mpu": True, "tp_slices": True, "tp_gather_partition_size": 1}},
     # DeepSpeed-Chat's step 3 as its scripts run it: pinned, LoRA dim 64 (scaling 1) on every Linear of the
     # layers, its ZeRO-3 settings (persistence threshold 1e4, max live parameters 3e7) and generate with
     # synced_gpus; prompt and answer lengths are equal there (256 + 256) and here (8 + 8).
@@ -157,7 +163,7 @@ SCENARIOS: dict[str, dict] = {
 
 # The quick plan's architecture for a scenario, where not GPT-NeoX: the mpu's slices reach separate Q, K, V
 # (0025) and a gated MLP in Llama.
-QUICK_ARCH = {"tp2-mpu-slices": "llama"}
+QUICK_ARCH = {"tp2-mpu-slices": "llama", "tp2-mpu-slices-gather1": "llama"}
 
 
 def cell_axes(
@@ -208,6 +214,7 @@ def plan(quick: bool = False) -> list[dict]:
             ),
             *(cell_axes(a, "default", series, 3, 2, "reference", _other(a)) for a in ARCHS),
             cell_axes("gpt-neox", "default", series, 3, 2, "ds-chat", dtype="bf16"),
+            cell_axes("bloom", "default", series, 3, 4, "tp2-mpu-slices"),  # 4 ranks: 2 tensor x 2 data parallel
         ]
     cells = []
     for arch in ARCHS:
@@ -218,6 +225,10 @@ def plan(quick: bool = False) -> list[dict]:
                 if scenario != "reference":
                     stages = (2, 3) if settings["pin"] else (3,)
                     cells += [cell_axes(arch, "default", build, z, 2, scenario) for z in stages]
+    # 4 ranks, tensor parallelism over 2 of them and data parallelism over the 2 groups (pinned ZeRO-3): each rank's
+    # place in its tensor-parallel group is not its global rank.
+    cells += [cell_axes(arch, "default", build, 3, 4, "tp2-mpu-slices")
+              for arch in ARCHS for build in ("released", "whole series")]  # fmt: skip
     # The other configurations: the reference scenario, ZeRO-2 on 1 rank and ZeRO-3 on 2;
     # Llama as released crashes before any configuration matters (0008), so the series without 0010 stands in.
     for arch in ARCHS:

@@ -120,6 +120,22 @@ SCRIPTS = (
     # DeepSpeed's BLOOM container refuses Transformers newer than 4.43.4.
     IssueScript("ISSUE-bloom-alibi-offset.md", "bloom_alibi_offset.py", 2, "0029", (), ENGAGED_ON["bloom"]),
     IssueScript("ISSUE-gptj-activation.md", "gptj_config.py", 1, "0030"),
+    IssueScript(
+        "ISSUE-bloom-tensor-parallel.md",
+        "tensor_parallel_mpu.py",
+        2,
+        "0032",
+        ("--arch", "bloom", "--zero", "3"),
+        ENGAGED_ON["bloom"],
+    ),
+    IssueScript(
+        "ISSUE-tensor-parallel-mask.md",
+        "tensor_parallel_mpu.py",
+        2,
+        "0033",
+        ("--arch", "bloom", "--zero", "3"),
+        ENGAGED_ON["bloom"],
+    ),
     IssueScript("ISSUE-bloom-residual.md", "bloom_config.py", 1, "0031", (), ENGAGED_ON["bloom"]),
     IssueScript("PR-8392-COMMENT.md", "zero3_qkv_layout.py", 2, "0001"),
     IssueScript("PR-8392-COMMENT.md", "zero3_qkv_layout.py", 2, "0004", ("--order", "train-first")),

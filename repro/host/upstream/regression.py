@@ -57,6 +57,8 @@ TESTS_BY_PATCH = {
     "0029": ("unit/ops/transformer/inference/test_ds_attention_bloom_alibi.py",),
     "0030": ("unit/module_inject/test_gptj_activation.py",),
     "0031": ("unit/module_inject/test_bloom_residual.py",),
+    "0032": ("unit/module_inject/test_bloom_tensor_parallel.py",),
+    "0033": ("unit/hybrid_engine/test_hybrid_engine_tensor_parallel_mask.py",),
 }
 # Earlier patches of the series a patch's tests need beside it: 0004 reads the QKV layout record 0002 adds,
 # and its ZeRO-3 cases show only once 0001 makes transforms persist; 0005/0006/0014/0015 build a GPT-NeoX
@@ -83,7 +85,8 @@ DID_NOT_RAISE = "DID NOT RAISE"
 # GPTNeoXAttention has no hidden_size (0000), LlamaModel hands the next layer a tuple (0008), Llama's policy
 # reads in_features, which DeepSpeed-Chat's LoRA modules lack (0009), engine.generate() finds no _generate (0013),
 # the QKV layout transform reads the shape of a GPT-NeoX's missing QKV bias (0015), the OPT policy concatenates
-# missing q/k/v biases (0017), the Hybrid Engine builds a LayerNorm of dim None for one without weights (0022).
+# missing q/k/v biases (0017), the Hybrid Engine builds a LayerNorm of dim None for one without weights (0022),
+# BLOOM's tensor-parallel QKV copy slices the wrong dimension, onto itself or off the shapes (0032).
 BUG_ERRORS = {
     "0000": ("AttributeError",),
     "0008": ("AttributeError",),
@@ -92,6 +95,7 @@ BUG_ERRORS = {
     "0015": ("AttributeError",),
     "0017": ("TypeError",),
     "0022": ("TypeError",),
+    "0032": ("RuntimeError",),
 }
 
 

@@ -168,6 +168,24 @@ def test_a_peers_earlier_crash_is_the_cells_and_blooms_alibi_offset_is_named_fro
     assert dx.diagnose(arch_cell(arch="bloom", crash=refused)) == [dx.REFUSED_BLOOM_TRANSFORMERS]
 
 
+def test_blooms_tensor_parallel_copy_and_ungathered_mask_are_named_from_their_crashes():
+    overlap = {
+        "type": "RuntimeError",
+        "at": "deepspeed/module_inject/auto_tp.py:122",
+        "message": "unsupported operation: some elements of the input tensor and the written-to tensor refer",
+    }
+    assert dx.diagnose(arch_cell(arch="bloom", crash=overlap)) == [dx.BUG_BLOOM_TP_COPY]
+    assert dx.diagnose(arch_cell(arch="opt", crash=overlap))[0].startswith("crash in the Hybrid Engine")
+    short = {
+        "type": "RuntimeError",
+        "at": dx.SOFTMAX + ":68",
+        "message": "ALiBi holds 4 rows where 2 sequences of 4 heads need 8",
+    }
+    cell = arch_cell(arch="bloom", peer_crashes=[{"rank": 1, "crash": short, "crash_time": 1.0}])
+    assert dx.diagnose(cell) == [f"{dx.BUG_TP_MASK} (rank 1: {short['message']})"]
+    assert not dx.diagnose(cell)[0].startswith(dx.BUG_BLOOM_ALIBI_OFFSET)
+
+
 def test_gptjs_activation_twin_names_its_bug_only_when_the_he_matches_it():
     relu = arch_cell(arch="gpt-j", tokens_equal_native=False, per_step_logits_vs_native=[0.59, 0.5],
                      per_step_logits_vs_twin={"tanh_gelu_activation": [7e-7, 6e-7]})  # fmt: skip

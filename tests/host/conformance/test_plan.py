@@ -8,7 +8,7 @@ from repro.host.conformance import plan, transformers_env
 def test_full_covers_every_axis_the_done_criteria_name():
     full = plan.plan()
     assert {c["arch"] for c in full} == {"gpt-neox", "gpt-neo", "llama", "opt", "gpt-j", "bloom"}
-    assert {c["zero_stage"] for c in full} == {2, 3} and {c["world_size"] for c in full} == {1, 2}
+    assert {c["zero_stage"] for c in full} == {2, 3} and {c["world_size"] for c in full} == {1, 2, 4}
     assert {c["order"] for c in full} == {"eval-generate-train", "train-first", "eval-twice"}
     assert {c["lora"] for c in full} == {"none", "all"} and {c["pin"] for c in full} == {True, False}
     for arch, configs in plan.ARCH_CONFIGS.items():
@@ -26,14 +26,14 @@ def test_quick_has_one_cell_per_axis_value_and_stays_small():
     quick = plan.plan(quick=True)
     assert {c["arch"] for c in quick} == set(plan.ARCHS)
     assert {c["scenario"] for c in quick} == set(plan.SCENARIOS)
-    assert {c["zero_stage"] for c in quick} == {2, 3} and {c["world_size"] for c in quick} == {1, 2}
+    assert {c["zero_stage"] for c in quick} == {2, 3} and {c["world_size"] for c in quick} == {1, 2, 4}
     for arch, configs in plan.ARCH_CONFIGS.items():  # the field-coverage configurations: the full plan only
         assert {c["configuration"] for c in quick if c["arch"] == arch} == set(configs) - set(
             plan.COVERAGE_ONLY.get(arch, ())
         )
     assert {c["build"] for c in quick} == {"released", "whole series"}
     assert {c["dtype"] for c in quick} == set(plan.DTYPES)
-    assert len(quick) <= 48
+    assert len(quick) <= 50
 
 
 def test_each_architecture_runs_where_the_hybrid_engine_engages_it_and_on_the_other_transformers():
@@ -86,3 +86,14 @@ def test_the_masking_rewrite_is_bounded_by_left_padded_cells_on_either_side_of_i
     assert {c["build"] for c in ranged} == {"series without 0028", "whole series"} and len(ranged) == 8
     assert not [c for c in plan.plan(quick=True) if c["transformers"] in plan.MASK_RANGE]
     assert set(plan.MASK_RANGE) <= set(transformers_env.others())  # each has its constraints file
+
+
+def test_four_ranks_split_tensor_and_data_parallelism_for_every_architecture():
+    """2 tensor-parallel groups of 2 under an mpu, each rank training its slice: ranks 2 and 3 hold the same heads
+    as 0 and 1, so a rank's place in its group is not its global rank (BLOOM's ALiBi offset, 0029)."""
+    four = [c for c in plan.plan() if c["world_size"] == 4]
+    assert {(c["arch"], c["build"]) for c in four} == {
+        (a, b) for a in plan.ARCHS for b in ("released", "whole series")
+    }
+    assert {c["scenario"] for c in four} == {"tp2-mpu-slices"} and {c["zero_stage"] for c in four} == {3}
+    assert all(c["probe"]["tp"] == 2 for c in four)

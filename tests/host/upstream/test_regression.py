@@ -104,6 +104,11 @@ EXPECTED_FAILURES = {
         for act in ("relu", "silu")
     },
     "0031": {"test_the_residual_after_the_layer_norm_is_refused_by_name": regression.DID_NOT_RAISE},
+    "0032": {
+        "test_a_ranks_slice_is_kept_under_the_hybrid_engine": "RuntimeError",
+        "test_whole_weights_give_this_rank_its_block_of_heads": "RuntimeError",
+    },
+    "0033": {"TestHybridEngineTensorParallelMask::test_every_prompt_s_attention_mask_goes_with_it": A},
 }
 
 
@@ -144,7 +149,7 @@ def test_every_test_passes_with_the_whole_series():
     tests = tuple(t for patch_tests in regression.TESTS_BY_PATCH.values() for t in patch_tests)
     result = regression.run_upstream_test(root, timeout_s=900, tests=tests)
     assert result["outcome"] == "pass", result.get("error", "") + result["output_tail"]
-    assert len(result["tests"]) == 93 and set(result["tests"].values()) == {"passed"}
+    assert len(result["tests"]) == 96 and set(result["tests"].values()) == {"passed"}
 
 
 def test_pytest_runs_with_one_openmp_thread_so_forked_ranks_do_not_hang(monkeypatch):
