@@ -92,8 +92,7 @@ def test_four_ranks_split_tensor_and_data_parallelism_for_every_architecture():
     """2 tensor-parallel groups of 2 under an mpu, each rank training its slice: ranks 2 and 3 hold the same heads
     as 0 and 1, so a rank's place in its group is not its global rank (BLOOM's ALiBi offset, 0029)."""
     four = [c for c in plan.plan() if c["world_size"] == 4]
-    assert {(c["arch"], c["build"]) for c in four} == {
-        (a, b) for a in plan.ARCHS for b in ("released", "whole series")
-    }
+    builds = {(a, b) for a in plan.ARCHS for b in ("released", "whole series")} | {("bloom", "series without 0029")}
+    assert {(c["arch"], c["build"]) for c in four} == builds
     assert {c["scenario"] for c in four} == {"tp2-mpu-slices"} and {c["zero_stage"] for c in four} == {3}
     assert all(c["probe"]["tp"] == 2 for c in four)
