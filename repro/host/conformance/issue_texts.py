@@ -572,13 +572,15 @@ ISSUES = {
         "Past that, `HFOPTLayerPolicy` hands the layers' None LayerNorm weights to the injected layer, which reads a "
         "None `attn_nw` as no LayerNorm before the MLP: `DeepSpeedMLP.forward()` "
         "(`deepspeed/ops/transformer/inference/ds_mlp.py`) feeds `fused_gemm_gelu` the attention's normalised input "
-        "instead of the LayerNorm of the attention's residual sum (on CPU: a shape error in the GEMM; the cells "
-        "`series without 0023` below).",
+        "instead of the LayerNorm of the attention's residual sum, and with GELU where OPT's is ReLU (the cells "
+        "`series without 0023` below: 1.16 off native, where DeepSpeed's own CPU fallback of `fused_gemm_gelu` "
+        "fails on the shapes; ours multiplies by the weights as the kernel's transposed mode does).",
         "fix": "The Hybrid Engine leaves a LayerNorm without weights to its own forward (patch `0022`), and the OPT "
         "policy refuses OPT without LayerNorm weights by name with a ValueError (patch `0023`); serving it would "
         "need unit weights handed to the kernels.",
         "context": "Both failures are decided in Python before any kernel runs, so we expect GPUs to show the "
-        "first (the TypeError) too; what the compiled `fused_gemm_gelu` computes past it was not run by us. DeepSpeed "
+        "first (the TypeError) too; past it, our stand-in computes what the kernel's `fused_gemm_gelu` would "
+        "(its tanh GELU on the transposed weights), which we have not run on a GPU. DeepSpeed "
         "0.19.8 keeps OPT on the native path with Transformers >= 4.49, and Transformers 4.57's OPT cannot initialise "
         "such a model (`_init_weights` fills a None weight): the cells run on Transformers 4.48.3. Affected "
         "releases: the Hybrid Engine has replaced outer LayerNorms with `Normalize(weight=child.weight, ...)` since "
@@ -587,7 +589,7 @@ ISSUES = {
     BUG_CACHE_RETURN: {
         "file": "ISSUE-cache-return.md",
         "scope": "injection",
-        "shown": lambda c: c["arch"] in ("gpt-neo", "gpt-neox") and c.get("transformers", PINNED) != PINNED,
+        "shown": lambda c: c["arch"] in ("gpt-neo", "gpt-neox", "gpt-j") and c.get("transformers", PINNED) != PINNED,
         "evidence": (("inference containers", lambda c: str(c.get("inference_containers", 0))),
                      ("crash", _crash)),
         "measured": "generate fails at the second token: Transformers' `DynamicCache.from_legacy_cache` unpacks the "
@@ -611,8 +613,9 @@ ISSUES = {
         "our GPT-NeoX cells fail the same way without `0024` (`series without 0024` below). Transformers versions: "
         "4.48.3 run here, 4.57.6 runs correct; the PyPI wheels read: GPT-Neo's model takes `outputs[1]` as its "
         "cache from 4.45.0 to 4.53.3 (not in 4.44.2 or 4.54.0), GPT-NeoX's from 4.45.0 to 4.48.3 (not in 4.49.0). "
-        "GPT-J's and BLOOM's modeling in 4.48.3 read it the same way (read, not run: BLOOM's container refuses "
-        "Transformers > 4.43, GPT-J is not in our suite). Affected DeepSpeed releases: the injected layer has "
+        "GPT-J's model reads it the same way: our GPT-J cells on 4.48.3 fail alike as released and are correct with "
+        "the series. BLOOM's in 4.48.3 too (read, not run: DeepSpeed's BLOOM container refuses Transformers > 4.43.4, "
+        "and 4.43.4 passes tuples). Affected DeepSpeed releases: the injected layer has "
         "returned `(output, presents)` since kernel injection began, so every release that injects these models, "
         "run with those Transformers (read from DeepSpeed's git history; run here: 0.19.8).",
     },

@@ -219,12 +219,22 @@ def _noise(cells: list[dict]) -> str:
     return ", ".join(out)
 
 
-NAMES = {"gpt-neox": "GPT-NeoX", "gpt-neo": "GPT-Neo", "llama": "Llama", "opt": "OPT"}
+NAMES = {"gpt-neox": "GPT-NeoX", "gpt-neo": "GPT-Neo", "llama": "Llama", "opt": "OPT", "gpt-j": "GPT-J",
+         "bloom": "BLOOM"}  # fmt: skip
 
 
 def _names(cells: list[dict]) -> str:
     names = [NAMES.get(a, a) for a in dict.fromkeys(c["arch"] for c in cells)]
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _refusals(cells: list[dict]) -> str:
+    """The refusals among `cells`, each with its count: DeepSpeed's own and the series' patches that refuse."""
+    found: dict[str, int] = {}
+    for c in cells:
+        if c["diagnosis"][0] in REFUSALS:
+            found[c["diagnosis"][0]] = found.get(c["diagnosis"][0], 0) + 1
+    return "; ".join(f"{n}: {what.removeprefix('refused by name: ')}" for what, n in found.items()) or "none"
 
 
 def _versions(cells: list[dict]) -> str:
@@ -267,9 +277,9 @@ def render(data: dict) -> str:
         evidence.kernels(cells),
         "",
         f"**With the whole series (`{' '.join(data['builds']['whole series'])}`), {series_ok} of {len(series)} "
-        f"cells are correct, {series_refused} refuse by name a configuration DeepSpeed cannot serve (`0006`, "
-        f"`0010`, `0012`) and {series_outside} are outside the Hybrid Engine's contract (an mpu over whole Hugging "
-        f"Face weights); {len(series) - series_ok - series_refused - series_outside} are none of these.**",
+        f"cells are correct, {series_refused} refuse by name a configuration DeepSpeed cannot serve "
+        f"({_refusals(series)}) and {series_outside} are outside the Hybrid Engine's contract (an mpu over whole "
+        f"Hugging Face weights); {len(series) - series_ok - series_refused - series_outside} are none of these.**",
         "",
         "Builds: "
         + "; ".join(f"`{b}`: {' '.join(p) or 'DeepSpeed as installed'}" for b, p in data["builds"].items())
