@@ -54,7 +54,8 @@ def check(backend: str, cells: list[dict], facts: Callable[[str], dict] | None =
         raise UsageError(
             f"--backend {backend}: the cells need {need} GPUs (one per rank) but {found['device_count']} are "
             "visible (--gpus, HIP_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES); no cell runs two ranks on one GPU "
-            "(one GPU: --ranks 1, which cannot show what needs two ranks)"
+            "(fewer GPUs: --ranks 1 or --ranks 2 runs only the cells of that world size, which cannot show what "
+            "needs more ranks)"
         )
     if found["accelerator"] == "cpu":
         raise UsageError(f"--backend {backend}: DeepSpeed's accelerator is the CPU; unset DS_ACCELERATOR")

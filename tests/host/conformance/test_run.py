@@ -142,8 +142,8 @@ def test_a_merge_missing_a_shard_or_holding_one_twice_is_refused(tmp_path, monke
 
 def _gpu_machine(monkeypatch, found: dict | None = None):
     """A machine that has (or, with `found`, lacks) what a CUDA run needs: torch's view and the device check's."""
-    facts = {"torch": "2.9.1+cu128", "hip": None, "cuda": "12.8", "accelerator": "cuda", "device_count": 2,
-             "devices": ["NVIDIA H200", "NVIDIA H200"], "dtypes": {"fp32": True, "bf16": True, "fp16": True},
+    facts = {"torch": "2.9.1+cu128", "hip": None, "cuda": "12.8", "accelerator": "cuda", "device_count": 4,
+             "devices": ["NVIDIA H200"] * 4, "dtypes": {"fp32": True, "bf16": True, "fp16": True},
              "inference_op_error": None, **(found or {})}  # fmt: skip
     monkeypatch.setattr(run.devices.preflight, "detect_backend", lambda: "cuda")
     monkeypatch.setattr(run.devices, "device_facts", lambda backend: facts)
@@ -170,7 +170,7 @@ def test_a_gpu_run_measures_every_cell_in_a_torchrun_of_its_own_on_that_backend(
     assert "one torchrun per cell" in lines[0]
     data = json.loads((tmp_path / "conformance.json").read_text())
     assert data["backend"] == "cuda" and data["ds_report"] == "ds_report cuda"
-    assert data["evidence"]["devices"] == ["NVIDIA H200", "NVIDIA H200"] and data["command"].endswith("--backend cuda")
+    assert data["evidence"]["devices"] == ["NVIDIA H200"] * 4 and data["command"].endswith("--backend cuda")
     first = (tmp_path / "CONFORMANCE.md").read_text().splitlines()[0]
     assert first.startswith("# Hybrid Engine conformance (CUDA evidence)")
     assert json.loads((tmp_path / "run.json").read_text())["backend"] == "cuda"  # what a resume runs on
@@ -179,7 +179,8 @@ def test_a_gpu_run_measures_every_cell_in_a_torchrun_of_its_own_on_that_backend(
 @pytest.mark.parametrize(
     "found, refusal",
     [
-        ({"device_count": 1, "devices": ["NVIDIA H200"]}, "need 2 GPUs .* but 1 are visible"),
+        ({"device_count": 1, "devices": ["NVIDIA H200"]}, "need 4 GPUs .* but 1 are visible"),
+        ({"device_count": 2, "devices": ["NVIDIA H200"] * 2}, "need 4 GPUs .* but 2 are visible.*--ranks 2"),
         ({"inference_op_error": "ImportError: no transformer_inference_op"}, "transformer_inference op does not load"),
         ({"dtypes": {"fp32": True, "bf16": False}}, "run bf16, which NVIDIA H200 does not support"),
         ({"accelerator": "cpu"}, "accelerator is the CPU"),
