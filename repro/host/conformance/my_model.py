@@ -4,7 +4,7 @@ other field kept) and runs the quick scenarios on it, on the released build and 
 `--weights` the model itself runs, with its own weights, unshrunk.
 
 A model directory is untrusted input: nothing from it is executed (a config that asks for its own code,
-`auto_map`, is refused; Transformers' classes for the four architectures are the only code that runs), and
+`auto_map`, is refused; Transformers' classes for the six architectures are the only code that runs), and
 weights load from safetensors only, unless `--allow-pickle` says a pickled checkpoint may be read too. Host
 side: reads JSON, imports no torch."""
 
@@ -17,7 +17,8 @@ from ...options import UsageError
 from .plan import ENGAGED_ON, PINNED, SCENARIOS, cell_axes
 
 # Transformers' model_type -> the suite's architecture (repro.rank.archs has an adapter for each).
-MODEL_TYPES = {"gpt_neox": "gpt-neox", "gpt_neo": "gpt-neo", "llama": "llama", "opt": "opt", "gptj": "gpt-j"}
+MODEL_TYPES = {"gpt_neox": "gpt-neox", "gpt_neo": "gpt-neo", "llama": "llama", "opt": "opt", "gptj": "gpt-j",
+               "bloom": "bloom"}  # fmt: skip
 # Fields that name or describe a checkpoint rather than the forward math: not handed to the config class.
 NOT_MATH = ("architectures", "auto_map", "_name_or_path", "transformers_version", "torch_dtype", "dtype",
             "model_type", "_commit_hash", "quantization_config", "head_dim")  # fmt: skip
@@ -60,7 +61,7 @@ def tiny_twin(config: dict) -> dict:
     the Hybrid Engine must reproduce stays the user's (ratios of FFN and projection sizes, grouped-query heads,
     rotary, norms, activations, biases)."""
     twin = {k: v for k, v in config.items() if k not in NOT_MATH}
-    hidden_key = _first(config, "hidden_size", "n_embd")
+    hidden_key = _first(config, "hidden_size", "n_embd", "n_embed")
     heads_key = _first(config, "num_attention_heads", "num_heads", "n_head")
     if hidden_key is None or heads_key is None:
         raise UsageError("the config names no hidden size or head count: not a decoder this suite can shrink")

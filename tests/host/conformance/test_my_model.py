@@ -57,10 +57,14 @@ GPTJ_6B = {"model_type": "gptj", "n_embd": 4096, "n_head": 16, "n_layer": 28, "n
            "activation_function": "gelu_new", "vocab_size": 50400}  # fmt: skip
 
 
+BLOOM_560M = {"model_type": "bloom", "n_embed": 1024, "n_head": 16, "n_layer": 24, "vocab_size": 250880,
+              "layer_norm_epsilon": 1e-5, "apply_residual_connection_post_layernorm": False}  # fmt: skip
+
+
 def test_the_twins_config_builds_its_architecture():
     from repro.rank.archs import adapter
 
-    for config in (PYTHIA_410M, OPT_350M, GPTJ_6B):
+    for config in (PYTHIA_410M, OPT_350M, GPTJ_6B, BLOOM_560M):
         arch = adapter(my_model.arch_of(config))
         built = arch.config(my_model.tiny_twin(config))
         assert built.hidden_size == 256 and built.num_hidden_layers == 2
@@ -75,7 +79,7 @@ def test_bad_input_is_refused_in_one_line(tmp_path):
         my_model.read(write(tmp_path, "{not json"))
     with pytest.raises(UsageError, match="not a Hugging Face config"):
         my_model.read(write(tmp_path, [1, 2]))
-    with pytest.raises(UsageError, match="model_type 'falcon': .*gpt_neo, gpt_neox, gptj, llama, opt"):
+    with pytest.raises(UsageError, match="model_type 'falcon': .*bloom, gpt_neo, gpt_neox, gptj, llama, opt"):
         my_model.plan(write(tmp_path, {**PYTHIA_410M, "model_type": "falcon"}))
 
 
