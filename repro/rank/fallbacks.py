@@ -296,7 +296,7 @@ def kernel_paths(roots: Iterable[torch.nn.Module]) -> dict[str, str]:
         if not isinstance(module, BaseOp):
             continue
         for name, value in vars(module).items():
-            if not (name.endswith("_func") or name == "fused_gemm_gelu") or value is None or isinstance(value, BaseOp):
+            if not (name.endswith("_func") or name == "fused_gemm_gelu") or value is None:
                 continue
             path = "fallback" if "fallback" in getattr(value, "__name__", "") else "compiled"
             key = f"{type(module).__name__}.{name}"

@@ -20,12 +20,10 @@ def twins(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
 
     found = OUTER(model)
     if model.config.activation_function != "gelu_new":
-        found["tanh_gelu_activation"] = changed_layers(model, LAYERS, lambda layer: _gelu_new(layer, ACT2FN))
+        found["tanh_gelu_activation"] = changed_layers(
+            model, LAYERS, lambda layer: setattr(layer.mlp, "act", ACT2FN["gelu_new"])
+        )
     return found
-
-
-def _gelu_new(layer: torch.nn.Module, activations: dict) -> None:
-    layer.mlp.act = activations["gelu_new"]
 
 
 ADAPTER = Adapter(
