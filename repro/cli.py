@@ -162,11 +162,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-pickle", action="store_true", help="with --weights: a pickled pytorch_model.bin may be loaded"
     )
 
-    sub.add_parser(
+    scripts = sub.add_parser(
         "issue-scripts",
         help="the issue texts' standalone scripts on this CPU, without and with their patch: exit 0 when each "
-        "shows its bug without and is correct with the series",
+        "shows its bug without and is correct with the series; with --releases, each script as released in each "
+        "DeepSpeed release's virtualenv (the affected releases)",
     )
+    scripts.add_argument(
+        "--releases",
+        help="comma-separated DeepSpeed releases to run every script on, as released (default with --out: "
+        "0.15.4,0.16.9,0.17.6,0.18.3,0.19.7,0.19.8)",
+    )
+    scripts.add_argument("--out", type=Path, help="with --releases: directory for affected.json and AFFECTED.md")
+    scripts.add_argument("--regenerate", action="store_true", help="with --out: replace an earlier run there")
 
     sub.add_parser(
         "fix-status", help="does the installed DeepSpeed carry the fix? exit 0 yes, 1 no, 2 no DeepSpeed installed"
@@ -248,6 +256,15 @@ def main(argv: list[str] | None = None) -> int:
                 ranks=args.ranks,
             )
         if args.command == "issue-scripts":
+            if args.releases or args.out:
+                from .host.upstream import affected_releases
+
+                if args.out is None:
+                    raise UsageError("--releases writes its table to --out DIR")
+                releases = args.releases.split(",") if args.releases else list(affected_releases.DEFAULT)
+                return affected_releases.main(releases, args.out, regenerate=args.regenerate)
+            if args.regenerate:
+                raise UsageError("--regenerate replaces an earlier --releases run: give --out DIR")
             from .host.upstream import issue_scripts
 
             return issue_scripts.main()

@@ -127,9 +127,10 @@ def _extensions_dir() -> Path:
     return cache_root() / "torch_extensions" / f"deepspeed-{version}-{key}"
 
 
-def torchrun(module: str, ranks: int, port: int, *args: str) -> list[str]:
-    """`python -m torch.distributed.run` on this host for `python -m MODULE ARGS` on each rank."""
-    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(ranks),
+def torchrun(module: str, ranks: int, port: int, *args: str, python: str = sys.executable) -> list[str]:
+    """`python -m torch.distributed.run` on this host for `python -m MODULE ARGS` on each rank (`python`: another
+    environment's interpreter, such as a DeepSpeed release's virtualenv)."""
+    return [python, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(ranks),
             "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", module, *args]  # fmt: skip
 
 
@@ -248,13 +249,20 @@ def run_variant(spec: LaunchSpec, out_dir: Path, patched_root: Path | None, prog
 
 
 def run_module(
-    module: str, args: list[str], deepspeed_root: Path | None, ranks: int, timeout_s: float, backend: str = "cpu"
+    module: str,
+    args: list[str],
+    deepspeed_root: Path | None,
+    ranks: int,
+    timeout_s: float,
+    backend: str = "cpu",
+    python: str = sys.executable,
+    env: dict[str, str] | None = None,
 ) -> tuple[int, str]:
     """`python -m MODULE ARGS` on `ranks` ranks under torchrun (on the CPU, or one GPU each); returns the exit
-    status and the output. A timeout stops every rank and raises LaunchError."""
-    cmd = torchrun(module, ranks, free_port(), *args)
+    status and the output. A timeout stops every rank and raises LaunchError. `env` adds to the ranks' variables."""
+    cmd = torchrun(module, ranks, free_port(), *args, python=python)
     try:
-        return run_bounded(cmd, rank_env(backend, deepspeed_root), REPO_ROOT, timeout_s)
+        return run_bounded(cmd, {**rank_env(backend, deepspeed_root), **(env or {})}, REPO_ROOT, timeout_s)
     except subprocess.TimeoutExpired:
         raise LaunchError(f"{module}: ranks did not finish within {timeout_s:.0f} s") from None
 

@@ -39,7 +39,7 @@ WAIT_ON_LAST = re.compile(r"^(?P<indent>[ \t]*)launch_handles\[-1\]\.wait\(\)[ \
 HARNESS_MARK = "HARNESS FIX (backport of DeepSpeed PR #8539"
 
 
-def _venv(ds_version: str, log) -> tuple[Path | None, str]:
+def release_venv(ds_version: str, log) -> tuple[Path | None, str]:
     """A virtualenv with torch (as here), DeepSpeed `ds_version` and Transformers (as here)."""
     root = cache_root() / "matrix" / f"deepspeed-{ds_version}"
     python = root / "bin" / "python"
@@ -93,7 +93,7 @@ def harness_fix(site: Path, on: bool) -> bool | None:
     return on
 
 
-def _site(python: Path) -> Path:
+def site_dir(python: Path) -> Path:
     out = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True,
@@ -160,7 +160,7 @@ def _one(ds_version: str, out: Path, repeats: int, log) -> dict:
         log(f"[matrix] {ds_version}: replacing {len(earlier)} run folder(s) of an earlier sitting")
         for path in earlier:
             shutil.rmtree(path)
-    python, why = _venv(ds_version, log)
+    python, why = release_venv(ds_version, log)
     if python is None:
         row["reason"] = why
         return row
@@ -194,7 +194,7 @@ def _one(ds_version: str, out: Path, repeats: int, log) -> dict:
         env=env,
     )
     row["patch"] = "applies" if check.returncode == 0 else (check.stderr.strip().splitlines() or ["?"])[-1][:300]
-    site = _site(python)
+    site = site_dir(python)
     needs_fix = harness_fix(site, on=False) is not None
     row["waits_on_every_handle"] = not needs_fix
     for harness in (False, True) if needs_fix else (False,):

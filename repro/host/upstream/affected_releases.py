@@ -1,0 +1,212 @@
+"""`python -m repro issue-scripts --releases V1,V2 --out DIR`: which DeepSpeed releases show each finding, run.
+
+Each issue text's standalone script (`issue_scripts.SCRIPTS`) runs as released, no patch, in each release's own
+virtualenv (the matrix's: same torch and Transformers as here, so only DeepSpeed varies; a script pinned to an
+older Transformers gets that overlay), with our completed PyTorch fallbacks standing in for the kernels, as
+`python -m repro issue-scripts` runs it on 0.19.8. Releases before 0.19.8 can read an unfilled ZeRO-3 gather
+buffer on gloo (the matrix's harness fix, DeepSpeed PR #8539): it is applied to every such release for these
+runs, restored after, and labelled. A script that cannot run on a release (an API it uses is missing, our
+fallbacks do not fit, a timeout) is `broken` there with its last error line: never a verdict either way.
+
+On a released build a script can show a bug that an earlier one in the series hides or imitates; which patch
+makes it print `OK:` is proven on 0.19.8 by `python -m repro issue-scripts`. A release whose script prints
+`BUG:` is therefore "shows the script's bug", read together with the issue text's history.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+
+from ...options import EXIT_BROKEN, EXIT_OK, UsageError
+from ...paths import cache_root, write_json
+from .. import launch, matrix, table_dir
+from ..conformance import transformers_env
+from .issue_scripts import RUNNER, SCRIPTS, IssueScript, Outcome, judge
+
+# Every release whose inference ops have a CPU fallback (0.14.5 has none; 0.9.3 to 0.13.5 need IPEX on CPU).
+DEFAULT = ("0.15.4", "0.16.9", "0.17.6", "0.18.3", "0.19.7", "0.19.8")
+RESULTS = "affected.json"
+REPORT = "AFFECTED.md"
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One script with its arguments and Transformers: what runs once per release, whichever findings it shows."""
+
+    script: IssueScript
+    fixed_by: tuple[str, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.script.name} (Transformers {self.script.transformers or transformers_env.pinned()})"
+
+
+def invocations(scripts: tuple[IssueScript, ...] = SCRIPTS) -> list[Invocation]:
+    """SCRIPTS with one entry per distinct run (0018 and 0019 share theirs, for instance)."""
+    found: dict[tuple, list[IssueScript]] = {}
+    for s in scripts:
+        found.setdefault((s.script, s.args, s.transformers), []).append(s)
+    return [Invocation(same[0], tuple(sorted(s.fixed_by for s in same))) for same in found.values()]
+
+
+def _order(release: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in release.split(".") if x.isdigit())
+
+
+def run_one(inv: Invocation, python: Path, release: str, timeout_s: float = 300) -> dict:
+    """The script on `release`'s interpreter; its verdict, result lines and, when broken, why."""
+    overlay = transformers_env.overlay(inv.script.transformers) if inv.script.transformers else None
+    extensions = cache_root() / "torch_extensions" / f"deepspeed-{release}-release-venv"
+    started = time.time()
+    try:
+        returncode, output = launch.run_module(
+            RUNNER, [str(inv.script.path), *inv.script.args], overlay, inv.script.ranks, timeout_s,
+            python=str(python), env={"TORCH_EXTENSIONS_DIR": str(extensions)},
+        )  # fmt: skip
+        outcome = judge(returncode, output)
+        error = "" if outcome.verdict != "broken" else launch.first_error(output)
+    except launch.LaunchError as exc:
+        outcome, error = Outcome(-1, "broken", ()), str(exc)
+    return {"release": release, "run": inv.key, "fixed_by": list(inv.fixed_by), "verdict": outcome.verdict,
+            "returncode": outcome.returncode, "lines": list(outcome.lines), "error": error[:300],
+            "wall_s": round(time.time() - started, 1)}  # fmt: skip
+
+
+def run_release(release: str, invs: list[Invocation], log: Callable[[str], None]) -> tuple[dict, list[dict]]:
+    """Every invocation on one release; the release's row (installs, harness fix) and its runs."""
+    python, why = matrix.release_venv(release, log)
+    if python is None:
+        return {"release": release, "installs": False, "reason": why, "harness_fix": None}, []
+    site = matrix.site_dir(python)
+    needs_fix = matrix.harness_fix(site, on=False) is not None
+    runs = []
+    try:
+        if needs_fix:
+            matrix.harness_fix(site, on=True)
+        for inv in invs:
+            runs.append(run_one(inv, python, release))
+            log(f"[affected] {release} {inv.key}: {runs[-1]['verdict']} {runs[-1]['error'][:120]}")
+    finally:
+        if needs_fix:
+            matrix.harness_fix(site, on=False)
+    return {"release": release, "installs": True, "reason": "", "harness_fix": needs_fix}, runs
+
+
+def summary(releases: list[str], runs: list[dict]) -> dict[str, dict]:
+    """Per finding: the releases that showed its bug, printed OK, or could not run it; and the oldest release
+    from which every release run, up to the newest, showed the bug (None when the newest did not)."""
+    out: dict[str, dict] = {}
+    ordered = sorted(releases, key=_order)
+    for patch in sorted({p for r in runs for p in r["fixed_by"]}):
+        verdicts = {r["release"]: r["verdict"] for r in runs if patch in r["fixed_by"]}
+        since = None
+        for release in reversed(ordered):
+            if verdicts.get(release) != "bug":
+                break
+            since = release
+        out[patch] = {
+            "bug": [v for v in ordered if verdicts.get(v) == "bug"],
+            "ok": [v for v in ordered if verdicts.get(v) == "ok"],
+            "broken": [v for v in ordered if verdicts.get(v) == "broken"],
+            "bug_since": since,
+        }
+    return out
+
+
+def render(data: dict) -> str:
+    releases = [r["release"] for r in data["releases"]]
+    fixed = [r["release"] for r in data["releases"] if r.get("harness_fix")]
+    lines = [
+        "# Which DeepSpeed releases show each finding (issue scripts, run as released)",
+        "",
+        f"CPU evidence, not AMD or GPU evidence: {data['ranks_note']}. torch {data['torch']}, Transformers "
+        f"{data['transformers']} unless the script pins another; one virtualenv per DeepSpeed release. Our "
+        "completed PyTorch fallbacks stand in for the kernels (DeepSpeed has none on CPU). Regenerate: "
+        f"`{data['command']}` ({data['wall_s']:.0f} s).",
+        "",
+        (
+            "Harness fix (DeepSpeed PR #8539, first in 0.19.8: wait on every async all-gather of a coalesced ZeRO-3 "
+            f"gather) applied for these runs to {', '.join(fixed)}; not part of any finding."
+        )
+        if fixed
+        else "No release here needed the harness fix.",
+        "",
+        "`BUG` = the script printed its `BUG:` line and exited 1; `OK` = `OK:` and exit 0; `broken` = neither "
+        "(the release lacks what the script or our fallbacks use, or it timed out): not a verdict. A `BUG` on a "
+        "release means the script's symptom shows there; that its patch alone removes it is proven on 0.19.8 "
+        "(`python -m repro issue-scripts`).",
+        "",
+        "| finding | run | " + " | ".join(releases) + " | every release run shows it since |",
+        "|---|---|" + "---|" * len(releases) + "---|",
+    ]
+    mark = {"bug": "BUG", "ok": "OK", "broken": "broken"}
+    by_run: dict[str, dict[str, dict]] = {}
+    for r in data["runs"]:
+        by_run.setdefault(r["run"], {})[r["release"]] = r
+    for patch, s in data["summary"].items():
+        for run, cells in by_run.items():
+            if patch not in next(iter(cells.values()))["fixed_by"]:
+                continue
+            row = [mark.get(cells[v]["verdict"], "n/a") if v in cells else "n/a" for v in releases]
+            since = s["bug_since"] or "not in the newest run"
+            lines.append(f"| {patch} | `{run}` | " + " | ".join(row) + f" | {since} |")
+    broken = [r for r in data["runs"] if r["verdict"] == "broken"]
+    if broken:
+        lines += ["", "Why a run is `broken`:", ""]
+        lines += [f"- {r['release']}, `{r['run']}`: {r['error'] or 'no BUG/OK line'}" for r in broken]
+    missing = [r for r in data["releases"] if not r["installs"]]
+    lines += [f"- {r['release']}: not installed: {r['reason']}" for r in missing]
+    return "\n".join(lines) + "\n"
+
+
+def write(out: Path, data: dict) -> None:
+    write_json(out / RESULTS, data)
+    (out / REPORT).write_text(render(data))
+
+
+def main(releases: list[str], out: Path, regenerate: bool = False, log: Callable[[str], None] = print) -> int:
+    """Every script on every release; exit 0 when each ran, 3 when one could not (its row says why)."""
+    out = Path(out)
+    unknown = [v for v in releases if not _order(v) or len(_order(v)) != 3]
+    if unknown:
+        raise UsageError(f"not a DeepSpeed release: {', '.join(unknown)} (e.g. --releases {','.join(DEFAULT)})")
+    if (out / RESULTS).exists() and not regenerate:
+        raise UsageError(f"{out / RESULTS} holds an earlier run: pass --regenerate to run it again and replace it")
+    table_dir.check_writable(out)
+    launch.interrupt_on_sigterm()
+    releases = sorted(releases, key=_order)
+    command = f"python -m repro issue-scripts --releases {','.join(releases)} --out {out} --regenerate"
+    invs = invocations()
+    started = time.time()
+    rows, runs = [], []
+    for release in releases:
+        log(f"[affected] DeepSpeed {release}: {len(invs)} script runs ...")
+        row, done = run_release(release, invs, log)
+        rows.append(row)
+        runs += done
+        data = {
+            "command": command,
+            "date": time.strftime("%Y-%m-%d"),
+            "torch": version("torch"),
+            "transformers": transformers_env.pinned(),
+            "ranks_note": "gloo ranks on 2 cores (1 or 2 per script, as its issue text runs it)",
+            "releases": rows,
+            "runs": runs,
+            "summary": summary([r["release"] for r in rows], runs),
+            "wall_s": round(time.time() - started, 1),
+        }
+        write(out, data)  # after every release: an interrupted sitting keeps what it measured
+    print(f"wrote {out / REPORT}", file=sys.stderr)
+    return EXIT_OK if all(r["verdict"] != "broken" for r in runs) and all(r["installs"] for r in rows) else EXIT_BROKEN
+
+
+def load(out: Path) -> dict | None:
+    """The committed run, for the issue texts (None when there is none)."""
+    path = Path(out) / RESULTS
+    return json.loads(path.read_text()) if path.exists() else None
