@@ -212,7 +212,8 @@ def softmax_fallback(
     attn_scores, attn_mask, alibi, triangular, recompute, local_attention, window_size, async_op, layer_scale,
     head_offset, mp_size,
 ):  # fmt: skip
-    """DeepSpeed's `SoftmaxOp.softmax_fallback` with ALiBi as the compiled softmax indexes it (BLOOM's path).
+    """DeepSpeed's `SoftmaxOp.softmax_fallback` with ALiBi as the compiled softmax indexes it (BLOOM's path), and
+    GPT-Neo's local attention (`outside_window`), which DeepSpeed's fallback ignores.
 
     BLOOM hands the layer ALiBi as [batch * heads, 1, keys], every head of the model. The kernel adds to head h of
     sequence b the row `b * heads * mp_size + head_offset + h` (heads: this partition's). DeepSpeed's fallback adds
@@ -241,6 +242,9 @@ def softmax_fallback(
         attn_scores += alibi
     if attn_mask is not None:
         attn_scores += attn_mask[:, None, None, :] if len(attn_mask.shape) == 2 else attn_mask
+    if local_attention:
+        far = outside_window(attn_scores.shape[2], attn_scores.shape[3], window_size, attn_scores.device)
+        attn_scores = attn_scores.masked_fill(far, float("-inf"))
     if triangular:
         if attn_scores.shape[2] == 1:  # query using kv cache
             token_idx = InferenceContext.Instance().current_tokens()
@@ -249,6 +253,16 @@ def softmax_fallback(
             tri = ~torch.tril(torch.ones(attn_scores.size(), device=attn_scores.device)).to(bool)
         attn_scores = torch.masked_fill(attn_scores, tri, float("-inf"))
     return F.softmax(attn_scores, dim=-1, dtype=torch.float32).to(input_dtype)
+
+
+def outside_window(queries: int, keys: int, window_size: int, device: torch.device) -> torch.Tensor:
+    """GPT-Neo's local attention: a query sees the keys less than `window_size` positions behind it (Transformers'
+    `bias ^= tril(bias, -window_size)`). The queries are the last `queries` of the `keys` positions, so a decode
+    step's query is the newest key. DeepSpeed's fallback ignores local attention; its kernel applies the same rule
+    to prompt rows (`real_seq_id - window_size`), while at a decode step it takes the query's position as the
+    key count, one past it (csrc/transformer/inference/csrc/softmax.cu, read, not run: no GPU here)."""
+    rows = torch.arange(keys - queries, keys, device=device)[:, None]
+    return rows - torch.arange(keys, device=device)[None, :] >= window_size
 
 
 def compiled_op_error() -> str | None:

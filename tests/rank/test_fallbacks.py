@@ -173,6 +173,26 @@ def test_alibi_is_added_per_sequence_and_per_partition_as_the_kernel_indexes_it(
         fallbacks.softmax_fallback(scores[:, 2:].clone(), None, alibi[:4], *flags, 2, 2)
 
 
+@pytest.mark.parametrize("queries", [7, 1])  # the prompt's rows; a decode step's one query
+def test_local_attention_masks_what_transformers_gpt_neo_masks(queries):
+    """GPT-Neo's local layer (window 3) over 7 keys: the fallback keeps exactly the keys Transformers' causal-and-
+    window mask keeps, for the prompt and for a decode step. DeepSpeed's fallback ignores local attention."""
+    from deepspeed.ops.transformer.inference.op_binding.softmax import SoftmaxOp
+    from transformers import GPTNeoConfig
+    from transformers.models.gpt_neo.modeling_gpt_neo import GPTNeoSelfAttention
+
+    config = GPTNeoConfig(hidden_size=8, num_heads=2, max_position_embeddings=16, window_size=3)
+    keep = GPTNeoSelfAttention(config, "local").bias[0, 0, 7 - queries : 7, :7]
+    scores = torch.randn(1, 2, queries, 7)
+    want = F.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1)
+    # Causal masking comes from the mask of a decode step (the keys so far), so triangular only for the prompt.
+    flags = (queries > 1, queries > 1, True, 3, False, 1.0)  # triangular, recompute, local_attention, window ..
+    torch.testing.assert_close(fallbacks.softmax_fallback(scores.clone(), None, None, *flags, 0, 1), want)
+    theirs = SoftmaxOp.__dict__["softmax_fallback"].__func__(scores.clone(), None, None, *flags, 0, 1)
+    assert (theirs - want).abs().max() > 1e-2
+    assert int(keep[-1].sum()) == 3  # the last query sees itself and the 2 keys before it
+
+
 @pytest.fixture
 def clean_base_op():
     """install() patches six DeepSpeed classes; every one is restored, so no later test sees ours."""

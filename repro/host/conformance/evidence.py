@@ -30,7 +30,7 @@ def scope(data: dict) -> str:
         return (
             "CPU evidence, not GPU or AMD evidence: gloo, DeepSpeed's PyTorch fallbacks (`repro/rank/fallbacks.py` "
             "completes GPT-NeoX's attention and parallel-residual MLP, the MLP's ReLU and the post-LayerNorm QKV "
-            "linear for OPT, GPT-J's rotary and MLP, BLOOM's ALiBi)"
+            "linear for OPT, GPT-J's rotary and MLP, BLOOM's ALiBi, GPT-Neo's local attention)"
         )
     amd = "" if e["backend"] == "rocm" else ", not AMD evidence"
     return (

@@ -48,6 +48,10 @@ ARCH_CONFIGS: dict[str, dict[str, dict]] = {
         "default": {},
         "exact-gelu": {"activation_function": "gelu"},
         "layer-norm-eps-1e-3": {"layer_norm_epsilon": 1e-3},
+        # Local attention that masks: a window of 4 under the cells' 8-token prompt and 8 new tokens, on the
+        # default's second layer and on both layers.
+        "window-4": {"window_size": 4},
+        "all-local-window-4": {"attention_types": [[["local"], 2]], "window_size": 4},
     },
     "llama": {
         "default": {},
@@ -90,7 +94,12 @@ ARCH_CONFIGS: dict[str, dict[str, dict]] = {
     },
 }
 # Configurations added for field coverage, not in the quick plan (not an axis; the quick plan's 3 minutes).
-COVERAGE_ONLY = {"gpt-neox": tuple(NEOX_MORE), "llama": ("head-dim-32",), "gpt-j": ("tied-embeddings",)}
+COVERAGE_ONLY = {
+    "gpt-neox": tuple(NEOX_MORE),
+    "gpt-neo": ("all-local-window-4",),
+    "llama": ("head-dim-32",),
+    "gpt-j": ("tied-embeddings",),
+}
 SERIES = ("0000", "0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010", "0011", "0012",
           "0013", "0014", "0015", "0016", "0017", "0018", "0019", "0020", "0021", "0022", "0023",
           "0024", "0025", "0026", "0027", "0028", "0029",

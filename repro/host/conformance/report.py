@@ -84,6 +84,10 @@ LEFT_OUT = {
 ARCH_CONFIG_NOTES = {
     "gpt-neo `activation_function`": "gelu_new (default) vs exact gelu; DeepSpeed's MLP has one GELU",
     "gpt-neo `layer_norm_epsilon`": "read by the container for the layers; the HE replaces the final norm",
+    "gpt-neo `window_size` / `attention_types`": "local attention over 4 of the 16 positions, on the second layer "
+    "(the default's global/local alternation) and on both; the container reads each layer's type. On CPU our "
+    "softmax stand-in masks as Transformers does (DeepSpeed's fallback ignores local attention); the CUDA kernel's "
+    "own window indexing is read, not run",
     "llama `rope_theta`": "rotary base; the container passes it (unlike GPT-NeoX's before 0006)",
     "llama `rms_norm_eps`": "read by the policy from the RMSNorm",
     "llama `hidden_act`": "the kernel gates with SiLU whatever the config says",
@@ -113,9 +117,6 @@ ARCH_CONFIG_NOTES = {
     "gpt-j `tie_word_embeddings`": "separate (GPT-J 6B) vs tied: outside the layers, one weight ZeRO-3 partitions",
 }
 LEFT_OUT_ARCHS = {
-    "gpt-neo `window_size` below the sequence length": "DeepSpeed's softmax fallback ignores local attention, "
-    "so on CPU that would measure the fallback, not the HE; the tiny model's window (256) covers every sequence",
-    "gpt-neo `attention_types`": "all-local equals all-global while the window covers the sequence (above)",
     "llama `rope_scaling`": "DeepSpeed 0.19.8 refuses a scaled rotary for Llama with a clear error",
     "llama `pretraining_tp`": "not read by Transformers 4.57's Llama: no effect on the forward math",
     "opt `dropout` / `attention_dropout` / `layerdrop`": "training only: 0 in the tiny default, so train() and "
