@@ -3,6 +3,8 @@ named bug shown by positive evidence, or the crash."""
 
 from __future__ import annotations
 
+import re
+
 from ... import tolerance
 from ...verdict import worst
 from ..family import diagnosis as family
@@ -138,6 +140,13 @@ BUG_BLOOM_TP_COPY = (
 # sequences than its scores hold (our softmax stand-in names it; the kernel reads past it): generate() gathers
 # every rank's prompts but hands the model the calling rank's attention mask, from which BLOOM builds ALiBi.
 BUG_TP_MASK = "tensor-parallel generate() gathers the prompts but not their attention masks (0033)"
+# The same without ALiBi: the model itself is handed a mask of one rank's sequences for the batch of every rank's
+# (the left-padded scenario's 2 per rank): Transformers fails on the batch dimension, at a size of 2 against 2 x tp.
+MASK_ROWS = (
+    ("RuntimeError", re.compile(r"The size of tensor a \((?P<batch>\d+)\) must match the size of tensor b "
+                                r"\((?P<rows>\d+)\) at non-singleton dimension 0")),
+    ("IndexError", re.compile(r"index (?P<index>\d+) is out of bounds for dimension 0 with size (?P<rows>\d+)")),
+)  # fmt: skip
 # Per-step tolerance of a correct cell, per dtype (repro.tolerance, the probe's too): fp32 HE vs native differ
 # by <= 2e-7 in every correct family cell (results/reference/family); 1e-3 leaves 3 orders of magnitude above
 # that noise and stays 2 orders below the smallest bug measured there (0.3).
@@ -264,6 +273,20 @@ def root_crash(cell: dict) -> dict:
     return first
 
 
+def _one_ranks_mask(cell: dict, c: dict) -> bool:
+    """Transformers failed on a batch of `tp` ranks' left-padded prompts (2 each) with the mask rows of one rank."""
+    probe = cell.get("probe") or {}
+    if not (probe.get("tp", 1) > 1 and probe.get("left_pad") and c["at"].startswith("transformers/")):
+        return False
+    for kind, pattern in MASK_ROWS:
+        m = pattern.fullmatch(c["message"]) if c["type"] == kind else None
+        if not m or int(m["rows"]) != 2:
+            continue
+        found = m.groupdict()
+        return int(found["batch"]) == 2 * probe["tp"] if "batch" in found else int(found["index"]) >= 2
+    return False
+
+
 def _crash(cell: dict) -> str:
     c = cell["crash"]
     if cell.get("arch") == "bloom" and c["type"] == "RuntimeError" and c["at"].startswith(SOFTMAX) and \
@@ -271,6 +294,9 @@ def _crash(cell: dict) -> str:
         return f"{BUG_BLOOM_ALIBI_OFFSET} (rank {cell.get('crash_rank', 0)}: {c['message']})"
     if cell.get("arch") == "bloom" and c["message"].startswith("ALiBi holds") and c["at"].startswith(SOFTMAX):
         return f"{BUG_TP_MASK} (rank {cell.get('crash_rank', 0)}: {c['message']})"
+    if _one_ranks_mask(cell, c):
+        return f"{BUG_TP_MASK} (rank {cell.get('crash_rank', 0)}, one rank's mask rows for all ranks' prompts: " \
+               f"{c['message']})"  # fmt: skip
     overlap = c["message"].startswith("unsupported operation: some elements of the input tensor and the written-to")
     if cell.get("arch") == "bloom" and overlap and c["at"].startswith("deepspeed/module_inject/auto_tp.py"):
         return BUG_BLOOM_TP_COPY

@@ -186,6 +186,30 @@ def test_blooms_tensor_parallel_copy_and_ungathered_mask_are_named_from_their_cr
     assert not dx.diagnose(cell)[0].startswith(dx.BUG_BLOOM_ALIBI_OFFSET)
 
 
+def test_one_ranks_mask_for_every_ranks_prompts_is_0033_only_with_tensor_parallel_left_padding():
+    """Without ALiBi, Transformers itself fails on a batch of both ranks' left-padded prompts (2 x 2) and one rank's
+    mask (2 rows); the same messages elsewhere, or with sizes that are not one rank's, stay unnamed crashes."""
+    tp_left_pad = {"tp": 2, "mpu": True, "tp_slices": True, "left_pad": 3}
+    size = {
+        "type": "RuntimeError",
+        "at": "transformers/models/gptj/modeling_gptj.py:862",
+        "message": "The size of tensor a (4) must match the size of tensor b (2) at non-singleton dimension 0",
+    }
+    index = {"type": "IndexError", "at": "transformers/masking_utils.py:142",
+             "message": "index 2 is out of bounds for dimension 0 with size 2"}  # fmt: skip
+    for crash in (size, index):
+        named = dx.diagnose(arch_cell(arch="gpt-j", crash=crash, probe=tp_left_pad))
+        assert named == [f"{dx.BUG_TP_MASK} (rank 0, one rank's mask rows for all ranks' prompts: {crash['message']})"]
+        for probe in ({"left_pad": 3}, {"tp": 2, "mpu": True}):  # no tensor parallelism; no padding
+            assert dx.diagnose(arch_cell(arch="gpt-j", crash=crash, probe=probe))[0].startswith("crash in the Hybrid")
+        elsewhere = {**crash, "at": "deepspeed/inference/engine.py:1"}
+        assert dx.diagnose(arch_cell(arch="gpt-j", crash=elsewhere, probe=tp_left_pad))[0].startswith("crash in")
+    six = {**size, "message": size["message"].replace("(4)", "(6)")}  # not 2 ranks x 2 sequences
+    assert dx.diagnose(arch_cell(arch="gpt-j", crash=six, probe=tp_left_pad))[0].startswith("crash in the Hybrid")
+    first = {**index, "message": "index 1 is out of bounds for dimension 0 with size 1"}
+    assert dx.diagnose(arch_cell(arch="gpt-j", crash=first, probe=tp_left_pad))[0].startswith("crash in the Hybrid")
+
+
 def test_gptjs_activation_twin_names_its_bug_only_when_the_he_matches_it():
     relu = arch_cell(arch="gpt-j", tokens_equal_native=False, per_step_logits_vs_native=[0.59, 0.5],
                      per_step_logits_vs_twin={"tanh_gelu_activation": [7e-7, 6e-7]})  # fmt: skip

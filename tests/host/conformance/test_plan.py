@@ -33,7 +33,7 @@ def test_quick_has_one_cell_per_axis_value_and_stays_small():
         )
     assert {c["build"] for c in quick} == {"released", "whole series"}
     assert {c["dtype"] for c in quick} == set(plan.DTYPES)
-    assert len(quick) <= 51  # 3 minutes on 2 cores (docs/conformance.md: the measured quick run)
+    assert len(quick) <= 52  # 3 minutes on 2 cores (docs/conformance.md: the measured quick run)
 
 
 def test_each_architecture_runs_where_the_hybrid_engine_engages_it_and_on_the_other_transformers():
