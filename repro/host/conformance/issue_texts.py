@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ... import tolerance
 from ..tables import num
-from ..upstream import issue_scripts
+from ..upstream import affected_releases, issue_scripts
 from . import evidence, labels
 from .diagnosis import (
     BUG_3453,
@@ -837,10 +837,12 @@ ISSUES = {
     BUG_TP_MASK: {
         "file": "ISSUE-tensor-parallel-mask.md",
         "scope": "hybrid-engine",
-        "shown": lambda c: c["arch"] == "bloom" and c["scenario"].startswith("tp2-mpu") and c["zero_stage"] == 3,
+        "shown": lambda c: (c["arch"] == "bloom" or c["scenario"].endswith("left-pad"))
+        and c["scenario"].startswith("tp2-mpu") and c["zero_stage"] == 3,
         "evidence": (("first crash", _first_crash),),
         "measured": "the injected BLOOM attention of rank 1 is handed ALiBi for one sequence where its scores hold "
-        "both ranks' prompts",
+        "both ranks' prompts; with a left-padded batch, GPT-NeoX, GPT-Neo, Llama, OPT and GPT-J fail in "
+        "Transformers on both ranks' prompts with one rank's mask rows",
         "title": "Hybrid Engine tensor-parallel generate() on pinned ZeRO-3 gathers the prompts but not their "
         "attention masks",
         "cause": "With pinned ZeRO-3 and `inference_tp_size` > 1, `generate()` "
@@ -852,8 +854,11 @@ ISSUES = {
         "and the injected attention reads past it.",
         "fix": "`generate()` all-gathers the attention mask with the prompts, in the same order (patch `0033`).",
         "context": "On CPU our stand-in for the softmax kernel refuses ALiBi for fewer sequences than the scores "
-        "hold (the CUDA kernel reads past it: read, not run). Models without ALiBi show it only when the ranks' "
-        "masks differ (left padding, as DeepSpeed-Chat pads a batch); our tensor-parallel cells pass all-ones masks. "
+        "hold (the CUDA kernel reads past it: read, not run). Models without ALiBi show it when the prompts are "
+        "padded, as DeepSpeed-Chat pads a batch: with two left-padded prompts per rank, Transformers fails on the "
+        "batch dimension (`The size of tensor a (4) must match the size of tensor b (2)` for GPT-Neo, OPT and "
+        "GPT-J; `index 2 is out of bounds` where GPT-NeoX and Llama build their masks); with one prompt per rank "
+        "the mask broadcasts and each rank's padding is applied to every rank's prompt, silently (read, not run). "
         "Affected releases, read from DeepSpeed's git history (not run): the gather of the prompts alone has been "
         "there since the Hybrid Engine's first release, 0.9.0, to 0.19.8 (run here).",
     },
@@ -948,9 +953,16 @@ def issue_text(data: dict, bug: str) -> str:
             "",
             "**Additional context**",
             f"{evidence.scope(data).split(':')[0]}. {meta['context']}",
+            *_affected(meta["file"]),
             "",
         ]
     )
+
+
+def _affected(file: str) -> list[str]:
+    """The committed run of the text's script on each DeepSpeed release (affected_releases), as a paragraph."""
+    said = affected_releases.sentence(affected_releases.load(), [s.fixed_by for s in issue_scripts.scripts_of(file)])
+    return ["", said] if said else []
 
 
 def _fixed(fixed: list[dict]) -> str:

@@ -24,7 +24,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from ...options import EXIT_BROKEN, EXIT_OK, UsageError
-from ...paths import cache_root, write_json
+from ...paths import REPO_ROOT, cache_root, write_json
 from .. import launch, matrix, table_dir
 from ..conformance import transformers_env
 from .issue_scripts import RUNNER, SCRIPTS, IssueScript, Outcome, judge
@@ -33,6 +33,7 @@ from .issue_scripts import RUNNER, SCRIPTS, IssueScript, Outcome, judge
 DEFAULT = ("0.15.4", "0.16.9", "0.17.6", "0.18.3", "0.19.7", "0.19.8")
 RESULTS = "affected.json"
 REPORT = "AFFECTED.md"
+REFERENCE = REPO_ROOT / "results" / "reference" / "affected-releases"  # the committed run
 
 
 @dataclass(frozen=True)
@@ -206,7 +207,24 @@ def main(releases: list[str], out: Path, regenerate: bool = False, log: Callable
     return EXIT_OK if all(r["verdict"] != "broken" for r in runs) and all(r["installs"] for r in rows) else EXIT_BROKEN
 
 
-def load(out: Path) -> dict | None:
+def load(out: Path = REFERENCE) -> dict | None:
     """The committed run, for the issue texts (None when there is none)."""
     path = Path(out) / RESULTS
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def sentence(data: dict | None, patches: list[str]) -> str:
+    """What an issue text says of the releases its script ran on, as released; empty when none ran it."""
+    runs = [r for r in (data or {}).get("runs", []) if set(r["fixed_by"]) & set(patches)]
+    if not runs:
+        return ""
+    by_verdict: dict[str, list[str]] = {}
+    for r in sorted(runs, key=lambda r: _order(r["release"])):
+        by_verdict.setdefault(r["verdict"], []).append(r["release"])
+    said = {"bug": "prints `BUG:` on", "ok": "prints `OK:` on", "broken": "cannot run on"}
+    parts = [f"{said[v]} {', '.join(dict.fromkeys(rs))}" for v, rs in by_verdict.items()]
+    return (
+        f"Affected releases, run (CPU, our stand-ins for the kernels; `{data['command']}`): the script as released "
+        + "; ".join(parts)
+        + f" (why, per release: `{REFERENCE.relative_to(REPO_ROOT) / REPORT}`)."
+    )

@@ -100,3 +100,13 @@ def test_cli_asks_for_an_out_directory_in_one_line(argv, capsys):
     assert cli_main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--out" in err[0]
+
+
+def test_an_issue_text_says_which_releases_its_script_ran_on_and_how_each_ended():
+    data = {"command": "python -m repro issue-scripts --releases 0.18.3,0.19.8 --out X --regenerate",
+            "runs": [_run("0.19.8", "bug"), _run("0.16.9", "broken"), _run("0.18.3", "bug"),
+                     _run("0.18.3", "ok", fixed_by=("0031",))]}  # fmt: skip
+    said = ar.sentence(data, ["0005"])
+    assert "prints `BUG:` on 0.18.3, 0.19.8" in said and "cannot run on 0.16.9" in said and "OK" not in said
+    assert said.startswith("Affected releases, run (CPU") and "results/reference/affected-releases/AFFECTED.md" in said
+    assert ar.sentence(data, ["0099"]) == "" and ar.sentence(None, ["0005"]) == ""
