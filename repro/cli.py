@@ -175,6 +175,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     scripts.add_argument("--out", type=Path, help="with --releases: directory for affected.json and AFFECTED.md")
     scripts.add_argument("--regenerate", action="store_true", help="with --out: replace an earlier run there")
+    scripts.add_argument(
+        "--only",
+        help="with --out and --regenerate: re-run only these findings' scripts (comma-separated patch numbers) in "
+        "OUT's run, keeping its other runs",
+    )
 
     sub.add_parser(
         "fix-status", help="does the installed DeepSpeed carry the fix? exit 0 yes, 1 no, 2 no DeepSpeed installed"
@@ -256,13 +261,14 @@ def main(argv: list[str] | None = None) -> int:
                 ranks=args.ranks,
             )
         if args.command == "issue-scripts":
-            if args.releases or args.out:
+            if args.releases or args.out or args.only:
                 from .host.upstream import affected_releases
 
                 if args.out is None:
                     raise UsageError("--releases writes its table to --out DIR")
                 releases = args.releases.split(",") if args.releases else list(affected_releases.DEFAULT)
-                return affected_releases.main(releases, args.out, regenerate=args.regenerate)
+                only = tuple(args.only.split(",")) if args.only else ()
+                return affected_releases.main(releases, args.out, regenerate=args.regenerate, only=only)
             if args.regenerate:
                 raise UsageError("--regenerate replaces an earlier --releases run: give --out DIR")
             from .host.upstream import issue_scripts

@@ -143,6 +143,9 @@ def main():
             keep_slice(layer, path, 0, rank)
         for path in rows:
             keep_slice(layer, path, 1, rank)
+        if args.arch == "gpt-neox":  # read by DeepSpeed's policy, gone from Transformers 4.57 (patch 0000)
+            layer.attention.hidden_size = model.config.hidden_size
+            layer.attention.num_attention_heads = model.config.num_attention_heads
     ds_config = {
         "train_batch_size": 1,
         "zero_optimization": {"stage": args.zero, "stage3_param_persistence_threshold": 0},

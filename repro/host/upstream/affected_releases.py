@@ -130,6 +130,10 @@ def render(data: dict) -> str:
         f"{data['transformers']} unless the script pins another; one virtualenv per DeepSpeed release. Our "
         "completed PyTorch fallbacks stand in for the kernels (DeepSpeed has none on CPU). Regenerate: "
         f"`{data['command']}` ({data['wall_s']:.0f} s).",
+        *(
+            f"Re-run since, for its findings' rows: `{r['command']}` ({r['date']}, {r['wall_s']:.0f} s)."
+            for r in data.get("reruns", [])
+        ),
         "",
         (
             "Harness fix (DeepSpeed PR #8539, first in 0.19.8: wait on every async all-gather of a coalesced ZeRO-3 "
@@ -171,38 +175,64 @@ def write(out: Path, data: dict) -> None:
     (out / REPORT).write_text(render(data))
 
 
-def main(releases: list[str], out: Path, regenerate: bool = False, log: Callable[[str], None] = print) -> int:
-    """Every script on every release; exit 0 when each ran, 3 when one could not (its row says why)."""
+def main(
+    releases: list[str],
+    out: Path,
+    regenerate: bool = False,
+    only: tuple[str, ...] = (),
+    log: Callable[[str], None] = print,
+) -> int:
+    """Every script on every release, or (`only`) the scripts of those findings again in OUT's run, its other runs
+    kept; exit 0 when each ran, 3 when one could not (its row says why)."""
     out = Path(out)
     unknown = [v for v in releases if not _order(v) or len(_order(v)) != 3]
     if unknown:
         raise UsageError(f"not a DeepSpeed release: {', '.join(unknown)} (e.g. --releases {','.join(DEFAULT)})")
-    if (out / RESULTS).exists() and not regenerate:
+    previous = load(out)
+    if previous is not None and not regenerate:
         raise UsageError(f"{out / RESULTS} holds an earlier run: pass --regenerate to run it again and replace it")
+    invs = invocations()
+    releases = sorted(releases, key=_order)
+    if only:
+        invs = [inv for inv in invs if set(inv.fixed_by) & set(only)]
+        missing = sorted(set(only) - {p for inv in invs for p in inv.fixed_by})
+        if missing:
+            raise UsageError(f"no issue script shows {', '.join(missing)} (issue_scripts.SCRIPTS)")
+        if previous is None:
+            raise UsageError(f"--only re-runs findings of an earlier run: {out / RESULTS} does not exist")
+        earlier = [r["release"] for r in previous["releases"]]
+        if releases != earlier:
+            raise UsageError(f"--only keeps the earlier run's releases: --releases {','.join(earlier)}")
     table_dir.check_writable(out)
     launch.interrupt_on_sigterm()
-    releases = sorted(releases, key=_order)
-    command = f"python -m repro issue-scripts --releases {','.join(releases)} --out {out} --regenerate"
-    invs = invocations()
+    full = f"python -m repro issue-scripts --releases {','.join(releases)} --out {out} --regenerate"
+    command = full + (f" --only {','.join(only)}" if only else "")
     started = time.time()
+    kept = [r for r in previous["runs"] if not set(r["fixed_by"]) & set(only)] if only else []
     rows, runs = [], []
     for release in releases:
         log(f"[affected] DeepSpeed {release}: {len(invs)} script runs ...")
         row, done = run_release(release, invs, log)
         rows.append(row)
-        runs += done
+        runs += [{**r, "command": command, "date": time.strftime("%Y-%m-%d")} for r in done]
+        every = kept + runs
         data = {
-            "command": command,
-            "date": time.strftime("%Y-%m-%d"),
+            "command": full,
+            "date": previous["date"] if only else time.strftime("%Y-%m-%d"),
             "torch": version("torch"),
             "transformers": transformers_env.pinned(),
             "ranks_note": "gloo ranks on 2 cores (1 or 2 per script, as its issue text runs it)",
-            "releases": rows,
-            "runs": runs,
-            "summary": summary([r["release"] for r in rows], runs),
-            "wall_s": round(time.time() - started, 1),
+            "releases": previous["releases"] if only else rows,
+            "runs": sorted(every, key=lambda r: (_order(r["release"]), min(r["fixed_by"]))),
+            "summary": summary(releases if only else [r["release"] for r in rows], every),
+            "wall_s": previous["wall_s"] if only else round(time.time() - started, 1),
+            "reruns": [*(previous or {}).get("reruns", [])] if only else [],
         }
         write(out, data)  # after every release: an interrupted sitting keeps what it measured
+    if only:
+        data["reruns"].append({"command": command, "date": time.strftime("%Y-%m-%d"),
+                               "wall_s": round(time.time() - started, 1)})  # fmt: skip
+        write(out, data)
     print(f"wrote {out / REPORT}", file=sys.stderr)
     return EXIT_OK if all(r["verdict"] != "broken" for r in runs) and all(r["installs"] for r in rows) else EXIT_BROKEN
 

@@ -110,3 +110,31 @@ def test_an_issue_text_says_which_releases_its_script_ran_on_and_how_each_ended(
     assert "prints `BUG:` on 0.18.3, 0.19.8" in said and "cannot run on 0.16.9" in said and "OK" not in said
     assert said.startswith("Affected releases, run (CPU") and "results/reference/affected-releases/AFFECTED.md" in said
     assert ar.sentence(data, ["0099"]) == "" and ar.sentence(None, ["0005"]) == ""
+
+
+def test_only_re_runs_those_findings_keeps_every_other_run_and_says_so(monkeypatch, tmp_path):
+    monkeypatch.setattr(ar, "run_release", _fake_release({"0.18.3": "broken", "0.19.8": "bug"}))
+    ar.main(["0.18.3", "0.19.8"], tmp_path, log=lambda _: None)
+    first = json.loads((tmp_path / ar.RESULTS).read_text())
+    patches = sorted({p for r in first["runs"] for p in r["fixed_by"]})
+    with pytest.raises(UsageError, match="--regenerate"):
+        ar.main(["0.18.3", "0.19.8"], tmp_path, only=(patches[0],), log=lambda _: None)
+    with pytest.raises(UsageError, match="no issue script shows 0099"):
+        ar.main(["0.18.3", "0.19.8"], tmp_path, regenerate=True, only=("0099",), log=lambda _: None)
+    with pytest.raises(UsageError, match="--releases 0.18.3,0.19.8"):
+        ar.main(["0.19.8"], tmp_path, regenerate=True, only=(patches[0],), log=lambda _: None)
+    with pytest.raises(UsageError, match="does not exist"):
+        ar.main(["0.19.8"], tmp_path / "empty", regenerate=True, only=(patches[0],), log=lambda _: None)
+
+    def run_release(release, invs, log):
+        assert all(patches[0] in inv.fixed_by for inv in invs)  # only that finding's scripts run
+        return {"release": release, "installs": True}, [_run(release, "ok", inv.fixed_by, inv.key) for inv in invs]
+
+    monkeypatch.setattr(ar, "run_release", run_release)
+    assert ar.main(["0.18.3", "0.19.8"], tmp_path, regenerate=True, only=(patches[0],), log=lambda _: None) == 0
+    data = json.loads((tmp_path / ar.RESULTS).read_text())
+    assert data["summary"][patches[0]]["ok"] == ["0.18.3", "0.19.8"]
+    assert data["summary"][patches[1]] == first["summary"][patches[1]]  # kept as measured
+    assert data["releases"] == first["releases"] and data["command"] == first["command"]
+    assert data["reruns"][0]["command"].endswith(f"--only {patches[0]}")
+    assert f"--only {patches[0]}" in (tmp_path / ar.REPORT).read_text()
