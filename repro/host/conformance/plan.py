@@ -239,7 +239,10 @@ def plan(quick: bool = False) -> list[dict]:
                 cells += [cell_axes(arch, configuration, build, z, w, "reference") for z in (2, 3) for w in (1, 2)]
             for scenario, settings in SCENARIOS.items():
                 if scenario not in ("reference", *FOCUSED):
-                    stages = (2, 3) if settings["pin"] else (3,)
+                    # ZeRO-3 only where the scenario's setting is ZeRO-3's: pin_parameters, and
+                    # tp_gather_partition_size (read only when pinned ZeRO-3 gathers layers for tensor parallelism).
+                    zero3 = not settings["pin"] or "tp_gather_partition_size" in settings.get("probe", {})
+                    stages = (3,) if zero3 else (2, 3)
                     cells += [cell_axes(arch, "default", build, z, 2, scenario) for z in stages]
     # 4 ranks, tensor parallelism over 2 of them and data parallelism over the 2 groups (pinned ZeRO-3): each rank's
     # place in its tensor-parallel group is not its global rank.
