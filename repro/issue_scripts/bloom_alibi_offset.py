@@ -76,8 +76,8 @@ def main():
         for handle in handles:
             handle.remove()
     engine.train()
-    every = [None] * deepspeed.comm.get_world_size()
-    deepspeed.comm.all_gather_object(every, (sorted(offsets), found, wrong))
+    every = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(every, (sorted(offsets), found, wrong))  # deepspeed.comm has it from 0.17
     if rank == 0:
         for r, (heads_from, what, _) in enumerate(every):
             print(f"rank {r}: ALiBi head offsets handed to the softmax {heads_from}; Hybrid Engine vs Hugging Face: "
