@@ -35,7 +35,12 @@ def others() -> tuple[str, ...]:
     """The versions pinned beside constraints.txt, oldest first."""
     found = [p.name.removeprefix("constraints-transformers-").removesuffix(".txt")
              for p in REPO_ROOT.glob("constraints-transformers-*.txt")]  # fmt: skip
-    return tuple(sorted(found, key=lambda v: tuple(int(x) for x in v.split(".") if x.isdigit())))
+    return tuple(sorted(found, key=version_order))
+
+
+def version_order(version: str) -> tuple[int, ...]:
+    """A dotted release number's sort key (Transformers' or DeepSpeed's): 4.9.0 before 4.43.4."""
+    return tuple(int(x) for x in version.split(".") if x.isdigit())
 
 
 def overlay(version: str, base: Path | None = None) -> Path | None:

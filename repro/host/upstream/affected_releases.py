@@ -27,6 +27,7 @@ from ...options import EXIT_BROKEN, EXIT_OK, UsageError
 from ...paths import REPO_ROOT, cache_root, write_json
 from .. import launch, matrix, table_dir
 from ..conformance import transformers_env
+from ..conformance.transformers_env import version_order
 from .issue_scripts import RUNNER, SCRIPTS, IssueScript, Outcome, judge
 
 # Every release whose inference ops have a CPU fallback (0.14.5 has none; 0.9.3 to 0.13.5 need IPEX on CPU).
@@ -54,10 +55,6 @@ def invocations(scripts: tuple[IssueScript, ...] = SCRIPTS) -> list[Invocation]:
     for s in scripts:
         found.setdefault((s.script, s.args, s.transformers), []).append(s)
     return [Invocation(same[0], tuple(sorted(s.fixed_by for s in same))) for same in found.values()]
-
-
-def _order(release: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in release.split(".") if x.isdigit())
 
 
 def run_one(inv: Invocation, python: Path, release: str, timeout_s: float = 300) -> dict:
@@ -103,7 +100,7 @@ def summary(releases: list[str], runs: list[dict]) -> dict[str, dict]:
     """Per finding: the releases that showed its bug, printed OK, or could not run it; and the oldest release
     from which every release run, up to the newest, showed the bug (None when the newest did not)."""
     out: dict[str, dict] = {}
-    ordered = sorted(releases, key=_order)
+    ordered = sorted(releases, key=version_order)
     for patch in sorted({p for r in runs for p in r["fixed_by"]}):
         verdicts = {r["release"]: r["verdict"] for r in runs if patch in r["fixed_by"]}
         since = None
@@ -185,14 +182,14 @@ def main(
     """Every script on every release, or (`only`) the scripts of those findings again in OUT's run, its other runs
     kept; exit 0 when each ran, 3 when one could not (its row says why)."""
     out = Path(out)
-    unknown = [v for v in releases if not _order(v) or len(_order(v)) != 3]
+    unknown = [v for v in releases if len(version_order(v)) != 3]
     if unknown:
         raise UsageError(f"not a DeepSpeed release: {', '.join(unknown)} (e.g. --releases {','.join(DEFAULT)})")
     previous = load(out)
     if previous is not None and not regenerate:
         raise UsageError(f"{out / RESULTS} holds an earlier run: pass --regenerate to run it again and replace it")
     invs = invocations()
-    releases = sorted(releases, key=_order)
+    releases = sorted(releases, key=version_order)
     if only:
         invs = [inv for inv in invs if set(inv.fixed_by) & set(only)]
         missing = sorted(set(only) - {p for inv in invs for p in inv.fixed_by})
@@ -223,7 +220,7 @@ def main(
             "transformers": transformers_env.pinned(),
             "ranks_note": "gloo ranks on 2 cores (1 or 2 per script, as its issue text runs it)",
             "releases": previous["releases"] if only else rows,
-            "runs": sorted(every, key=lambda r: (_order(r["release"]), min(r["fixed_by"]))),
+            "runs": sorted(every, key=lambda r: (version_order(r["release"]), min(r["fixed_by"]))),
             "summary": summary(releases if only else [r["release"] for r in rows], every),
             "wall_s": previous["wall_s"] if only else round(time.time() - started, 1),
             "reruns": [*(previous or {}).get("reruns", [])] if only else [],
@@ -249,7 +246,7 @@ def sentence(data: dict | None, patches: list[str]) -> str:
     if not runs:
         return ""
     by_verdict: dict[str, list[str]] = {}
-    for r in sorted(runs, key=lambda r: _order(r["release"])):
+    for r in sorted(runs, key=lambda r: version_order(r["release"])):
         by_verdict.setdefault(r["verdict"], []).append(r["release"])
     said = {"bug": "prints `BUG:` on", "ok": "prints `OK:` on", "broken": "cannot run on"}
     parts = [f"{said[v]} {', '.join(dict.fromkeys(rs))}" for v, rs in by_verdict.items()]
