@@ -227,6 +227,7 @@ def _scope(data: dict) -> list[str]:
             "ZeRO-3 persistence bug itself, which is independent of kernels; it does not show AMD kernel "
             "behaviour, BF16 rounding on MI250/MI300X, or RCCL."
         )
+    lines += [f"- {note}." for note in r.get("dtype_notes") or []]
     return lines
 
 

@@ -31,15 +31,15 @@ import torch
 from .. import fixstatus, shim, tolerance
 from ..model_registry import DEFAULT_PROMPT_IDS
 from ..paths import write_json
-from . import fallbacks, he_faults, lora, measure, placement, qkv_states, tp_slices
+from . import cpu_fp16, fallbacks, he_faults, lora, measure, placement, qkv_states, tp_slices
 from .archs import adapter
 from .engine import ds_config, greedy
 from .lifecycle import finish, init_distributed, progress
 from .mpu import TensorParallelMpu
 
 # The dtype the model, its native references and the Hybrid Engine run in (DeepSpeed's CPU accelerator offers
-# fp32 and bf16); tolerances per dtype: repro.tolerance.
-TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+# fp32 and bf16; fp16 on CPU: repro.rank.cpu_fp16); tolerances per dtype: repro.tolerance.
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # The call orders a caller can use: the first is DeepSpeed-Chat's (and the reproduction's); the others
 # are what a PyTorch loop that calls train() at its top, or a double eval(), does (patch 0004).
 ORDERS = {
@@ -108,6 +108,7 @@ def run(spec: dict) -> dict:
     import transformers
 
     op_state = fallbacks.install()
+    lifted = cpu_fp16.allow(spec["backend"], spec["dtype"])
     init_distributed(placement.dist_backend(spec["backend"]))
     device = placement.rank_device(spec["backend"])
     laps("imports_and_init_distributed")
@@ -237,7 +238,7 @@ def run(spec: dict) -> dict:
                     result["tensor_parallel"] = _tensor_parallel(containers)
                     result["injected_layer_calls"] = injected.remove()
                     result["kernel_paths"] = fallbacks.kernel_paths(c.module for c in containers)
-                    result["approximations"] = approximations(model.config, result["kernel_paths"])
+                    result["approximations"] = lifted + approximations(model.config, result["kernel_paths"])
                     result["attention_prompt_flags"] = prompts.remove()
                 if layers_saw is not None:
                     layers_saw.remove()

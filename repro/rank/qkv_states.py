@@ -12,12 +12,14 @@ from . import layout, measure
 
 # A rank's slice of the heads (an mpu) put in the inference layout as if it held all of the model's (0027).
 BY_MODEL_HEADS = "inference_by_model_heads"
-STATE_TOL = 1e-5  # a weight "is" a candidate state only within this max abs (fp32; bf16: state_tol)
+STATE_TOL = 1e-5  # a weight "is" a candidate state only within this max abs (fp32; bf16, fp16: state_tol)
+HALF = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 def state_tol(t: torch.Tensor) -> float:
-    """Within what a tensor of t's dtype equals a candidate: a bf16 LoRA fuse rounds once more than ours may."""
-    return tolerance.weights("bf16") if t.dtype == torch.bfloat16 else STATE_TOL
+    """Within what a tensor of t's dtype equals a candidate: a half-precision LoRA fuse rounds once more than
+    ours may."""
+    return tolerance.weights(HALF[t.dtype]) if t.dtype in HALF else STATE_TOL
 
 
 class ParamProbe:

@@ -17,7 +17,18 @@ import torch
 from .. import fixstatus, shim, verdict
 from ..options import REQUEST_FIELDS
 from ..paths import cache_root
-from . import environment, fallbacks, layout, lifecycle, measure, models, native_reference, placement, zero3_fetches
+from . import (
+    cpu_fp16,
+    environment,
+    fallbacks,
+    layout,
+    lifecycle,
+    measure,
+    models,
+    native_reference,
+    placement,
+    zero3_fetches,
+)
 from .engine import ds_config, greedy
 
 
@@ -192,6 +203,7 @@ def run(spec: dict, started: float) -> dict:
     import deepspeed
 
     op_state = fallbacks.install()
+    dtype_notes = cpu_fp16.allow(spec["backend"], spec["dtype"])
     _done("imports")
     lifecycle.init_distributed(spec["dist_backend"])
     _fault_injection(rank)
@@ -262,6 +274,7 @@ def run(spec: dict, started: float) -> dict:
         "soak": bool(spec.get("soak")),
         "native_reference": native.origin,
         "dtype": spec["dtype"],
+        "dtype_notes": dtype_notes,
         "pin_parameters": spec["pin"],
         "prompt_ids": ids[0].tolist(),
         "versions": environment.versions(),

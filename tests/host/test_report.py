@@ -76,3 +76,10 @@ def test_a_check_that_broke_is_reported_not_a_crash(tmp_path, variant_json):
     assert "The audit did not complete: TimeoutExpired" in text
     assert "The sanity-check probe did not complete" in text
     assert "**Verdict: HELD**" in text
+
+
+def test_fp16_on_cpu_says_the_check_was_lifted_and_older_runs_say_nothing():
+    note = "fp16 on CPU: DeepSpeed's CPU accelerator reports no fp16, its check is lifted"
+    lifted = {"before": {"backend": "cpu", "dtype": "fp16", "model": "random:x", "dtype_notes": [note]}}
+    assert f"- {note}." in report._scope(lifted)
+    assert not any("lifted" in line for line in report._scope({"before": {"backend": "cpu", "dtype": "fp32"}}))

@@ -29,6 +29,20 @@ def test_a_tensor_equal_to_no_layout_is_never_named_one(w):
     assert qkv_states.qkv_state(torch.full_like(w, float("nan")), w, HEADS).startswith("none")
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_half_precision_lora_round_trip_keeps_the_training_layout_and_a_lost_transform_does_not(w, dtype):
+    """(W + d) - d rounds once in half precision (one fp16 spacing measured under ZeRO-2 with LoRA): still the
+    training layout, where fp32's tolerance would have named no layout."""
+    half = (w * 0.02).to(dtype)  # the tiny models' init scale
+    d = (torch.randn(w.shape, generator=torch.Generator().manual_seed(1)) * 0.01).to(dtype)
+    round_trip = (half + d) - d
+    assert (round_trip != half).any()
+    assert (round_trip.float() - half.float()).abs().max() > qkv_states.STATE_TOL
+    assert qkv_states.qkv_state(round_trip, half, HEADS) == "training"
+    assert qkv_states.qkv_state(layout.to_inference(half, HEADS), half, HEADS) == "inference"
+    assert qkv_states.qkv_state(half + 0.01, half, HEADS).startswith("none")
+
+
 def test_gathered_vs_originals_names_changes_and_the_fused_qkv_layout(w):
     module = torch.nn.Module()
     module.attention = torch.nn.Module()

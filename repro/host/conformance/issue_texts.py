@@ -970,7 +970,8 @@ def _fixed(fixed: list[dict]) -> str:
     refused = sum(any(d in REFUSALS for d in c["diagnosis"]) for c in fixed)
     return (
         f"With it (our whole series), {sum(CORRECT in c['diagnosis'] for c in fixed)} of {len(fixed)} such cells are "
-        f"correct (every step within {TOL:g} of native in fp32, {tolerance.logits('bf16'):g} in bf16)"
+        f"correct (every step within {TOL:g} of native in fp32, {tolerance.logits('bf16'):g} in bf16, "
+        f"{tolerance.logits('fp16'):g} in fp16)"
         + (f" and {refused} refuse the configuration by name." if refused else ".")
     )
 

@@ -35,9 +35,10 @@ NEOX_MORE: dict[str, dict] = {
     "rope-scaling-linear-2": {"rope_scaling": {"rope_type": "linear", "factor": 2.0}},
     "tied-embeddings": {"tie_word_embeddings": True},
 }
-# The dtypes a cell runs in: DeepSpeed-Chat trains in fp16, which DeepSpeed's CPU accelerator does not offer
-# (its supported_dtypes() are fp32 and bf16), so on CPU bf16 stands for the half-precision path.
-DTYPES = ("fp32", "bf16")
+# The dtypes a cell runs in. DeepSpeed-Chat trains in fp16, which DeepSpeed's CPU accelerator does not offer (its
+# supported_dtypes() are fp32 and bf16): on CPU the ranks lift that check and PyTorch's half kernels compute
+# (repro.rank.cpu_fp16), DeepSpeed's fp16 path on CPU, labelled so.
+DTYPES = ("fp32", "bf16", "fp16")
 # Each has an adapter: repro.rank.archs (tiny default, LoRA, twins).
 ARCHS = ("gpt-neox", "gpt-neo", "llama", "opt", "gpt-j", "bloom")
 # Per architecture, its configurations: overrides of its tiny default (GPT-NeoX: CONFIGS above). Why these
@@ -229,7 +230,7 @@ def plan(quick: bool = False) -> list[dict]:
                 if s != "reference"
             ),
             *(cell_axes(a, "default", series, 3, 2, "reference", _other(a)) for a in ARCHS),
-            cell_axes("gpt-neox", "default", series, 3, 2, "ds-chat", dtype="bf16"),
+            *(cell_axes("gpt-neox", "default", series, 3, 2, "ds-chat", dtype=d) for d in DTYPES if d != "fp32"),
             cell_axes("bloom", "default", series, 3, 4, "tp2-mpu-slices"),  # 4 ranks: 2 tensor x 2 data parallel
         ]
     cells = []
@@ -285,6 +286,11 @@ def plan(quick: bool = False) -> list[dict]:
         cells += [cell_axes(arch, "default", "whole series", z, 2, s, dtype="bf16")
                   for s in ("reference", "ds-chat") for z in (2, 3)]  # fmt: skip
         cells.append(cell_axes(arch, "default", "released", 3, 2, "reference", dtype="bf16"))
+    # fp16, DeepSpeed-Chat's dtype: with the series, its own settings under ZeRO-2 and 3 (the noise its tolerance
+    # comes from, repro.tolerance); released, the reference scenario under ZeRO-3.
+    for arch in ARCHS:
+        cells += [cell_axes(arch, "default", "whole series", z, 2, "ds-chat", dtype="fp16") for z in (2, 3)]
+        cells.append(cell_axes(arch, "default", "released", 3, 2, "reference", dtype="fp16"))
     return cells
 
 

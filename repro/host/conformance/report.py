@@ -264,12 +264,14 @@ def render(data: dict) -> str:
         f"# Hybrid Engine conformance ({evidence.label(data)}): {_names(cells)} vs native Hugging Face",
         "",
         f"Regenerate: `{data['command']}` ({len(cells)} cells in {data['duration_s']:.0f} s here). "
-        f"{evidence.scope(data)}. Tiny models with random weights, fp32 (and bf16 where the scenario says so). "
+        f"{evidence.scope(data)}. Tiny models with random weights, fp32 (bf16 and fp16 where the cell says so). "
         f"Transformers {_versions(cells)}. A cell is correct when generate ran "
         "the injected layers (else: not engaged), every generated step's "
-        f"logits are within {TOL:g} of native in fp32, {tolerance.logits('bf16'):g} in bf16 (teacher-forced on the "
+        f"logits are within {TOL:g} of native in fp32, {tolerance.logits('bf16'):g} in bf16, "
+        f"{tolerance.logits('fp16'):g} in fp16 (teacher-forced on the "
         "HE's tokens, LoRA merged), the tokens are equal and train() gives the training weights back (within "
-        f"{WEIGHTS_TOL:g} in fp32, {tolerance.weights('bf16'):g} in bf16: a LoRA fuse/unfuse round trip leaves "
+        f"{WEIGHTS_TOL:g} in fp32, {tolerance.weights('bf16'):g} in bf16, {tolerance.weights('fp16'):g} in fp16: a "
+        "LoRA fuse/unfuse round trip leaves "
         "one rounding; each tolerance from measured noise, `repro/tolerance.py`). Measured noise of the correct "
         "cells, per step: "
         f"{_noise(cells)} (GPT-Neo: its gelu_new against the fallback's exact GELU). Otherwise a cell names the "

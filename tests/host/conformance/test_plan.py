@@ -33,7 +33,7 @@ def test_quick_has_one_cell_per_axis_value_and_stays_small():
         )
     assert {c["build"] for c in quick} == {"released", "whole series"}
     assert {c["dtype"] for c in quick} == set(plan.DTYPES)
-    assert len(quick) <= 52  # 3 minutes on 2 cores (docs/conformance.md: the measured quick run)
+    assert len(quick) <= 53  # 3 minutes on 2 cores (docs/conformance.md: the measured quick run)
 
 
 def test_each_architecture_runs_where_the_hybrid_engine_engages_it_and_on_the_other_transformers():
@@ -61,10 +61,9 @@ def test_the_transformers_version_is_part_of_a_cells_identity():
 
 
 def test_bf16_runs_every_architecture_in_deepspeed_chats_order_and_settings_and_is_part_of_the_identity():
-    """DeepSpeed-Chat trains in half precision; on CPU bf16 stands for it (DeepSpeed's CPU accelerator has no
-    fp16). With the series: the reference and ds-chat scenarios, ZeRO-2 and 3; released: the reference on ZeRO-3."""
+    """With the series: the reference and ds-chat scenarios, ZeRO-2 and 3; released: the reference on ZeRO-3."""
     bf16 = [c for c in plan.plan() if c["dtype"] == "bf16"]
-    assert plan.DTYPES == ("fp32", "bf16")
+    assert plan.DTYPES == ("fp32", "bf16", "fp16")
     for arch in plan.ARCHS:
         mine = [c for c in bf16 if c["arch"] == arch]
         assert {(c["scenario"], c["zero_stage"]) for c in mine if c["build"] == "whole series"} == {
@@ -73,6 +72,18 @@ def test_bf16_runs_every_architecture_in_deepspeed_chats_order_and_settings_and_
     fp32 = plan.cell_axes("gpt-neox", "default", "released", 3, 2, "reference")
     assert plan.key(fp32) != plan.key({**fp32, "dtype": "bf16"})
     assert plan.key(fp32) == plan.key({k: v for k, v in fp32.items() if k != "dtype"})  # older JSON: fp32
+
+
+def test_fp16_runs_every_architecture_in_deepspeed_chats_settings_with_the_series_and_as_released():
+    """DeepSpeed-Chat's own dtype: its settings under ZeRO-2 and 3 with the series (the noise fp16's tolerance
+    comes from), the reference scenario on ZeRO-3 as released; a cell of its own identity."""
+    fp16 = [c for c in plan.plan() if c["dtype"] == "fp16"]
+    for arch in plan.ARCHS:
+        mine = [(c["build"], c["scenario"], c["zero_stage"]) for c in fp16 if c["arch"] == arch]
+        assert sorted(mine) == [("released", "reference", 3), ("whole series", "ds-chat", 2),
+                                ("whole series", "ds-chat", 3)]  # fmt: skip
+    bf16 = plan.cell_axes("gpt-neox", "default", "released", 3, 2, "reference", dtype="bf16")
+    assert plan.key(bf16) != plan.key({**bf16, "dtype": "fp16"})
 
 
 def test_the_masking_rewrite_is_bounded_by_left_padded_cells_on_either_side_of_it():
