@@ -11,7 +11,7 @@ from __future__ import annotations
 # measured in bf16 (#8391, 0007) are 0.63-0.79. A bug smaller than 0.05 is below what bf16 resolves here.
 # fp16 (11 bits; on CPU, repro.rank.cpu_fp16): the series' correct fp16 cells differ by 0.00098-0.0044 per step
 # (0.0044: GPT-Neo, DeepSpeed-Chat's settings and LoRA, ZeRO-2), all six architectures; 0.01 is ~2x that, and the
-# bugs measured in fp16 are 0.19 (0007, GPT-Neo) and 0.77 (#8391); 0007 on GPT-J gives NaN logits.
+# bugs measured in fp16 are 0.77 (#8391) and 0007's unwritten buffer: 0.19 or NaN logits (GPT-Neo), NaN (GPT-J).
 LOGITS = {"fp32": 1e-3, "bf16": 5e-2, "fp16": 1e-2}
 # Training weights train() hands back, max abs: a LoRA fuse/unfuse round trip (W + d) - d leaves one rounding:
 # ~1e-8 in fp32; in bf16 9.8e-4 measured (ZeRO-2, DeepSpeed-Chat's LoRA), 2^-10, one bf16 spacing for |W + d|

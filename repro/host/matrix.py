@@ -13,6 +13,7 @@ others; a cell that cannot run says why in one line.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import time
 import venv
+from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
 
@@ -91,6 +93,17 @@ def harness_fix(site: Path, on: bool) -> bool | None:
             )
         )
     return on
+
+
+@contextlib.contextmanager
+def harness_applied(site: Path, on: bool) -> Iterator[None]:
+    """The #8539 backport on (or off) for the block and off after it, however the block ends: a release venv is
+    left as pip installed it."""
+    harness_fix(site, on=on)
+    try:
+        yield
+    finally:
+        harness_fix(site, on=False)
 
 
 def site_dir(python: Path) -> Path:
@@ -198,11 +211,8 @@ def _one(ds_version: str, out: Path, repeats: int, log) -> dict:
     needs_fix = harness_fix(site, on=False) is not None
     row["waits_on_every_handle"] = not needs_fix
     for harness in (False, True) if needs_fix else (False,):
-        harness_fix(site, on=harness)
-        try:
+        with harness_applied(site, harness):
             cell = _runs(python, env, out, ds_version, harness, repeats, log)
-        finally:
-            harness_fix(site, on=False)
         row["cells"].append({"harness_fix": harness, **cell})
     return row
 

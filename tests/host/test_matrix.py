@@ -1,3 +1,5 @@
+import pytest
+
 from repro.host import matrix
 
 OLD_GATHER = """def _allgather_params_coalesced(self):
@@ -26,6 +28,16 @@ def test_harness_fix_waits_on_every_handle_and_reverts_exactly(tmp_path):
     assert matrix.harness_fix(tmp_path, on=True) is True and path.read_text() == fixed  # idempotent
     assert matrix.harness_fix(tmp_path, on=False) is False
     assert path.read_text() == OLD_GATHER
+
+
+def test_the_harness_fix_is_undone_however_the_block_ends(tmp_path):
+    path = _site(tmp_path, OLD_GATHER)
+    with pytest.raises(RuntimeError), matrix.harness_applied(tmp_path, on=True):
+        assert "for handle in launch_handles:" in path.read_text()
+        raise RuntimeError("a run failed")
+    assert path.read_text() == OLD_GATHER
+    with matrix.harness_applied(tmp_path, on=False):
+        assert path.read_text() == OLD_GATHER
 
 
 def test_a_release_that_already_waits_on_every_handle_needs_no_fix(tmp_path):

@@ -265,12 +265,22 @@ def covers_too_few_keys(mask: dict) -> bool:
 def root_crash(cell: dict) -> dict:
     """The cell with the crash that came first: rank 0's, or a peer's that crashed before it (rank 0 then often
     fails only in the collective its peer left) or while rank 0 did not crash at all. Unrecorded times keep
-    rank 0's."""
+    rank 0's. Ranks that crashed alike (type, message, place) race for first: the lowest of them is named, so a
+    rerun names the same rank."""
     first = cell if "crash" in cell else {**cell, "crash_time": float("inf")}
     for peer in cell.get("peer_crashes") or ():
         if peer.get("crash_time", float("inf")) < first.get("crash_time", float("-inf")) or "crash" not in first:
             first = {**cell, "crash": peer["crash"], "crash_rank": peer["rank"]}
-    return first
+    if "crash" not in first:
+        return first
+    alike = [(0, cell)] if _same_crash(cell.get("crash"), first["crash"]) else []
+    alike += [(p["rank"], p) for p in cell.get("peer_crashes") or () if _same_crash(p["crash"], first["crash"])]
+    rank, lowest = min(alike, key=lambda pair: pair[0])
+    return cell if rank == 0 else {**cell, "crash": lowest["crash"], "crash_rank": rank}
+
+
+def _same_crash(a: dict | None, b: dict) -> bool:
+    return a is not None and all(a.get(k) == b.get(k) for k in ("type", "message", "at"))
 
 
 def _one_ranks_mask(cell: dict, c: dict) -> bool:

@@ -58,18 +58,19 @@ def invocations(scripts: tuple[IssueScript, ...] = SCRIPTS) -> list[Invocation]:
 
 
 def run_one(inv: Invocation, python: Path, release: str, timeout_s: float = 300) -> dict:
-    """The script on `release`'s interpreter; its verdict, result lines and, when broken, why."""
-    overlay = transformers_env.overlay(inv.script.transformers) if inv.script.transformers else None
+    """The script on `release`'s interpreter; its verdict, result lines and, when broken (its Transformers could
+    not be installed, its ranks could not start, no BUG/OK line), why."""
     extensions = cache_root() / "torch_extensions" / f"deepspeed-{release}-release-venv"
     started = time.time()
     try:
+        overlay = transformers_env.overlay(inv.script.transformers) if inv.script.transformers else None
         returncode, output = launch.run_module(
             RUNNER, [str(inv.script.path), *inv.script.args], overlay, inv.script.ranks, timeout_s,
             python=str(python), env={"TORCH_EXTENSIONS_DIR": str(extensions)},
         )  # fmt: skip
         outcome = judge(returncode, output)
         error = "" if outcome.verdict != "broken" else launch.first_error(output)
-    except launch.LaunchError as exc:
+    except (launch.LaunchError, transformers_env.OverlayError) as exc:
         outcome, error = Outcome(-1, "broken", ()), str(exc)
     return {"release": release, "run": inv.key, "fixed_by": list(inv.fixed_by), "verdict": outcome.verdict,
             "returncode": outcome.returncode, "lines": list(outcome.lines), "error": error[:300],
@@ -84,15 +85,10 @@ def run_release(release: str, invs: list[Invocation], log: Callable[[str], None]
     site = matrix.site_dir(python)
     needs_fix = matrix.harness_fix(site, on=False) is not None
     runs = []
-    try:
-        if needs_fix:
-            matrix.harness_fix(site, on=True)
+    with matrix.harness_applied(site, needs_fix):
         for inv in invs:
             runs.append(run_one(inv, python, release))
             log(f"[affected] {release} {inv.key}: {runs[-1]['verdict']} {runs[-1]['error'][:120]}")
-    finally:
-        if needs_fix:
-            matrix.harness_fix(site, on=False)
     return {"release": release, "installs": True, "reason": "", "harness_fix": needs_fix}, runs
 
 

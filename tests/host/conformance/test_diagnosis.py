@@ -168,6 +168,20 @@ def test_a_peers_earlier_crash_is_the_cells_and_blooms_alibi_offset_is_named_fro
     assert dx.diagnose(arch_cell(arch="bloom", crash=refused)) == [dx.REFUSED_BLOOM_TRANSFORMERS]
 
 
+def test_ranks_that_crashed_alike_name_the_lowest_whichever_came_first():
+    """0033 crashes every rank the same way; which wrote first is a race, so the report names the lowest rank."""
+    index = {"type": "IndexError", "at": "transformers/masking_utils.py:142",
+             "message": "index 2 is out of bounds for dimension 0 with size 2"}  # fmt: skip
+    other = {**index, "message": "index 4 is out of bounds for dimension 0 with size 2"}
+    rank1_first = arch_cell(crash=index, crash_time=2.0, peer_crashes=[{"rank": 1, "crash": index, "crash_time": 1.0}])
+    assert dx.root_crash(rank1_first).get("crash_rank", 0) == 0
+    peers_only = arch_cell(peer_crashes=[{"rank": 3, "crash": index, "crash_time": 1.0},
+                                         {"rank": 2, "crash": index, "crash_time": 2.0}])  # fmt: skip
+    assert dx.root_crash(peers_only)["crash_rank"] == 2
+    unlike = arch_cell(crash=other, crash_time=2.0, peer_crashes=[{"rank": 1, "crash": index, "crash_time": 1.0}])
+    assert dx.root_crash(unlike)["crash_rank"] == 1 and dx.root_crash(unlike)["crash"] == index
+
+
 def test_blooms_tensor_parallel_copy_and_ungathered_mask_are_named_from_their_crashes():
     overlap = {
         "type": "RuntimeError",

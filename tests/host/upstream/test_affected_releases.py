@@ -60,6 +60,20 @@ def test_run_one_judges_from_the_scripts_own_lines_and_a_crash_or_timeout_is_bro
     assert timed_out["verdict"] == "broken" and "did not finish" in timed_out["error"]
 
 
+def test_a_script_whose_transformers_cannot_be_installed_is_broken_with_the_reason(monkeypatch, tmp_path):
+    from repro.host.conformance import transformers_env
+
+    pinned_older = next(inv for inv in ar.invocations() if inv.script.transformers)
+
+    def cannot(version):
+        raise transformers_env.OverlayError(f"pip could not install Transformers {version} from constraints")
+
+    monkeypatch.setattr(transformers_env, "overlay", cannot)
+    monkeypatch.setattr(launch, "run_module", lambda *a, **k: pytest.fail("ran without its Transformers"))
+    row = ar.run_one(pinned_older, tmp_path, "0.16.9")
+    assert row["verdict"] == "broken" and "could not install Transformers" in row["error"]
+
+
 def _fake_release(verdicts):
     def run_release(release, invs, log):
         row = {"release": release, "installs": True, "reason": "", "harness_fix": release != "0.19.8"}
