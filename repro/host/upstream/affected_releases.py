@@ -201,33 +201,44 @@ def main(
     full = f"python -m repro issue-scripts --releases {','.join(releases)} --out {out} --regenerate"
     command = full + (f" --only {','.join(only)}" if only else "")
     started = time.time()
-    kept = [r for r in previous["runs"] if not set(r["fixed_by"]) & set(only)] if only else []
     rows, runs = [], []
     for release in releases:
         log(f"[affected] DeepSpeed {release}: {len(invs)} script runs ...")
         row, done = run_release(release, invs, log)
         rows.append(row)
         runs += [{**r, "command": command, "date": time.strftime("%Y-%m-%d")} for r in done]
-        every = kept + runs
-        data = {
-            "command": full,
-            "date": previous["date"] if only else time.strftime("%Y-%m-%d"),
-            "torch": version("torch"),
-            "transformers": transformers_env.pinned(),
-            "ranks_note": "gloo ranks on 2 cores (1 or 2 per script, as its issue text runs it)",
-            "releases": previous["releases"] if only else rows,
-            "runs": sorted(every, key=lambda r: (version_order(r["release"]), min(r["fixed_by"]))),
-            "summary": summary(releases if only else [r["release"] for r in rows], every),
-            "wall_s": previous["wall_s"] if only else round(time.time() - started, 1),
-            "reruns": [*(previous or {}).get("reruns", [])] if only else [],
-        }
-        write(out, data)  # after every release: an interrupted sitting keeps what it measured
+        # after every release: an interrupted sitting keeps what it measured
+        write(out, _table(full, rows, runs, started, previous, only))
+    data = _table(full, rows, runs, started, previous, only)
     if only:
         data["reruns"].append({"command": command, "date": time.strftime("%Y-%m-%d"),
                                "wall_s": round(time.time() - started, 1)})  # fmt: skip
-        write(out, data)
+    write(out, data)
     print(f"wrote {out / REPORT}", file=sys.stderr)
     return EXIT_OK if all(r["verdict"] != "broken" for r in runs) and all(r["installs"] for r in rows) else EXIT_BROKEN
+
+
+def _table(command: str, rows: list[dict], runs: list[dict], started: float, earlier: dict | None,
+           only: tuple[str, ...]) -> dict:  # fmt: skip
+    """The JSON of the runs so far: a fresh run's own releases, date and time; a re-run of `only`'s findings keeps
+    the earlier run's, and its runs of the other findings."""
+    head = {"date": time.strftime("%Y-%m-%d"), "releases": rows, "wall_s": round(time.time() - started, 1),
+            "reruns": []}  # fmt: skip
+    if only:
+        runs = [r for r in earlier["runs"] if not set(r["fixed_by"]) & set(only)] + runs
+        head = {key: earlier.get(key, value) for key, value in head.items()}
+    return {
+        "command": command,
+        "date": head["date"],
+        "torch": version("torch"),
+        "transformers": transformers_env.pinned(),
+        "ranks_note": "gloo ranks on 2 cores (1 or 2 per script, as its issue text runs it)",
+        "releases": head["releases"],
+        "runs": sorted(runs, key=lambda r: (version_order(r["release"]), min(r["fixed_by"]))),
+        "summary": summary([r["release"] for r in head["releases"]], runs),
+        "wall_s": head["wall_s"],
+        "reruns": list(head["reruns"]),
+    }
 
 
 def load(out: Path = REFERENCE) -> dict | None:
