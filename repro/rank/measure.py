@@ -10,11 +10,8 @@ from pathlib import Path
 
 import torch
 
+from .. import tolerance
 from ..verdict import worst
-
-# Per-dtype absolute tolerance for "material" forward divergence, scaled by the native tensor's
-# magnitude: fp32 after the fix differs by ~1e-6, a layout bug by O(1).
-TOLERANCE = {"fp32": 1e-3, "bf16": 5e-2, "fp16": 1e-2}
 
 
 def max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -137,8 +134,10 @@ class Trace:
 
 
 def first_mismatch(native: Trace, he: Trace, dtype: str) -> dict | None:
-    """The first layer whose attention or layer output differs materially, attributed to a module."""
-    tol = TOLERANCE[dtype]
+    """The first layer whose attention or layer output differs materially, attributed to a module: by more than
+    the dtype's logits tolerance (repro.tolerance), scaled by the native tensor's magnitude (fp32 after the fix
+    differs by ~1e-6, a layout bug by O(1))."""
+    tol = tolerance.logits(dtype)
     for layer in sorted(native.layer):
         for module, ref, got in (
             ("attention", native.attention.get(layer), he.attention.get(layer)),
