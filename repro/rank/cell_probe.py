@@ -31,15 +31,12 @@ import torch
 from .. import fixstatus, shim, tolerance
 from ..model_registry import DEFAULT_PROMPT_IDS
 from ..paths import write_json
-from . import cpu_fp16, fallbacks, he_faults, lora, measure, placement, qkv_states, tp_slices
+from . import cpu_fp16, fallbacks, he_faults, lora, measure, models, placement, qkv_states, tp_slices
 from .archs import adapter
 from .engine import ds_config, greedy
 from .lifecycle import finish, init_distributed, progress
 from .mpu import TensorParallelMpu
 
-# The dtype the model, its native references and the Hybrid Engine run in (DeepSpeed's CPU accelerator offers
-# fp32 and bf16; fp16 on CPU: repro.rank.cpu_fp16); tolerances per dtype: repro.tolerance.
-TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # The call orders a caller can use: the first is DeepSpeed-Chat's (and the reproduction's); the others
 # are what a PyTorch loop that calls train() at its top, or a double eval(), does (patch 0004).
 ORDERS = {
@@ -130,7 +127,9 @@ def run(spec: dict) -> dict:
     )
     # LoRA too: DeepSpeed casts every parameter to the engine's dtype. The native references are copies of
     # this model, so they run on the device the Hybrid Engine runs on.
-    model.to(device=device, dtype=TORCH_DTYPES[spec["dtype"]])
+    # The model, its native references and the Hybrid Engine run in the cell's dtype (DeepSpeed's CPU accelerator
+    # offers fp32 and bf16; fp16 on CPU: repro.rank.cpu_fp16); tolerances per dtype: repro.tolerance.
+    model.to(device=device, dtype=models.DTYPES[spec["dtype"]])
     ids, mask = prompt_batch(spec["left_pad"], model.config.vocab_size, device)
     n = spec["new_tokens"]
     merged, base = lora.merged_reference(model), lora.base_reference(model)  # kept out of ZeRO's hands

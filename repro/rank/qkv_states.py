@@ -8,18 +8,18 @@ from __future__ import annotations
 import torch
 
 from .. import tolerance
-from . import layout, measure
+from . import layout, measure, models
 
 # A rank's slice of the heads (an mpu) put in the inference layout as if it held all of the model's (0027).
 BY_MODEL_HEADS = "inference_by_model_heads"
-STATE_TOL = 1e-5  # a weight "is" a candidate state only within this max abs (fp32; bf16, fp16: state_tol)
-HALF = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+STATE_TOL = tolerance.weights("fp32")  # a weight "is" a candidate state only within this max abs (fp32; state_tol)
+DTYPE_NAMES = {torch_dtype: name for name, torch_dtype in models.DTYPES.items()}
 
 
 def state_tol(t: torch.Tensor) -> float:
     """Within what a tensor of t's dtype equals a candidate: a half-precision LoRA fuse rounds once more than
     ours may."""
-    return tolerance.weights(HALF[t.dtype]) if t.dtype in HALF else STATE_TOL
+    return tolerance.weights(DTYPE_NAMES.get(t.dtype, "fp32"))
 
 
 class ParamProbe:

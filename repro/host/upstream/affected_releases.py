@@ -207,13 +207,12 @@ def main(
         row, done = run_release(release, invs, log)
         rows.append(row)
         runs += [{**r, "command": command, "date": time.strftime("%Y-%m-%d")} for r in done]
-        # after every release: an interrupted sitting keeps what it measured
-        write(out, _table(full, rows, runs, started, previous, only))
-    data = _table(full, rows, runs, started, previous, only)
+        data = _table(full, rows, runs, started, previous, only)
+        write(out, data)  # after every release: an interrupted sitting keeps what it measured
     if only:
         data["reruns"].append({"command": command, "date": time.strftime("%Y-%m-%d"),
                                "wall_s": round(time.time() - started, 1)})  # fmt: skip
-    write(out, data)
+        write(out, data)
     print(f"wrote {out / REPORT}", file=sys.stderr)
     return EXIT_OK if all(r["verdict"] != "broken" for r in runs) and all(r["installs"] for r in rows) else EXIT_BROKEN
 
