@@ -6,44 +6,38 @@ from __future__ import annotations
 import re
 
 from ... import tolerance
+from ...findings import refusal, shows
 from ...verdict import worst
 from ..family import diagnosis as family
 
 CORRECT = "correct"
-BUG_3453 = "sequential residual run as parallel (#3453)"
-BUG_ROPE = "rotary_emb_base ignored: rotated with base 10000 (0006)"
-BUG_QKV_BIAS = "ZeRO-3 adds the unwritten QKV bias buffer to a model without QKV bias (#4788; 0007)"
-BUG_LAYER_TUPLE = "injected layer returns a tuple where Transformers >= 4.54 expects a tensor (0008)"
-BUG_LORA_NOT_FOUND = "LoRA never fused: the HE generates the model without its LoRA (0009)"
-BUG_LORA_NO_IN_FEATURES = (
-    "Llama's policy reads in_features, which DeepSpeed-Chat's LoRA modules lack: initialize fails (0009)"
-)
-BUG_UNSERVABLE = "Llama configuration the injected layer cannot compute, accepted silently (0010)"
-BUG_NORM_EPS = "LayerNorm outside the layers computed with eps 1e-5, not the model's (0011)"
-BUG_OPT_ACTIVATION = "OPT's activation_function ignored by the Hybrid Engine: computed with ReLU (0016)"
+BUG_3453 = shows("3453")
+BUG_ROPE = shows("rotary-base")
+BUG_QKV_BIAS = shows("zero3-qkv-bias")
+BUG_LAYER_TUPLE = shows("llama-layer-tuple")
+BUG_LORA_NOT_FOUND = shows("llama-lora")
+BUG_LORA_NO_IN_FEATURES = shows("llama-lora", 1)
+BUG_UNSERVABLE = shows("llama-unservable-config")
+BUG_NORM_EPS = shows("layer-norm-eps")
+BUG_OPT_ACTIVATION = shows("opt-activation")
 # Positive evidence: the OPT policy concatenated q/k/v biases an OPT with enable_bias=False does not have.
-BUG_OPT_NO_BIAS = "OPT without biases crashes kernel injection on the missing q/k/v biases (0017)"
-BUG_OPT_POST_LN = "post-LayerNorm OPT computed with its two LayerNorms swapped (0019)"
-BUG_POST_LN_QKV_BIAS = "ZeRO-3 post-LayerNorm attention computed without its q/k/v biases (0020)"
-BUG_NEOX_ACTIVATION = "GPT-NeoX's hidden_act ignored by the Hybrid Engine: computed with GELU (0014)"
-BUG_BLOOM_RESIDUAL = (
-    "BLOOM's apply_residual_connection_post_layernorm ignored by the Hybrid Engine: the residual taken before the "
-    "LayerNorm (0031)"
-)
-BUG_GPTJ_ACTIVATION = "GPT-J's activation_function ignored by the Hybrid Engine: its MLP computed with GELU (0030)"
+BUG_OPT_NO_BIAS = shows("opt-bias")
+BUG_OPT_POST_LN = shows("opt-post-layer-norm")
+BUG_POST_LN_QKV_BIAS = shows("post-layer-norm-qkv-bias")
+BUG_NEOX_ACTIVATION = shows("gptneox-activation")
+BUG_BLOOM_RESIDUAL = shows("bloom-residual")
+BUG_GPTJ_ACTIVATION = shows("gptj-activation")
 # Positive evidence: DeepSpeed's QKV layout transform read the shape of the QKV bias a GPT-NeoX without attention
 # biases does not have (hybrid_megatron.py's _align_qkv).
-BUG_NEOX_NO_ATTENTION_BIAS = (
-    "GPT-NeoX without attention biases crashes the Hybrid Engine on the missing QKV bias (0015)"
-)
+BUG_NEOX_NO_ATTENTION_BIAS = shows("gptneox-attention-bias")
 # Positive evidence: the Hybrid Engine built Normalize (deepspeed/module_inject/layers.py) for a LayerNorm without
 # weights, and torch's LayerNorm was handed dim None.
-BUG_WEIGHTLESS_LAYER_NORM = "a LayerNorm without weights crashes the Hybrid Engine's replaced LayerNorms (0022)"
+BUG_WEIGHTLESS_LAYER_NORM = shows("layer-norm-without-weights")
 # Positive evidence: Transformers' DynamicCache.from_legacy_cache failed to unpack a layer's (key, value): the cache
 # generate() got back is the injected layer's key and value, where Transformers 4.45 to 4.53 return the Cache
 # they handed every layer.
-BUG_CACHE_RETURN = "injected layer hands back its key and value, not the Cache it was passed: 2nd step fails (0024)"
-BUG_NEOX_ROPE_SCALING = "GPT-NeoX's rope_scaling ignored by the Hybrid Engine: rotated unscaled (0006 refuses it)"
+BUG_CACHE_RETURN = shows("cache-return")
+BUG_NEOX_ROPE_SCALING = shows("rotary-base", 1)
 # A native twin the HE reproduces names its bug (repro.rank.archs: each adapter's twins); another twin is a
 # Llama setting the injected layer cannot compute (0010).
 TWIN_BUGS = {
@@ -64,45 +58,45 @@ UNEXPLAINED = "differs from native (cause not established)"
 NOT_ENGAGED = "Hybrid Engine not engaged: generate ran natively, no injected layer was called"
 # Positive evidence: no policy names the GPT-NeoX layer class, and GPTNEOXLayerPolicy found none to name: its
 # `from transformers import GPTNeoXLayer` fails where the top-level package does not export it (4.45 to 4.51).
-BUG_NEOX_LAYER_CLASS = "GPT-NeoX layers never injected: GPTNEOXLayerPolicy cannot import GPTNeoXLayer (0021)"
+BUG_NEOX_LAYER_CLASS = shows("gptneox-layer-class")
 # DeepSpeed's warning then says rollout uses the model's native generate(); the engine's own generate() fails.
-BUG_ENGINE_GENERATE = "engine.generate() fails when the Hybrid Engine built no container (0013)"
+BUG_ENGINE_GENERATE = shows("engine-generate")
 ENGINE_GENERATE_DIFFERS = "engine.generate() without a container differs from native (cause not established)"
 # Positive evidence: the injected attention was handed `is_prompt=True` for a one-token decode step (its KV
 # cache then restarts on DeepSpeed's PyTorch attention path: the step attends to itself; the compiled kernel
 # recomputes the flag). Seen on OPT with do_layer_norm_before=False (opt-350m).
-BUG_DECODE_AS_PROMPT = "injected attention takes decode steps for prompts: the KV cache restarts every token (0018)"
+BUG_DECODE_AS_PROMPT = shows("decode-as-prompt")
 # Positive evidence: the injected layers were built for heads / tp per rank (measured) and the QKV GEMM was
 # handed weights that are not this rank's slice of 3 x hidden / tp rows: the whole weights (ZeRO-2), or a
 # released ZeRO-3 partition of 0 elements (pinned ZeRO-3).
-BUG_TP_UNSLICED = "tensor-parallel generation hands the injected layers unsliced weights (0012)"
+BUG_TP_UNSLICED = shows("tensor-parallel")
 # With an mpu, DeepSpeed takes the training weights for the mpu's slices and hands them on as they are; the
 # weights of a Hugging Face model are whole, so a layer handed them is our scenario's limit, not a bug. A
 # released partition (0 elements) is a bug with or without an mpu: the split-QKV containers' attention_qkv_mp()
 # assigns its copies to a local name, and the layers keep views of weights ZeRO-3 has released.
-BUG_TP_RELEASED = "tensor-parallel generation with an mpu hands the injected layers released ZeRO-3 partitions (0025)"
+BUG_TP_RELEASED = shows("tensor-parallel-released")
 # Positive evidence: with an mpu, the QKV a GPT-NeoX rank holds after eval() (or its layers saw) is its slice
 # of the heads put in the inference layout as if it held all of the model's (repro.rank.qkv_states).
-BUG_NEOX_TP_HEADS = "GPT-NeoX's QKV layout transform splits a rank's slice by the model's head count (0027)"
+BUG_NEOX_TP_HEADS = shows("gptneox-tensor-parallel-heads")
 BY_MODEL_HEADS = "inference_by_model_heads"  # repro.rank.qkv_states.BY_MODEL_HEADS (no torch on the host side)
 # Positive evidence: generate(return_dict_in_generate=True) under tensor-parallel generation handed the caller a
 # tuple (repro.rank.engine.greedy names it): DeepSpeed sliced this rank's rows out of the ModelOutput itself.
-BUG_TP_OUTPUT = "tensor-parallel generation hands back a tuple where the caller asked for a ModelOutput (0026)"
+BUG_TP_OUTPUT = shows("tensor-parallel-output")
 # Measured (repro.rank.he_faults.PromptFlags): with a left-padded prompt, the masks the first injected attention was
 # handed. DeepSpeed's attention adds its mask to the scores (the CPU fallback and, read, the CUDA kernel), and
 # turns only an int64 one into 0 / -inf: a bool mask adds 0 or 1, a missing one or one that covers fewer keys
 # than the layer attends to leaves the padding attended.
-BUG_PADDING_MASK = "left padding attended: the injected attention cannot use the mask Transformers hands it (0028)"
+BUG_PADDING_MASK = shows("left-padding")
 OUTSIDE_CONTRACT = "outside the Hybrid Engine's contract: an mpu over whole Hugging Face weights"
-REFUSED = "refused by name: outside what the injected layer computes (0010)"
-REFUSED_TP = "refused by name: tensor-parallel generation without an mpu (0012)"
-REFUSED_ROPE = "refused by name: a scaled rotary the injected attention cannot compute (0006)"
-REFUSED_NEOX_ACTIVATION = "refused by name: a GPT-NeoX activation the injected MLP cannot compute (0014)"
-REFUSED_NEOX_ATTENTION_BIAS = "refused by name: GPT-NeoX without the attention biases the injected layer adds (0015)"
-REFUSED_OPT_BIAS = "refused by name: OPT without the biases the injected layer adds (0017)"
-REFUSED_OPT_LAYER_NORM = "refused by name: OPT without the LayerNorm weights the injected layer takes (0023)"
-REFUSED_GPTJ_ACTIVATION = "refused by name: a GPT-J activation the injected MLP cannot compute (0030)"
-REFUSED_BLOOM_RESIDUAL = "refused by name: BLOOM with the residual after the LayerNorm (0031)"
+REFUSED = refusal("llama-unservable-config")
+REFUSED_TP = refusal("tensor-parallel")
+REFUSED_ROPE = refusal("rotary-base")
+REFUSED_NEOX_ACTIVATION = refusal("gptneox-activation")
+REFUSED_NEOX_ATTENTION_BIAS = refusal("gptneox-attention-bias")
+REFUSED_OPT_BIAS = refusal("opt-bias")
+REFUSED_OPT_LAYER_NORM = refusal("opt-layer-norm-affine")
+REFUSED_GPTJ_ACTIVATION = refusal("gptj-activation")
+REFUSED_BLOOM_RESIDUAL = refusal("bloom-residual")
 # How DeepSpeed's refusals begin (0006, 0010, 0014, 0015, 0017, 0023, 0030, 0031).
 REFUSAL = "DeepSpeed kernel injection cannot serve"
 REFUSAL_TP = "hybrid_engine.inference_tp_size="  # how 0012's refusal begins
@@ -127,19 +121,15 @@ REFUSALS = (REFUSED, REFUSED_TP, *NAMED_REFUSALS.values(), REFUSED_BLOOM_TRANSFO
 # the softmax adds `alibi[head_offset:head_offset + heads]`: on data-parallel rank 1 of a 4-head model that is
 # alibi[4:8], none of the 4 heads the layer has (DeepSpeed's PyTorch softmax: a shape error; the CUDA kernel's
 # indexing reads past the sequence's heads instead: read, not run).
-BUG_BLOOM_ALIBI_OFFSET = (
-    "BLOOM's attention offsets ALiBi by the global rank: a data-parallel rank > 0 takes none of its heads (0029)"
-)
+BUG_BLOOM_ALIBI_OFFSET = shows("bloom-alibi-offset")
 # Positive evidence: under tensor parallelism on ZeRO-3, DeepSpeed's slicing copy (auto_tp.py) was handed a
 # BLOOM layer's QKV and the tensor it copies into overlapping: DS_BloomContainer.attention_qkv_mp() drops the
 # reversed_dim the Hybrid Engine passes, so the copy slices the rank's slice onto itself.
-BUG_BLOOM_TP_COPY = (
-    "BLOOM's tensor-parallel QKV copy ignores the Hybrid Engine's layout: it slices a rank's slice onto itself (0032)"
-)
+BUG_BLOOM_TP_COPY = shows("bloom-tensor-parallel")
 # Positive evidence: under pinned ZeRO-3 tensor parallelism the injected BLOOM attention was handed ALiBi for fewer
 # sequences than its scores hold (our softmax stand-in names it; the kernel reads past it): generate() gathers
 # every rank's prompts but hands the model the calling rank's attention mask, from which BLOOM builds ALiBi.
-BUG_TP_MASK = "tensor-parallel generate() gathers the prompts but not their attention masks (0033)"
+BUG_TP_MASK = shows("tensor-parallel-mask")
 # The same without ALiBi: the model itself is handed a mask of one rank's sequences for the batch of every rank's
 # (the left-padded scenario's 2 per rank): Transformers fails on the batch dimension, at a size of 2 against 2 x tp.
 MASK_ROWS = (

@@ -3,6 +3,8 @@ cells they make (full, quick, one architecture, one shard of N); a cell's identi
 
 from __future__ import annotations
 
+from ... import findings
+from ...findings.registry import BLOOM_ENGAGED, FIRST_BOOL_MASKS, OPT_ENGAGED
 from ...options import UsageError
 from .transformers_env import pinned
 
@@ -10,12 +12,12 @@ PINNED = pinned()  # the Transformers of constraints.txt
 # Where the Hybrid Engine engages each architecture, when not on the pinned Transformers: DeepSpeed 0.19.8
 # keeps OPT layers that take a Cache on the native path (from Transformers 4.49); 4.48.3 is the newest it
 # injects (constraints-transformers-4.48.3.txt). Each architecture also runs a few cells on the other version.
-OLDER = "4.48.3"
+OLDER = OPT_ENGAGED
 # DeepSpeed's BLOOM container refuses Transformers from 4.44 (constraints-transformers-4.43.4.txt).
-ENGAGED_ON = {"opt": OLDER, "bloom": "4.43.4"}
+ENGAGED_ON = {"opt": OLDER, "bloom": BLOOM_ENGAGED}
 # The last Transformers before its masking rewrite and the first after it: GPT-NeoX's and Llama's left-padded
 # cells bound where their injected attention starts to be handed masks it cannot use (bool, over 1 key).
-MASK_RANGE = ("4.52.4", "4.53.0")
+MASK_RANGE = ("4.52.4", FIRST_BOOL_MASKS)
 
 COMMAND = "python -m repro conformance --regenerate --out results/reference/conformance"
 # GPT-NeoX's tiny default (repro.model_registry.TINY) and, per field that changes the forward math, one
@@ -101,32 +103,39 @@ COVERAGE_ONLY = {
     "llama": ("head-dim-32",),
     "gpt-j": ("tied-embeddings",),
 }
-SERIES = ("0000", "0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010", "0011", "0012",
-          "0013", "0014", "0015", "0016", "0017", "0018", "0019", "0020", "0021", "0022", "0023",
-          "0024", "0025", "0026", "0027", "0028", "0029",
-          "0030", "0031", "0032", "0033")  # fmt: skip
-# Released, the whole series, and the series without one patch where that patch's bug hides behind another
-# on released DeepSpeed (the Llama crash, 0008, comes first there): each such patch shown necessary.
+SERIES = findings.SERIES
+
+
+def without(finding: str) -> str:
+    """The build of the whole series less one finding's patch (by the finding's registry id)."""
+    return f"series without {findings.by_id(finding).patch}"
+
+
+# Released, the whole series, and the series without one finding's patch where that patch's bug hides behind
+# another on released DeepSpeed (the Llama crash, 0008, comes first there): each such patch shown necessary.
+LEAVE_ONE_OUT_OF = (
+    "zero3-qkv-bias",
+    "llama-lora",
+    "llama-unservable-config",
+    "opt-post-layer-norm",
+    "post-layer-norm-qkv-bias",
+    "opt-layer-norm-affine",
+    "cache-return",
+    "left-padding",
+    "bloom-alibi-offset",
+    "tensor-parallel-mask",
+)
 BUILDS = {
     "released": (),
     "whole series": SERIES,
-    "series without 0007": tuple(p for p in SERIES if p != "0007"),
-    "series without 0009": tuple(p for p in SERIES if p != "0009"),
-    "series without 0010": tuple(p for p in SERIES if p != "0010"),
-    "series without 0019": tuple(p for p in SERIES if p != "0019"),
-    "series without 0020": tuple(p for p in SERIES if p != "0020"),
-    "series without 0023": tuple(p for p in SERIES if p != "0023"),
-    "series without 0024": tuple(p for p in SERIES if p != "0024"),
-    "series without 0028": tuple(p for p in SERIES if p != "0028"),
-    "series without 0029": tuple(p for p in SERIES if p != "0029"),
-    "series without 0033": tuple(p for p in SERIES if p != "0033"),
+    **{without(f): tuple(p for p in SERIES if p != findings.by_id(f).patch) for f in LEAVE_ONE_OUT_OF},
 }
 # (build, scenarios, architectures) of the leave-one-out cells; ZeRO-3, 1 and 2 ranks (non-pinned: 2).
 LEAVE_ONE_OUT = (
-    ("series without 0007", ("reference", "unpinned"), ("gpt-neo", "llama")),
-    ("series without 0009", ("lora", "unpinned-lora"), ("llama",)),
-    ("series without 0028", ("left-pad",), ("gpt-neox", "llama")),  # released Llama crashes first (0008)
-    ("series without 0029", ("reference",), ("bloom",)),  # 0029 alone makes BLOOM's second rank correct
+    (without("zero3-qkv-bias"), ("reference", "unpinned"), ("gpt-neo", "llama")),
+    (without("llama-lora"), ("lora", "unpinned-lora"), ("llama",)),
+    (without("left-padding"), ("left-pad",), ("gpt-neox", "llama")),  # released Llama crashes first (0008)
+    (without("bloom-alibi-offset"), ("reference",), ("bloom",)),  # 0029 alone makes BLOOM's second rank correct
 )
 # (build, architecture, configuration) of the leave-one-out cells of one configuration, in the reference scenario:
 # post-LayerNorm OPT's swapped LayerNorms (0019) and its ZeRO-3 q/k/v bias (0020) show once its decode steps stop
@@ -134,10 +143,10 @@ LEAVE_ONE_OUT = (
 # crashes on its final LayerNorm (0022), shows what its layers compute unrefused (0023); GPT-NeoX on the older
 # Transformers, injected once its policy finds the layer class (0021), fails on the cache its layers hand back
 # (0024). A fourth item is the Transformers to run on, where not the architecture's default.
-CONFIG_LEAVE_ONE_OUT = (("series without 0019", "opt", "post-layer-norm"),
-                        ("series without 0020", "opt", "post-layer-norm"),
-                        ("series without 0023", "opt", "layer-norm-not-affine"),
-                        ("series without 0024", "gpt-neox", "default", OLDER))  # fmt: skip
+CONFIG_LEAVE_ONE_OUT = ((without("opt-post-layer-norm"), "opt", "post-layer-norm"),
+                        (without("post-layer-norm-qkv-bias"), "opt", "post-layer-norm"),
+                        (without("opt-layer-norm-affine"), "opt", "layer-norm-not-affine"),
+                        (without("cache-return"), "gpt-neox", "default", OLDER))  # fmt: skip
 # What a caller does around generate: DeepSpeed-Chat's call order, pinned, no LoRA ("reference"); a loop
 # that calls train() first or eval() twice (repro.rank.cell_probe.ORDERS); DeepSpeed-Chat LoRA on every
 # Linear; ZeRO-3's non-pinned path, without and with LoRA.
@@ -251,16 +260,16 @@ def plan(quick: bool = False) -> list[dict]:
               for arch in ARCHS for build in ("released", "whole series")]  # fmt: skip
     # BLOOM's tensor-parallel bugs past its QKV copy (0032), each alone: the attention mask generate() does not
     # gather (0033), and the ALiBi offset of ranks 2 and 3, whose global rank is not their tensor-parallel one (0029).
-    cells += [cell_axes("bloom", "default", "series without 0033", 3, 2, "tp2-mpu-slices"),
-              cell_axes("bloom", "default", "series without 0029", 3, 4, "tp2-mpu-slices")]  # fmt: skip
+    cells += [cell_axes("bloom", "default", without("tensor-parallel-mask"), 3, 2, "tp2-mpu-slices"),
+              cell_axes("bloom", "default", without("bloom-alibi-offset"), 3, 4, "tp2-mpu-slices")]  # fmt: skip
     # The same mask bug on the architectures without ALiBi, where only a left-padded batch shows it, and BLOOM.
     cells += [cell_axes(arch, "default", build, 3, 2, "tp2-mpu-slices-left-pad")
-              for arch in ARCHS for build in ("series without 0033", "whole series") if arch != "bloom" or
+              for arch in ARCHS for build in (without("tensor-parallel-mask"), "whole series") if arch != "bloom" or
               build == "whole series"]  # fmt: skip
     # The other configurations: the reference scenario, ZeRO-2 on 1 rank and ZeRO-3 on 2;
     # Llama as released crashes before any configuration matters (0008), so the series without 0010 stands in.
     for arch in ARCHS:
-        before = "series without 0010" if arch == "llama" else "released"
+        before = without("llama-unservable-config") if arch == "llama" else "released"
         eight_cells = CONFIGS if arch == "gpt-neox" else ("default",)  # those already run above
         for configuration in (c for c in ARCH_CONFIGS[arch] if c not in eight_cells):
             cells += [cell_axes(arch, configuration, before, 2, 1, "reference"),
@@ -278,7 +287,7 @@ def plan(quick: bool = False) -> list[dict]:
             cells += [cell_axes(arch, "default", build, z, w, "reference", _other(arch)) for z, w in ((2, 1), (3, 2))]
             cells.append(cell_axes(arch, "default", build, 3, 2, "left-pad", _other(arch)))  # masks differ there
     cells += [cell_axes(arch, "default", build, 2, 2, "left-pad", version)  # the bug's range, and its fix
-              for build in ("series without 0028", "whole series")
+              for build in (without("left-padding"), "whole series")
               for arch in ("gpt-neox", "llama") for version in MASK_RANGE]  # fmt: skip
     # bf16: with the series, DeepSpeed-Chat's call order and its own settings under ZeRO-2 and 3; released, the
     # reference scenario under ZeRO-3. Its tolerance comes from these cells' measured noise (diagnosis.TOLS).

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-BUG_8391 = "#8391 (QKV layout lost)"
-BUG_QKV_DELTA = "LoRA QKV delta in training layout (0002)"
-BUG_DECODE = "LoRA lost at decode, non-pinned ZeRO-3 (0003)"
-BUG_ORDER = "QKV layout transforms not idempotent (0004)"
+from ...findings import named_in, shows
+
+BUG_8391 = shows("zero3-qkv-layout")
+BUG_QKV_DELTA = shows("lora-qkv-layout")
+BUG_DECODE = shows("lora-non-pinned")
+BUG_ORDER = shows("qkv-transform-idempotent")
 CORRECT = "correct"
 UNEXPLAINED = "tokens differ (unexplained)"
 BUGS = (BUG_8391, BUG_QKV_DELTA, BUG_DECODE, BUG_ORDER)
 # Which patch fixes which bug (for the per-bug paragraphs; the diagnosis itself never uses it).
-FIXED_BY = {BUG_8391: "0001", BUG_QKV_DELTA: "0002", BUG_DECODE: "0003", BUG_ORDER: "0004"}
+FIXED_BY = {bug: named_in(bug)[0].patch for bug in BUGS}
 # QKV layouts only a transform applied in the wrong layout leaves (repro.rank.qkv_states.qkv_state).
 PERMUTED = ("inference_twice", "training_inverse")
 LOST_STATES = ("no_lora", "training_layout_no_lora")

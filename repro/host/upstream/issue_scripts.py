@@ -16,24 +16,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ... import findings
+from ...findings.finding import REFUSED
 from ...options import EXIT_BROKEN, EXIT_EXPECTATION, EXIT_OK
 from .. import launch
 from ..conformance import transformers_env
-from ..conformance.plan import ENGAGED_ON, MASK_RANGE, OLDER
 from . import patched_copy
 from .regression import PREREQUISITES, TESTS_BY_PATCH
 
 SCRIPTS_DIR = Path(__file__).resolve().parents[2] / "issue_scripts"
 RUNNER = "repro.rank.issue_script"
-SERIES = tuple(sorted(TESTS_BY_PATCH))  # every patch of the series comes with its upstream test
+SERIES = findings.SERIES  # every patch of the series comes with its upstream test
 # Where the bug shows before DeepSpeed needs a kernel, so the script shows it on a plain CPU install too.
-BEFORE_KERNELS = {"0009": "`deepspeed.initialize` fails before any kernel is needed"}
+BEFORE_KERNELS = {f.patch: f.kernels_needed for f in findings.FINDINGS if f.kernels_needed}
 # The patches that make DeepSpeed refuse a configuration by name (their scripts' OK).
-REFUSING = ("0010", "0012", "0014", "0015", "0017", "0023", "0030", "0031")
+REFUSING = tuple(f.patch for f in findings.FINDINGS if f.fix == REFUSED)
 # Where no kernel is ever needed: no layer is injected, so the script runs on a plain CPU install as it is.
-NO_KERNELS = {"0013": "no layer is injected on this path"}
-# Where the Hybrid Engine engages OPT (DeepSpeed 0.19.8 keeps Cache-based decoders, Transformers >= 4.49, native).
-OPT_TRANSFORMERS = ENGAGED_ON["opt"]
+NO_KERNELS = {f.patch: f.kernel_free for f in findings.FINDINGS if f.kernel_free}
 
 
 @dataclass(frozen=True)
@@ -59,87 +58,11 @@ class IssueScript:
         return " ".join((self.script, *self.args))
 
 
-SCRIPTS = (
-    IssueScript("ISSUE-3453.md", "parallel_residual.py", 1, "0005"),
-    IssueScript("ISSUE-rotary-base.md", "rotary_base.py", 1, "0006"),
-    IssueScript("ISSUE-zero3-qkv-bias.md", "zero3_qkv_bias.py", 2, "0007"),
-    IssueScript("ISSUE-llama-layer-tuple.md", "llama_layer_tuple.py", 1, "0008"),
-    IssueScript("ISSUE-llama-lora.md", "llama_lora.py", 1, "0009"),
-    # Transformers 4.48.3: before the Llama layer's return matters (0008), so released DeepSpeed shows this bug alone.
-    IssueScript("ISSUE-llama-unservable-config.md", "llama_unservable_config.py", 1, "0010", (), OLDER),
-    IssueScript("ISSUE-layer-norm-eps.md", "layer_norm_eps.py", 1, "0011"),
-    IssueScript("ISSUE-tensor-parallel.md", "tensor_parallel_generate.py", 2, "0012"),
-    IssueScript("ISSUE-engine-generate.md", "engine_generate_without_containers.py", 1, "0013"),
-    IssueScript("ISSUE-gptneox-activation.md", "gptneox_config.py", 1, "0014", ("--setting", "relu")),
-    IssueScript("ISSUE-gptneox-attention-bias.md", "gptneox_config.py", 1, "0015", ("--setting", "attention_bias")),
-    IssueScript("ISSUE-opt-activation.md", "opt_config.py", 1, "0016", ("--setting", "gelu"), OPT_TRANSFORMERS),
-    IssueScript("ISSUE-opt-bias.md", "opt_config.py", 1, "0017", ("--setting", "no_bias"), OPT_TRANSFORMERS),
-    IssueScript(
-        "ISSUE-decode-as-prompt.md", "opt_config.py", 1, "0018", ("--setting", "post_layer_norm"), OPT_TRANSFORMERS
-    ),
-    IssueScript(
-        "ISSUE-opt-post-layer-norm.md", "opt_config.py", 1, "0019", ("--setting", "post_layer_norm"), OPT_TRANSFORMERS
-    ),
-    IssueScript(
-        "ISSUE-post-layer-norm-qkv-bias.md",
-        "opt_config.py",
-        1,
-        "0020",
-        ("--setting", "post_layer_norm", "--zero", "3"),
-        OPT_TRANSFORMERS,
-    ),  # fmt: skip
-    IssueScript(
-        "ISSUE-layer-norm-without-weights.md",
-        "opt_config.py",
-        1,
-        "0022",
-        ("--setting", "layer_norm_not_affine"),
-        OPT_TRANSFORMERS,
-    ),
-    IssueScript(
-        "ISSUE-layer-norm-without-weights.md",
-        "opt_config.py",
-        1,
-        "0023",
-        ("--setting", "layer_norm_not_affine"),
-        OPT_TRANSFORMERS,
-    ),
-    # Transformers 4.45 to 4.51 do not export GPTNeoXLayer from the top-level package; 4.48.3 is one of them.
-    IssueScript("ISSUE-gptneox-layer-class.md", "gptneox_config.py", 1, "0021", ("--setting", "default"), OLDER),
-    IssueScript("ISSUE-cache-return.md", "gptneo_cache.py", 1, "0024", (), OLDER),
-    IssueScript("ISSUE-tensor-parallel-released.md", "tensor_parallel_mpu.py", 2, "0025", ("--arch", "gpt-neo")),
-    IssueScript("ISSUE-tensor-parallel-output.md", "tensor_parallel_mpu.py", 2, "0026", ("--arch", "gpt-neo")),
-    IssueScript(
-        "ISSUE-gptneox-tensor-parallel-heads.md",
-        "tensor_parallel_mpu.py",
-        2,
-        "0027",
-        ("--arch", "gpt-neox", "--zero", "2"),
-    ),
-    # Transformers 4.53.0: the first with bool masks, and before the Llama layer's return matters (0008).
-    IssueScript("ISSUE-left-padding.md", "left_padding.py", 1, "0028", (), MASK_RANGE[1]),
-    # DeepSpeed's BLOOM container refuses Transformers newer than 4.43.4.
-    IssueScript("ISSUE-bloom-alibi-offset.md", "bloom_alibi_offset.py", 2, "0029", (), ENGAGED_ON["bloom"]),
-    IssueScript("ISSUE-gptj-activation.md", "gptj_config.py", 1, "0030"),
-    IssueScript(
-        "ISSUE-bloom-tensor-parallel.md",
-        "tensor_parallel_mpu.py",
-        2,
-        "0032",
-        ("--arch", "bloom", "--zero", "3"),
-        ENGAGED_ON["bloom"],
-    ),
-    IssueScript(
-        "ISSUE-tensor-parallel-mask.md",
-        "tensor_parallel_mpu.py",
-        2,
-        "0033",
-        ("--arch", "bloom", "--zero", "3"),
-        ENGAGED_ON["bloom"],
-    ),
-    IssueScript("ISSUE-bloom-residual.md", "bloom_config.py", 1, "0031", (), ENGAGED_ON["bloom"]),
-    IssueScript("PR-8392-COMMENT.md", "zero3_qkv_layout.py", 2, "0001"),
-    IssueScript("PR-8392-COMMENT.md", "zero3_qkv_layout.py", 2, "0004", ("--order", "train-first")),
+# Every finding's scripts (the registry's), one entry per finding a run shows: a file may serve several.
+SCRIPTS = tuple(
+    IssueScript(f.text, sc.file, sc.ranks, f.patch, sc.args, sc.transformers)
+    for f in findings.FINDINGS
+    for sc in f.scripts
 )
 VERDICT = re.compile(r"^(?:rank \d+: )?(BUG|OK): ", re.MULTILINE)
 

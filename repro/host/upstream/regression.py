@@ -17,92 +17,28 @@ import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from ... import findings
 from ...options import EXIT_BROKEN, EXIT_EXPECTATION, EXIT_OK
 from ...paths import REPO_ROOT, write_json
 from .. import launch
 
 UPSTREAM_DIR = REPO_ROOT / "tests" / "upstream"
-# The upstream-style tests of each patch (repro/patches/<number>-*.patch): each fails on released
-# DeepSpeed on its assertions and passes with its patch.
-TESTS_BY_PATCH = {
-    "0000": ("unit/module_inject/test_gptneox_hidden_heads.py",),
-    "0001": ("unit/hybrid_engine/test_hybrid_megatron_zero3.py",),
-    "0002": ("unit/hybrid_engine/test_hybrid_megatron_lora.py",),
-    "0003": ("unit/hybrid_engine/test_hybrid_engine_lora_non_pinned.py",),
-    "0004": ("unit/hybrid_engine/test_hybrid_megatron_call_order.py",),
-    "0005": ("unit/module_inject/test_gptneox_sequential_residual.py",),
-    "0006": ("unit/module_inject/test_gptneox_rotary_base.py",),
-    "0007": ("unit/hybrid_engine/test_ds_attention_merge_qkv.py",),
-    "0008": ("unit/module_inject/test_llama_layer_return.py",),
-    "0009": ("unit/hybrid_engine/test_llama_internlm_lora.py",),
-    "0010": ("unit/module_inject/test_llama_unservable_config.py",),
-    "0011": ("unit/hybrid_engine/test_hybrid_engine_layer_norm_eps.py",),
-    "0012": ("unit/hybrid_engine/test_hybrid_engine_tensor_parallel.py",),
-    "0013": ("unit/hybrid_engine/test_hybrid_engine_without_containers.py",),
-    "0014": ("unit/module_inject/test_gptneox_activation.py",),
-    "0015": ("unit/module_inject/test_gptneox_attention_bias.py",),
-    "0016": ("unit/module_inject/test_opt_activation.py",),
-    "0017": ("unit/module_inject/test_opt_bias.py",),
-    "0018": ("unit/ops/transformer/inference/test_ds_attention_is_prompt.py",),
-    "0019": ("unit/module_inject/test_opt_post_layer_norm.py",),
-    "0020": ("unit/ops/transformer/inference/test_ds_attention_post_layer_norm_bias.py",),
-    "0021": ("unit/module_inject/test_gptneox_layer_class.py",),
-    "0022": ("unit/hybrid_engine/test_hybrid_engine_layer_norm_without_weights.py",),
-    "0023": ("unit/module_inject/test_opt_layer_norm_affine.py",),
-    "0024": ("unit/module_inject/test_injected_layer_cache.py",),
-    "0025": ("unit/hybrid_engine/test_hybrid_engine_tensor_parallel_copies.py",),
-    "0026": ("unit/hybrid_engine/test_hybrid_engine_tensor_parallel_generate.py",),
-    "0027": ("unit/hybrid_engine/test_hybrid_megatron_tensor_parallel.py",),
-    "0028": ("unit/ops/transformer/inference/test_ds_attention_bool_mask.py",),
-    "0029": ("unit/ops/transformer/inference/test_ds_attention_bloom_alibi.py",),
-    "0030": ("unit/module_inject/test_gptj_activation.py",),
-    "0031": ("unit/module_inject/test_bloom_residual.py",),
-    "0032": ("unit/module_inject/test_bloom_tensor_parallel.py",),
-    "0033": ("unit/hybrid_engine/test_hybrid_engine_tensor_parallel_mask.py",),
-}
-# Earlier patches of the series a patch's tests need beside it: 0004 reads the QKV layout record 0002 adds,
-# and its ZeRO-3 cases show only once 0001 makes transforms persist; 0005/0006/0014/0015 build a GPT-NeoX
-# container, which needs 0000 on current Transformers (0014/0015 edit gptneox.py beside 0006's lines); 0010's and
-# 0024's hunks sit next to 0008's lines, 0017's next to 0016's and 0023's next to 0017's; 0020 relies on 0007's
-# merge, which leaves no bias for a model without one; 0027 edits the HybridMegatron transforms 0001, 0002 and 0004
-# rewrote.
-PREREQUISITES = {
-    "0004": ("0001", "0002"),
-    "0005": ("0000",),
-    "0006": ("0000",),
-    "0010": ("0008",),
-    "0014": ("0000", "0006"),
-    "0015": ("0000", "0006", "0014"),
-    "0017": ("0016",),
-    "0020": ("0007",),
-    "0023": ("0016", "0017"),
-    "0024": ("0008",),
-    "0027": ("0001", "0002", "0004"),
-}
+# The upstream-style tests of each patch (repro/patches/<number>-*.patch), the earlier patches of the series each
+# one's tests need beside it, and where the bug is an exception rather than a wrong value, that exception (the
+# test's failure): all from the findings registry (repro.findings.registry, which says why for each).
+TESTS_BY_PATCH = {f.patch: f.tests for f in findings.FINDINGS}
+PREREQUISITES = {p: findings.needs_of(p) for p in findings.SERIES if findings.needs_of(p)}
+BUG_ERRORS = {f.patch: f.bug_errors for f in findings.FINDINGS if f.bug_errors}
 # A test's `pytest.raises` that saw nothing raised: the test's own check failed.
 DID_NOT_RAISE = "DID NOT RAISE"
-# Where the bug is an exception rather than a wrong value, that exception is the test's failure:
-# GPTNeoXAttention has no hidden_size (0000), LlamaModel hands the next layer a tuple (0008), Llama's policy
-# reads in_features, which DeepSpeed-Chat's LoRA modules lack (0009), engine.generate() finds no _generate (0013),
-# the QKV layout transform reads the shape of a GPT-NeoX's missing QKV bias (0015), the OPT policy concatenates
-# missing q/k/v biases (0017), the Hybrid Engine builds a LayerNorm of dim None for one without weights (0022),
-# BLOOM's tensor-parallel QKV copy slices the wrong dimension, onto itself or off the shapes (0032).
-BUG_ERRORS = {
-    "0000": ("AttributeError",),
-    "0008": ("AttributeError",),
-    "0009": ("AttributeError",),
-    "0013": ("AttributeError",),
-    "0015": ("AttributeError",),
-    "0017": ("TypeError",),
-    "0022": ("TypeError",),
-    "0032": ("RuntimeError",),
-}
+# The #8391 tests, run by default (`python -m repro regression`, `invoke test --in-image`).
+TESTS_8391 = findings.by_id("zero3-qkv-layout").tests
 
 
 def run_upstream_test(
     deepspeed_root: Path | None = None,
     timeout_s: float = 300,
-    tests: tuple[str, ...] = TESTS_BY_PATCH["0001"],
+    tests: tuple[str, ...] = TESTS_8391,
     bug_errors: tuple[str, ...] = (),
 ) -> dict:
     """Runs `tests` (default: the #8391 ones) in a fresh interpreter; `deepspeed_root` (a dir holding

@@ -1,0 +1,92 @@
+"""What one finding is, as data: the shape every record of the registry (repro.findings.registry) has.
+
+Everything that names a finding (the builds, the diagnoses, the regression tests, the issue scripts, the
+user's "am I affected?" table) reads these records, so a finding's facts are typed once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# What DeepSpeed as released does where a finding shows, in the words the user-facing table uses.
+SILENTLY_WRONG = "silently wrong"
+CRASH = "crashes"
+SILENTLY_OFF = "Hybrid Engine silently off"
+OUTCOMES = (SILENTLY_WRONG, CRASH, SILENTLY_OFF)
+# How the series answers: the configuration computes correctly, or DeepSpeed refuses it by name.
+FIXED = "correct"
+REFUSED = "refused by name"
+
+
+@dataclass(frozen=True)
+class Script:
+    """A standalone issue script (repro/issue_scripts/) that shows the finding: how it runs."""
+
+    file: str
+    ranks: int = 1
+    args: tuple[str, ...] = ()
+    transformers: str | None = None  # the Transformers it runs on here, when not the pinned one
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Where the finding shows, on axes a user can name (repro.findings.setup.Setup). None: either way."""
+
+    archs: tuple[str, ...]
+    zero: tuple[int, ...] = (2, 3)
+    lora: bool | None = None  # True: only with LoRA on the attention or MLP
+    tp: bool | None = None  # True: only with hybrid_engine.inference_tp_size > 1; False: only without
+    mpu: bool | None = None  # True: only with an mpu handed to deepspeed.initialize (DeepSpeed-Chat hands none)
+    pin: bool | None = None  # False: only with hybrid_engine.pin_parameters false
+    left_pad: bool | None = None  # True: only with left-padded prompts
+    min_ranks: int = 1  # the fewest ranks it shows with
+    transformers: tuple[str | None, str | None] = (None, None)  # first and last Transformers it shows on
+    # A model setting the standard checkpoints of these architectures do not have (None: the standard ones hit).
+    config: str | None = None
+    # A call order other than DeepSpeed-Chat's (eval, generate, train each step); None: that order hits.
+    order: str | None = None
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One Hybrid Engine bug: its patch, where it shows, what a user can do, and how it is proven."""
+
+    id: str  # stable, kebab-case; the issue text's name where there is one
+    patch: str  # repro/patches/<patch>-*.patch
+    summary: str  # the bug in one sentence, for users
+    outcome: str  # what DeepSpeed 0.19.8 as released does where it shows: one of OUTCOMES
+    scope: Scope
+    workaround: str  # what a user can change today without patching DeepSpeed, or "none"
+    tests: tuple[str, ...]  # its upstream tests, under tests/upstream/
+    fix: str = FIXED  # what the series does: FIXED, or REFUSED where the kernel cannot compute the setting
+    upstream: tuple[str, ...] = ()  # DeepSpeed issues and pull requests it answers
+    needs: tuple[str, ...] = ()  # findings whose patches its tests need beside it (ids)
+    bug_errors: tuple[str, ...] = ()  # where the bug is an exception: its type, the test's failure
+    text: str | None = None  # its issue text's file name (results/reference/conformance/ or family/)
+    scripts: tuple[Script, ...] = ()
+    # The conformance diagnosis' words for it ({patch} is filled in): what a cell shows, and the series' refusal.
+    shows: tuple[str, ...] = ()
+    refusal: str | None = None
+    # Where the script needs no kernel, or shows the bug before any: why (the issue text's CPU paragraph).
+    kernels_needed: str | None = None
+    kernel_free: str | None = None
+    also: tuple[Scope, ...] = ()  # further scopes where it shows (a union: where any holds)
+
+    def __post_init__(self) -> None:
+        if self.outcome not in OUTCOMES:
+            raise ValueError(f"finding {self.id}: outcome {self.outcome!r} is not one of {OUTCOMES}")
+        if self.fix not in (FIXED, REFUSED):
+            raise ValueError(f"finding {self.id}: fix {self.fix!r} is not {FIXED!r} or {REFUSED!r}")
+
+    def says(self, template: str) -> str:
+        """A diagnosis or refusal sentence with this finding's patch number filled in."""
+        return template.format(patch=self.patch)
+
+    @property
+    def scopes(self) -> tuple[Scope, ...]:
+        return (self.scope, *self.also)
+
+    @property
+    def diagnoses(self) -> tuple[str, ...]:
+        """Every sentence the conformance diagnosis names this finding with."""
+        found = tuple(self.says(t) for t in self.shows)
+        return found + ((self.says(self.refusal),) if self.refusal else ())

@@ -1,0 +1,551 @@
+"""The findings registry: one record per Hybrid Engine bug the suite found, each with its patch, where it shows,
+what DeepSpeed 0.19.8 as released does there, the workaround, its upstream test and its issue script.
+
+The only place in repro/ that spells a patch number (tests/host/test_findings_registry.py holds the rest of the
+code to it). Scopes are checked against the committed conformance cells: every released cell the diagnosis names
+a finding in lies inside that finding's scope (tests/findings/test_registry.py)."""
+
+from __future__ import annotations
+
+from .finding import CRASH, REFUSED, SILENTLY_OFF, SILENTLY_WRONG, Finding, Scope, Script
+
+ALL_ARCHS = ("gpt-neox", "gpt-neo", "llama", "opt", "gpt-j", "bloom")
+# The architectures whose layers hold no QKV bias (GPT-NeoX, OPT and BLOOM have one).
+BIAS_FREE = ("gpt-neo", "llama", "gpt-j")
+# Transformers pins the issue scripts run on where the pinned one hides their bug (constraints-transformers-*.txt):
+# OPT is injected up to 4.48.3 (0.19.8 keeps Cache-based OPT native from 4.49), BLOOM up to 4.43.4 (DeepSpeed's
+# container refuses newer), bool masks start at 4.53.0.
+OPT_ENGAGED = "4.48.3"
+BLOOM_ENGAGED = "4.43.4"
+FIRST_BOOL_MASKS = "4.53.0"
+# `needs`: earlier patches of the series a patch's tests need beside it: 0004 reads the QKV layout record 0002 adds,
+# and its ZeRO-3 cases show only once 0001 makes transforms persist; 0005/0006/0014/0015 build a GPT-NeoX
+# container, which needs 0000 on current Transformers (0014/0015 edit gptneox.py beside 0006's lines); 0010's and
+# 0024's hunks sit next to 0008's lines, 0017's next to 0016's and 0023's next to 0017's; 0020 relies on 0007's
+# merge, which leaves no bias for a model without one; 0027 edits the HybridMegatron transforms 0001, 0002 and 0004
+# rewrote.
+# `bug_errors`: where the bug is an exception rather than a wrong value, that exception is the test's failure:
+# GPTNeoXAttention has no hidden_size (0000), LlamaModel hands the next layer a tuple (0008), Llama's policy
+# reads in_features, which DeepSpeed-Chat's LoRA modules lack (0009), engine.generate() finds no _generate (0013),
+# the QKV layout transform reads the shape of a GPT-NeoX's missing QKV bias (0015), the OPT policy concatenates
+# missing q/k/v biases (0017), the Hybrid Engine builds a LayerNorm of dim None for one without weights (0022),
+# BLOOM's tensor-parallel QKV copy slices the wrong dimension, onto itself or off the shapes (0032).
+NO_WORKAROUND = "none: turn the Hybrid Engine off (`hybrid_engine.enabled: false`) until the fix is in"
+
+FINDINGS: tuple[Finding, ...] = (
+    Finding(
+        id="gptneox-hidden-heads",
+        patch="0000",
+        summary="GPT-NeoX (Pythia) cannot be injected on current Transformers: its attention module no longer has "
+        "`hidden_size` and `num_attention_heads`, which DeepSpeed's policy reads.",
+        outcome=CRASH,
+        scope=Scope(archs=("gpt-neox",), transformers=("4.48.0", None)),
+        workaround="set `hidden_size` and `num_attention_heads` on each `GPTNeoXAttention` from the model config "
+        "before `deepspeed.initialize` (`python -m repro shim` does it)",
+        tests=("unit/module_inject/test_gptneox_hidden_heads.py",),
+        bug_errors=("AttributeError",),
+    ),
+    Finding(
+        id="zero3-qkv-layout",
+        patch="0001",
+        summary="Under ZeRO-3 with 2 or more ranks, GPT-NeoX's QKV layout change is thrown away, so generation reads "
+        "head-interleaved weights as Q|K|V and writes garbage (#8391).",
+        outcome=SILENTLY_WRONG,
+        scope=Scope(archs=("gpt-neox",), zero=(3,), min_ranks=2),
+        workaround="ZeRO-2 for the actor (`--actor_zero_stage 2`), or turn the Hybrid Engine off",
+        tests=("unit/hybrid_engine/test_hybrid_megatron_zero3.py",),
+        upstream=("#8391", "#8392"),
+        text="PR-8392-COMMENT.md",
+        scripts=(Script("zero3_qkv_layout.py", 2),),
+        shows=("#8391 (QKV layout lost)",),
+    ),
+    Finding(
+        id="lora-qkv-layout",
+        patch="0002",
+        summary="GPT-NeoX's LoRA delta on the fused QKV is added in the training layout to a weight already in the "
+        "inference layout, so generation with LoRA on `query_key_value` is wrong.",
+        outcome=SILENTLY_WRONG,
+        scope=Scope(archs=("gpt-neox",), lora=True),
+        workaround="keep LoRA off `query_key_value` (`--actor_lora_module_name` naming the MLP only), or turn the "
+        "Hybrid Engine off",
+        tests=("unit/hybrid_engine/test_hybrid_megatron_lora.py",),
+        shows=("LoRA QKV delta in training layout ({patch})",),
+    ),
+    Finding(
+        id="lora-non-pinned",
+        patch="0003",
+        summary="With `pin_parameters: false` under ZeRO-3, LoRA is fused for the prompt but lost at every decode "
+        "step, so generated tokens come from the model without LoRA.",
+        outcome=SILENTLY_WRONG,
+        scope=Scope(archs=ALL_ARCHS, zero=(3,), lora=True, pin=False, min_ranks=2),
+        workaround="keep `hybrid_engine.pin_parameters: true` (DeepSpeed-Chat's default: do not pass "
+        "`--unpin_actor_parameters`)",
+        tests=("unit/hybrid_engine/test_hybrid_engine_lora_non_pinned.py",),
+        shows=("LoRA lost at decode, non-pinned ZeRO-3 ({patch})",),
+    ),
+    Finding(
+        id="qkv-transform-idempotent",
+        patch="0004",
+        summary="GPT-NeoX's QKV layout transforms are applied again to weights already in their target layout when "
+        "`eval()` or `train()` is called twice in a row, scrambling the weights for inference and for training.",
+        outcome=SILENTLY_WRONG,
+        scope=Scope(archs=("gpt-neox",), order="train() before the first eval(), or eval() twice"),
+        workaround="alternate `eval()` and `train()` strictly (DeepSpeed-Chat's order: eval, generate, train)",
+        tests=("unit/hybrid_engine/test_hybrid_megatron_call_order.py",),
+        needs=("zero3-qkv-layout", "lora-qkv-layout"),
+        text="PR-8392-COMMENT.md",
+        scripts=(Script("zero3_qkv_layout.py", 2, ("--order", "train-first")),),
+        shows=("QKV layout transforms not idempotent ({patch})",),
+    ),
+    Finding(
+        id="3453",
+        patch="0005",
+        summary="GPT-NeoX with `use_parallel_residual: false` is computed as a parallel-residual model (#3453).",
+        outcome=SILENTLY_WRONG,
+        scope=Scope(archs=("gpt-neox",), config="use_parallel_residual: false"),
+        workaround=NO_WORKAROUND,
+        tests=("unit/module_inject/test_gptneox_sequential_residual.py",),
+        upstream=("#3453",),
+        needs=("gptneox-hidden-heads",),
+        text="ISSUE-3453.md",
+        scripts=(Script("parallel_residual.py"),),
+        shows=("sequential residual run as parallel (#3453)",),
+    ),
+    Finding(
+        id="rotary-base",
+        patch="0006",
+        summary="GPT-NeoX's rotary base (`rotary_emb_base` / `rope_theta`) is ignored: the injected attention "
+        "rotates with base 10000.",
+        outcome=SILENTLY_WRONG,
+        scope=Scope(archs=("gpt-neox",), config="rotary base other than 10000, or rope_scaling"),
+        workaround=NO_WORKAROUND,
+        tests=("unit/module_inject/test_gptneox_rotary_base.py",),
+        needs=("gptneox-hidden-heads",),
+        text="ISSUE-rotary-base.md",
+        scripts=(Script("rotary_base.py"),),
+        shows=(
+            "rotary_emb_base ignored: rotated with base 10000 ({patch})",
+            "GPT-NeoX's rope_scaling ignored by the Hybrid Engine: rotated unscaled ({patch} refuses it)",
+        ),
+        refusal="refused by name: a scaled rotary the injected attention cannot compute ({patch})",
+    ),
+    Finding(
+        id="zero3-qkv-bias",
+        patch="0007",
+        summary="Under ZeRO-3, models without QKV bias (Llama, GPT-Neo, GPT-J) get DeepSpeed's never-written bias "
+        "buffer added to every query, key and value: garbage or NaN, different on each rank (#4788).",
+        outcome=SILENTLY_WRONG,
+        scope=Scope(archs=BIAS_FREE, zero=(3,)),
+        workaround="ZeRO-2 for the actor (`--actor_zero_stage 2`), or turn the Hybrid Engine off",
+        tests=("unit/hybrid_engine/test_ds_attention_merge_qkv.py",),
+        upstream=("#4788",),
+        text="ISSUE-zero3-qkv-bias.md",
+        scripts=(Script("zero3_qkv_bias.py", 2),),
+        shows=("ZeRO-3 adds the unwritten QKV bias buffer to a model without QKV bias (#4788; {patch})",),
+    ),
+    Finding(
+        id="llama-layer-tuple",
+        patch="0008",
+        summary="On Transformers >= 4.54, injected Llama layers return a tuple where the next layer expects a "
+        "tensor: every Hybrid Engine generate fails (`'tuple' object has no attribute 'size'`).",
+        outcome=CRASH,
+        scope=Scope(archs=("llama",), transformers=("4.54.0", None)),
+        workaround="Transformers 4.53.x (`pip install 'transformers<4.54'`)",
+        tests=("unit/module_inject/test_llama_layer_return.py",),
+        bug_errors=("AttributeError",),
+        text="ISSUE-llama-layer-tuple.md",
+        scripts=(Script("llama_layer_tuple.py"),),
+        shows=("injected layer returns a tuple where Transformers >= 4.54 expects a tensor ({patch})",),
+    ),
+    Finding(
+        id="llama-lora",
+        patch="0009",
+        summary="With DeepSpeed-Chat's LoRA on Llama, `deepspeed.initialize` fails (`in_features`), and behind it "
+        "the containers never find the LoRA weights.",
+        outcome=CRASH,
+        scope=Scope(archs=("llama",), lora=True),
+        workaround="no LoRA on the Llama actor (`--actor_lora_dim 0`), or turn the Hybrid Engine off",
+        tests=("unit/hybrid_engine/test_llama_internlm_lora.py",),
+        bug_errors=("AttributeError",),
+        text="ISSUE-llama-lora.md",
+        scripts=(Script("llama_lora.py"),),
+        shows=(
+            "LoRA never fused: the HE generates the model without its LoRA ({patch})",
+            "Llama's policy reads in_features, which DeepSpeed-Chat's LoRA modules lack: initialize fails ({patch})",
+        ),
+        kernels_needed="`deepspeed.initialize` fails before any kernel is needed",
+    ),
+    Finding(
+        id="llama-unservable-config",
+        patch="0010",
+        summary="Llama configurations the injected layer cannot compute (grouped-query attention, attention or MLP "
+        "biases, a gate other than SiLU) are accepted and computed wrong, or crash.",
+        outcome=SILENTLY_WRONG,
+        fix=REFUSED,
+        scope=Scope(
+            archs=("llama",),
+            config="grouped-query attention (Llama-2-70B, Llama-3), attention or MLP "
+            "biases, or a gate other than SiLU",
+        ),  # fmt: skip
+        workaround=NO_WORKAROUND,
+        tests=("unit/module_inject/test_llama_unservable_config.py",),
+        needs=("llama-layer-tuple",),
+        text="ISSUE-llama-unservable-config.md",
+        scripts=(Script("llama_unservable_config.py", transformers=OPT_ENGAGED),),
+        shows=("Llama configuration the injected layer cannot compute, accepted silently ({patch})",),
+        refusal="refused by name: outside what the injected layer computes ({patch})",
+    ),
+    Finding(
+        id="layer-norm-eps",
+        patch="0011",
+        summary="The LayerNorms the Hybrid Engine replaces outside the layers are computed with eps 1e-5, not the "
+        "model's own epsilon.",
+        outcome=SILENTLY_WRONG,
+        scope=Scope(archs=("gpt-neox", "gpt-neo", "opt", "gpt-j", "bloom"), config="layer_norm_eps other than 1e-5"),
+        workaround=NO_WORKAROUND,
+        tests=("unit/hybrid_engine/test_hybrid_engine_layer_norm_eps.py",),
+        text="ISSUE-layer-norm-eps.md",
+        scripts=(Script("layer_norm_eps.py"),),
+        shows=("LayerNorm outside the layers computed with eps 1e-5, not the model's ({patch})",),
+    ),
+    Finding(
+        id="tensor-parallel",
+        patch="0012",
+        summary="With `inference_tp_size` > 1 and no mpu (DeepSpeed-Chat), the injected layers are built for a "
+        "slice of the heads but handed the whole (ZeRO-2) or released (ZeRO-3) weights.",
+        outcome=SILENTLY_WRONG,
+        fix=REFUSED,
+        scope=Scope(archs=ALL_ARCHS, tp=True, mpu=False, min_ranks=2),
+        workaround="`--inference_tp_size 1` (the default)",
+        tests=("unit/hybrid_engine/test_hybrid_engine_tensor_parallel.py",),
+        text="ISSUE-tensor-parallel.md",
+        scripts=(Script("tensor_parallel_generate.py", 2),),
+        shows=("tensor-parallel generation hands the injected layers unsliced weights ({patch})",),
+        refusal="refused by name: tensor-parallel generation without an mpu ({patch})",
+    ),
+    Finding(
+        id="engine-generate",
+        patch="0013",
+        summary="When the Hybrid Engine built no container (a model without a policy, OPT on Transformers >= 4.49, "
+        "GPT-NeoX on 4.45 to 4.51), `engine.generate()` fails instead of running the model's own generate.",
+        outcome=CRASH,
+        scope=Scope(archs=("opt",), transformers=("4.49.0", None)),
+        also=(Scope(archs=("gpt-neox",), transformers=("4.45.0", "4.51.3")),),  # where gptneox-layer-class shows
+        workaround="call `model.module.generate()` (DeepSpeed-Chat does): it runs natively, without the Hybrid "
+        "Engine's speed-up",
+        tests=("unit/hybrid_engine/test_hybrid_engine_without_containers.py",),
+        bug_errors=("AttributeError",),
+        text="ISSUE-engine-generate.md",
+        scripts=(Script("engine_generate_without_containers.py"),),
+        shows=("engine.generate() fails when the Hybrid Engine built no container ({patch})",),
+        kernel_free="no layer is injected on this path",
+    ),
+    Finding(
+        id="gptneox-activation",
+        patch="0014",
+        summary="GPT-NeoX's `hidden_act` is ignored: the injected MLP computes GELU whatever the model says.",
+        outcome=SILENTLY_WRONG,
+        fix=REFUSED,
+        scope=Scope(archs=("gpt-neox",), config="hidden_act other than gelu"),
+        workaround=NO_WORKAROUND,
+        tests=("unit/module_inject/test_gptneox_activation.py",),
+        needs=("gptneox-hidden-heads", "rotary-base"),
+        text="ISSUE-gptneox-activation.md",
+        scripts=(Script("gptneox_config.py", args=("--setting", "relu")),),
+        shows=("GPT-NeoX's hidden_act ignored by the Hybrid Engine: computed with GELU ({patch})",),
+        refusal="refused by name: a GPT-NeoX activation the injected MLP cannot compute ({patch})",
+    ),
+    Finding(
+        id="gptneox-attention-bias",
+        patch="0015",
+        summary="GPT-NeoX without attention biases (`attention_bias: false`) crashes the Hybrid Engine on the "
+        "missing QKV bias.",
+        outcome=CRASH,
+        fix=REFUSED,
+        scope=Scope(archs=("gpt-neox",), config="attention_bias: false"),
+        workaround=NO_WORKAROUND,
+        tests=("unit/module_inject/test_gptneox_attention_bias.py",),
+        needs=("gptneox-hidden-heads", "rotary-base", "gptneox-activation"),
+        bug_errors=("AttributeError",),
+        text="ISSUE-gptneox-attention-bias.md",
+        scripts=(Script("gptneox_config.py", args=("--setting", "attention_bias")),),
+        shows=("GPT-NeoX without attention biases crashes the Hybrid Engine on the missing QKV bias ({patch})",),
+        refusal="refused by name: GPT-NeoX without the attention biases the injected layer adds ({patch})",
+    ),
+    Finding(
+        id="opt-activation",
+        patch="0016",
+        summary="OPT's `activation_function` is ignored: the injected MLP computes ReLU whatever the model says.",
+        outcome=SILENTLY_WRONG,
+        scope=Scope(archs=("opt",), transformers=(None, OPT_ENGAGED), config="activation_function other than relu"),
+        workaround=NO_WORKAROUND,
+        tests=("unit/module_inject/test_opt_activation.py",),
+        text="ISSUE-opt-activation.md",
+        scripts=(Script("opt_config.py", args=("--setting", "gelu"), transformers=OPT_ENGAGED),),
+        shows=("OPT's activation_function ignored by the Hybrid Engine: computed with ReLU ({patch})",),
+    ),
+    Finding(
+        id="opt-bias",
+        patch="0017",
+        summary="OPT without biases (`enable_bias: false`) crashes kernel injection on the missing q/k/v biases.",
+        outcome=CRASH,
+        fix=REFUSED,
+        scope=Scope(archs=("opt",), transformers=(None, OPT_ENGAGED), config="enable_bias: false"),
+        workaround=NO_WORKAROUND,
+        tests=("unit/module_inject/test_opt_bias.py",),
+        needs=("opt-activation",),
+        bug_errors=("TypeError",),
+        text="ISSUE-opt-bias.md",
+        scripts=(Script("opt_config.py", args=("--setting", "no_bias"), transformers=OPT_ENGAGED),),
+        shows=("OPT without biases crashes kernel injection on the missing q/k/v biases ({patch})",),
+        refusal="refused by name: OPT without the biases the injected layer adds ({patch})",
+    ),
+    Finding(
+        id="decode-as-prompt",
+        patch="0018",
+        summary="For post-LayerNorm OPT (opt-350m) the injected attention is told every decode step is a prompt, so "
+        "its KV cache restarts at each token (seen with DeepSpeed's PyTorch attention; the CUDA kernel recomputes "
+        "the flag).",
+        outcome=SILENTLY_WRONG,
+        scope=Scope(
+            archs=("opt",), transformers=(None, OPT_ENGAGED), config="do_layer_norm_before: false (opt-350m)"
+        ),  # fmt: skip
+        workaround=NO_WORKAROUND,
+        tests=("unit/ops/transformer/inference/test_ds_attention_is_prompt.py",),
+        text="ISSUE-decode-as-prompt.md",
+        scripts=(Script("opt_config.py", args=("--setting", "post_layer_norm"), transformers=OPT_ENGAGED),),
+        shows=("injected attention takes decode steps for prompts: the KV cache restarts every token ({patch})",),
+    ),
+    Finding(
+        id="opt-post-layer-norm",
+        patch="0019",
+        summary="Post-LayerNorm OPT (opt-350m) is computed with its two LayerNorms swapped.",
+        outcome=SILENTLY_WRONG,
+        scope=Scope(
+            archs=("opt",), transformers=(None, OPT_ENGAGED), config="do_layer_norm_before: false (opt-350m)"
+        ),  # fmt: skip
+        workaround=NO_WORKAROUND,
+        tests=("unit/module_inject/test_opt_post_layer_norm.py",),
+        text="ISSUE-opt-post-layer-norm.md",
+        scripts=(Script("opt_config.py", args=("--setting", "post_layer_norm"), transformers=OPT_ENGAGED),),
+        shows=("post-LayerNorm OPT computed with its two LayerNorms swapped ({patch})",),
+    ),
+    Finding(
+        id="post-layer-norm-qkv-bias",
+        patch="0020",
+        summary="Under ZeRO-3, post-LayerNorm OPT's attention is computed without its q/k/v biases.",
+        outcome=SILENTLY_WRONG,
+        scope=Scope(
+            archs=("opt",),
+            zero=(3,),
+            transformers=(None, OPT_ENGAGED),
+            config="do_layer_norm_before: false (opt-350m)",
+        ),  # fmt: skip
+        workaround="ZeRO-2 for the actor, or turn the Hybrid Engine off",
+        tests=("unit/ops/transformer/inference/test_ds_attention_post_layer_norm_bias.py",),
+        needs=("zero3-qkv-bias",),
+        text="ISSUE-post-layer-norm-qkv-bias.md",
+        scripts=(
+            Script("opt_config.py", args=("--setting", "post_layer_norm", "--zero", "3"), transformers=OPT_ENGAGED),
+        ),  # fmt: skip
+        shows=("ZeRO-3 post-LayerNorm attention computed without its q/k/v biases ({patch})",),
+    ),
+    Finding(
+        id="gptneox-layer-class",
+        patch="0021",
+        summary="On Transformers 4.45 to 4.51, GPT-NeoX's policy cannot import `GPTNeoXLayer`, so no layer is "
+        "injected and generate runs natively, silently.",
+        outcome=SILENTLY_OFF,
+        scope=Scope(archs=("gpt-neox",), transformers=("4.45.0", "4.51.3")),
+        workaround="Transformers 4.52 or newer (with the GPT-NeoX attributes set), or accept native generation",
+        tests=("unit/module_inject/test_gptneox_layer_class.py",),
+        text="ISSUE-gptneox-layer-class.md",
+        scripts=(Script("gptneox_config.py", args=("--setting", "default"), transformers=OPT_ENGAGED),),
+        shows=("GPT-NeoX layers never injected: GPTNEOXLayerPolicy cannot import GPTNeoXLayer ({patch})",),
+    ),
+    Finding(
+        id="layer-norm-without-weights",
+        patch="0022",
+        summary="A LayerNorm without weights (`elementwise_affine=False`) crashes the Hybrid Engine's replacement "
+        "of the model's outer LayerNorms.",
+        outcome=CRASH,
+        scope=Scope(
+            archs=("opt",), transformers=(None, OPT_ENGAGED), config="layer_norm_elementwise_affine: false"
+        ),  # fmt: skip
+        workaround=NO_WORKAROUND,
+        tests=("unit/hybrid_engine/test_hybrid_engine_layer_norm_without_weights.py",),
+        bug_errors=("TypeError",),
+        text="ISSUE-layer-norm-without-weights.md",
+        scripts=(Script("opt_config.py", args=("--setting", "layer_norm_not_affine"), transformers=OPT_ENGAGED),),
+        shows=("a LayerNorm without weights crashes the Hybrid Engine's replaced LayerNorms ({patch})",),
+    ),
+    Finding(
+        id="opt-layer-norm-affine",
+        patch="0023",
+        summary="OPT without LayerNorm weights is accepted by kernel injection, whose layer always applies them.",
+        outcome=SILENTLY_WRONG,
+        fix=REFUSED,
+        scope=Scope(
+            archs=("opt",), transformers=(None, OPT_ENGAGED), config="layer_norm_elementwise_affine: false"
+        ),  # fmt: skip
+        workaround=NO_WORKAROUND,
+        tests=("unit/module_inject/test_opt_layer_norm_affine.py",),
+        needs=("opt-activation", "opt-bias"),
+        text="ISSUE-layer-norm-without-weights.md",
+        scripts=(Script("opt_config.py", args=("--setting", "layer_norm_not_affine"), transformers=OPT_ENGAGED),),
+        refusal="refused by name: OPT without the LayerNorm weights the injected layer takes ({patch})",
+    ),
+    Finding(
+        id="cache-return",
+        patch="0024",
+        summary="On Transformers 4.45 to 4.53 the injected layer hands back its key and value instead of the Cache "
+        "it was passed: the second generate step fails.",
+        outcome=CRASH,
+        scope=Scope(archs=("gpt-neox", "gpt-neo", "gpt-j"), transformers=("4.45.0", "4.53.3")),
+        workaround="Transformers 4.54 or newer",
+        tests=("unit/module_inject/test_injected_layer_cache.py",),
+        needs=("llama-layer-tuple",),
+        text="ISSUE-cache-return.md",
+        scripts=(Script("gptneo_cache.py", transformers=OPT_ENGAGED),),
+        shows=("injected layer hands back its key and value, not the Cache it was passed: 2nd step fails ({patch})",),
+    ),
+    Finding(
+        id="tensor-parallel-released",
+        patch="0025",
+        summary="Tensor-parallel generation with an mpu hands the injected layers ZeRO-3 partitions already "
+        "released (split Q/K/V and gated-MLP containers).",
+        outcome=SILENTLY_WRONG,
+        scope=Scope(archs=("gpt-neo", "llama", "opt", "gpt-j"), zero=(3,), tp=True, mpu=True, pin=True, min_ranks=2),
+        workaround="`inference_tp_size` 1",
+        tests=("unit/hybrid_engine/test_hybrid_engine_tensor_parallel_copies.py",),
+        text="ISSUE-tensor-parallel-released.md",
+        scripts=(Script("tensor_parallel_mpu.py", 2, ("--arch", "gpt-neo")),),
+        shows=(
+            "tensor-parallel generation with an mpu hands the injected layers released ZeRO-3 partitions ({patch})",
+        ),  # fmt: skip
+    ),
+    Finding(
+        id="tensor-parallel-output",
+        patch="0026",
+        summary="Tensor-parallel generate hands back a tuple where the caller asked for a ModelOutput "
+        "(`return_dict_in_generate=True`).",
+        outcome=CRASH,
+        scope=Scope(archs=ALL_ARCHS, tp=True, mpu=True, min_ranks=2),
+        workaround="`inference_tp_size` 1, or generate without `return_dict_in_generate`",
+        tests=("unit/hybrid_engine/test_hybrid_engine_tensor_parallel_generate.py",),
+        text="ISSUE-tensor-parallel-output.md",
+        scripts=(Script("tensor_parallel_mpu.py", 2, ("--arch", "gpt-neo")),),
+        shows=("tensor-parallel generation hands back a tuple where the caller asked for a ModelOutput ({patch})",),
+    ),
+    Finding(
+        id="gptneox-tensor-parallel-heads",
+        patch="0027",
+        summary="Under tensor parallelism with an mpu, GPT-NeoX's QKV layout transform splits a rank's slice by the "
+        "model's head count.",
+        outcome=SILENTLY_WRONG,
+        scope=Scope(archs=("gpt-neox",), tp=True, mpu=True, min_ranks=2),
+        workaround="`inference_tp_size` 1",
+        tests=("unit/hybrid_engine/test_hybrid_megatron_tensor_parallel.py",),
+        needs=("zero3-qkv-layout", "lora-qkv-layout", "qkv-transform-idempotent"),
+        text="ISSUE-gptneox-tensor-parallel-heads.md",
+        scripts=(Script("tensor_parallel_mpu.py", 2, ("--arch", "gpt-neox", "--zero", "2")),),
+        shows=("GPT-NeoX's QKV layout transform splits a rank's slice by the model's head count ({patch})",),
+    ),
+    Finding(
+        id="left-padding",
+        patch="0028",
+        summary="From Transformers 4.53 the injected attention cannot use the bool mask it is handed, so a "
+        "left-padded prompt's padding is attended.",
+        outcome=SILENTLY_WRONG,
+        scope=Scope(archs=("gpt-neox", "llama"), left_pad=True, transformers=(FIRST_BOOL_MASKS, None)),
+        workaround="Transformers 4.52.x, or prompts of one length (no padding)",
+        tests=("unit/ops/transformer/inference/test_ds_attention_bool_mask.py",),
+        text="ISSUE-left-padding.md",
+        scripts=(Script("left_padding.py", transformers=FIRST_BOOL_MASKS),),
+        shows=("left padding attended: the injected attention cannot use the mask Transformers hands it ({patch})",),
+    ),
+    Finding(
+        id="bloom-alibi-offset",
+        patch="0029",
+        summary="BLOOM's attention offsets ALiBi by the global rank, so on data-parallel ranks above 0 it takes none "
+        "of its own heads.",
+        outcome=CRASH,
+        scope=Scope(archs=("bloom",), transformers=(None, BLOOM_ENGAGED), min_ranks=2),
+        workaround=NO_WORKAROUND,
+        tests=("unit/ops/transformer/inference/test_ds_attention_bloom_alibi.py",),
+        text="ISSUE-bloom-alibi-offset.md",
+        scripts=(Script("bloom_alibi_offset.py", 2, transformers=BLOOM_ENGAGED),),
+        shows=(
+            "BLOOM's attention offsets ALiBi by the global rank: a data-parallel rank > 0 takes none of its heads "
+            "({patch})",
+        ),  # fmt: skip
+    ),
+    Finding(
+        id="gptj-activation",
+        patch="0030",
+        summary="GPT-J's `activation_function` is ignored: the injected MLP computes GELU whatever the model says.",
+        outcome=SILENTLY_WRONG,
+        fix=REFUSED,
+        scope=Scope(archs=("gpt-j",), config="activation_function other than gelu_new"),
+        workaround=NO_WORKAROUND,
+        tests=("unit/module_inject/test_gptj_activation.py",),
+        text="ISSUE-gptj-activation.md",
+        scripts=(Script("gptj_config.py"),),
+        shows=("GPT-J's activation_function ignored by the Hybrid Engine: its MLP computed with GELU ({patch})",),
+        refusal="refused by name: a GPT-J activation the injected MLP cannot compute ({patch})",
+    ),
+    Finding(
+        id="bloom-residual",
+        patch="0031",
+        summary="BLOOM's `apply_residual_connection_post_layernorm` is ignored: the residual is taken before the "
+        "LayerNorm.",
+        outcome=SILENTLY_WRONG,
+        fix=REFUSED,
+        scope=Scope(
+            archs=("bloom",),
+            transformers=(None, BLOOM_ENGAGED),
+            config="apply_residual_connection_post_layernorm: true",
+        ),  # fmt: skip
+        workaround=NO_WORKAROUND,
+        tests=("unit/module_inject/test_bloom_residual.py",),
+        text="ISSUE-bloom-residual.md",
+        scripts=(Script("bloom_config.py", transformers=BLOOM_ENGAGED),),
+        shows=(
+            "BLOOM's apply_residual_connection_post_layernorm ignored by the Hybrid Engine: the residual taken "
+            "before the LayerNorm ({patch})",
+        ),  # fmt: skip
+        refusal="refused by name: BLOOM with the residual after the LayerNorm ({patch})",
+    ),
+    Finding(
+        id="bloom-tensor-parallel",
+        patch="0032",
+        summary="BLOOM's tensor-parallel QKV copy ignores the Hybrid Engine's layout under pinned ZeRO-3: it slices a "
+        "rank's slice onto itself.",
+        outcome=CRASH,
+        scope=Scope(
+            archs=("bloom",), zero=(3,), tp=True, mpu=True, pin=True, transformers=(None, BLOOM_ENGAGED), min_ranks=2
+        ),  # fmt: skip
+        workaround="`inference_tp_size` 1",
+        tests=("unit/module_inject/test_bloom_tensor_parallel.py",),
+        bug_errors=("RuntimeError",),
+        text="ISSUE-bloom-tensor-parallel.md",
+        scripts=(Script("tensor_parallel_mpu.py", 2, ("--arch", "bloom", "--zero", "3"), BLOOM_ENGAGED),),
+        shows=(
+            "BLOOM's tensor-parallel QKV copy ignores the Hybrid Engine's layout: it slices a rank's slice onto "
+            "itself ({patch})",
+        ),  # fmt: skip
+    ),
+    Finding(
+        id="tensor-parallel-mask",
+        patch="0033",
+        summary="Tensor-parallel generate gathers every rank's prompts but not their attention masks: BLOOM's ALiBi "
+        "and left-padded batches fail.",
+        outcome=CRASH,
+        scope=Scope(archs=ALL_ARCHS, tp=True, mpu=True, min_ranks=2),
+        workaround="`inference_tp_size` 1",
+        tests=("unit/hybrid_engine/test_hybrid_engine_tensor_parallel_mask.py",),
+        text="ISSUE-tensor-parallel-mask.md",
+        scripts=(Script("tensor_parallel_mpu.py", 2, ("--arch", "bloom", "--zero", "3"), BLOOM_ENGAGED),),
+        shows=("tensor-parallel generate() gathers the prompts but not their attention masks ({patch})",),
+    ),
+)

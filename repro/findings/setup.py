@@ -1,0 +1,84 @@
+"""A user's setup on the axes a finding's scope names, and whether a finding's scope covers it.
+
+The same setup describes a conformance cell (Setup.of_cell), so the registry's scopes are checked against what
+the cells measured, and a user's answer (repro.findings.affected) reads both."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .finding import Finding, Scope
+
+DS_CHAT_ORDER = "eval-generate-train"  # DeepSpeed-Chat's step 3: eval(), generate, train() each step
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """A release number for comparison: "4.48.3" -> (4, 48, 3); pre-release tails ("4.57.0.dev0") dropped."""
+    parts = []
+    for part in version.split(".")[:3]:
+        digits = "".join(c for c in part if c.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts + [0] * (3 - len(parts)))
+
+
+@dataclass(frozen=True)
+class Setup:
+    """DeepSpeed-Chat step 3's defaults where not given: pinned ZeRO-3 parameters, no mpu, left-padded prompts,
+    eval/generate/train each step, fp16."""
+
+    arch: str
+    zero: int
+    lora: bool
+    transformers: str
+    tp: int = 1
+    mpu: bool = False
+    pin: bool = True
+    left_pad: bool = True
+    ranks: int = 8
+    dtype: str = "fp16"
+    config: str | None = None  # a model setting other than the architecture's standard one, named
+    order: str = DS_CHAT_ORDER
+
+    @classmethod
+    def of_cell(cls, cell: dict) -> Setup:
+        """The setup a conformance cell measured (repro.rank.cell_probe's record)."""
+        settings = cell.get("settings") or {}
+        return cls(
+            arch=cell["arch"],
+            zero=cell["zero_stage"],
+            lora=cell.get("lora", "none") != "none",
+            transformers=cell["transformers"],
+            tp=(cell.get("tensor_parallel") or {}).get("mp_size", 1),
+            mpu=bool(settings.get("mpu")),
+            pin=bool(cell.get("pin", True)),
+            left_pad=bool(settings.get("left_pad")),
+            ranks=cell["world_size"],
+            dtype=cell.get("dtype", "fp32"),
+            config=None if cell.get("configuration") == "default" else cell.get("configuration"),
+            order=cell.get("order", DS_CHAT_ORDER),
+        )
+
+
+def covers(scope: Scope, setup: Setup) -> bool:
+    """Whether the finding can show in this setup: every axis its scope names holds."""
+    first, last = scope.transformers
+    version = version_tuple(setup.transformers)
+    return (
+        setup.arch in scope.archs
+        and setup.zero in scope.zero
+        and (scope.lora is None or scope.lora == setup.lora)
+        and (scope.tp is None or scope.tp == (setup.tp > 1))
+        and (scope.mpu is None or scope.mpu == setup.mpu)
+        and (scope.pin is None or scope.pin == setup.pin)
+        and (scope.left_pad is None or scope.left_pad == setup.left_pad)
+        and setup.ranks >= scope.min_ranks
+        and (first is None or version >= version_tuple(first))
+        and (last is None or version <= version_tuple(last))
+        and (scope.config is None or setup.config is not None)
+        and (scope.order is None or setup.order != DS_CHAT_ORDER)
+    )
+
+
+def hits(finding: Finding, setup: Setup) -> bool:
+    """Whether any of the finding's scopes covers the setup."""
+    return any(covers(scope, setup) for scope in finding.scopes)
