@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
-from .finding import Finding, Scope, Script
-from .registry import FINDINGS
+from .finding import Finding, Limit, Scope, Script
+from .registry import FINDINGS, LIMITS
 
-__all__ = ["FINDINGS", "SERIES", "Finding", "Scope", "Script", "by_id", "by_patch", "named_in", "needs_of"]
+__all__ = [
+    "FINDINGS",
+    "LIMITS",
+    "SERIES",
+    "Finding",
+    "Limit",
+    "Scope",
+    "Script",
+    "by_id",
+    "by_patch",
+    "named_in",
+    "needs_of",
+    "refusal",
+    "shows",
+]
 
 SERIES: tuple[str, ...] = tuple(sorted(f.patch for f in FINDINGS))  # every patch, in `git am` order
 _BY_ID = {f.id: f for f in FINDINGS}

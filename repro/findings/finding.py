@@ -5,6 +5,7 @@ user's "am I affected?" table) reads these records, so a finding's facts are typ
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 # What DeepSpeed as released does where a finding shows, in the words the user-facing table uses.
@@ -39,9 +40,15 @@ class Scope:
     pin: bool | None = None  # False: only with hybrid_engine.pin_parameters false
     left_pad: bool | None = None  # True: only with left-padded prompts
     min_ranks: int = 1  # the fewest ranks it shows with
+    data_parallel: bool | None = None  # True: only with more ranks than inference_tp_size (data-parallel rank > 0)
     transformers: tuple[str | None, str | None] = (None, None)  # first and last Transformers it shows on
-    # A model setting the standard checkpoints of these architectures do not have (None: the standard ones hit).
+    # A model setting the standard checkpoints of these architectures do not have, in words (None: the standard
+    # ones hit), and the test of a Hugging Face config for it (fields it lacks take Transformers' defaults).
     config: str | None = None
+    when: Callable[[dict], bool] | None = None
+    # True: only where the caller runs `engine.generate()` (DeepSpeed-Chat calls `model.module.generate()`, which
+    # the Hybrid Engine replaces only where it built containers).
+    engine_generate: bool | None = None
     # A call order other than DeepSpeed-Chat's (eval, generate, train each step); None: that order hits.
     order: str | None = None
 
@@ -58,6 +65,8 @@ class Finding:
     workaround: str  # what a user can change today without patching DeepSpeed, or "none"
     tests: tuple[str, ...]  # its upstream tests, under tests/upstream/
     fix: str = FIXED  # what the series does: FIXED, or REFUSED where the kernel cannot compute the setting
+    # Where a fix serves some settings and refuses the rest: the config test of those it refuses.
+    refused_when: Callable[[dict], bool] | None = None
     upstream: tuple[str, ...] = ()  # DeepSpeed issues and pull requests it answers
     needs: tuple[str, ...] = ()  # findings whose patches its tests need beside it (ids)
     bug_errors: tuple[str, ...] = ()  # where the bug is an exception: its type, the test's failure
@@ -72,14 +81,24 @@ class Finding:
     also: tuple[Scope, ...] = ()  # further scopes where it shows (a union: where any holds)
 
     def __post_init__(self) -> None:
+        if any((scope.config is None) != (scope.when is None) for scope in self.scopes):
+            raise ValueError(f"finding {self.id}: a scope's config needs both its words and its test")
         if self.outcome not in OUTCOMES:
             raise ValueError(f"finding {self.id}: outcome {self.outcome!r} is not one of {OUTCOMES}")
+        if self.refused_when is not None and self.fix != FIXED:
+            raise ValueError(f"finding {self.id}: refused_when is for a fix that serves some settings (fix={FIXED!r})")
         if self.fix not in (FIXED, REFUSED):
             raise ValueError(f"finding {self.id}: fix {self.fix!r} is not {FIXED!r} or {REFUSED!r}")
 
     def says(self, template: str) -> str:
         """A diagnosis or refusal sentence with this finding's patch number filled in."""
         return template.format(patch=self.patch)
+
+    def refuses(self, config: dict | None) -> bool:
+        """Whether the series refuses a model with this config by name (None: a config not known here)."""
+        if self.fix == REFUSED:
+            return True
+        return self.refused_when is not None and config is not None and self.refused_when(config)
 
     @property
     def scopes(self) -> tuple[Scope, ...]:
@@ -90,3 +109,16 @@ class Finding:
         """Every sentence the conformance diagnosis names this finding with."""
         found = tuple(self.says(t) for t in self.shows)
         return found + ((self.says(self.refusal),) if self.refusal else ())
+
+
+@dataclass(frozen=True)
+class Limit:
+    """What DeepSpeed does by design, with no patch in the series: where the Hybrid Engine declines a model (it
+    runs natively, or refuses by name). A user's answer names it beside the findings."""
+
+    id: str
+    summary: str
+    outcome: str  # one of OUTCOMES: what a user sees
+    scope: Scope
+    workaround: str
+    served: bool = False  # True: the series leaves it so (with the series the outcome stays)

@@ -7,7 +7,7 @@ a finding in lies inside that finding's scope (tests/findings/test_registry.py).
 
 from __future__ import annotations
 
-from .finding import CRASH, REFUSED, SILENTLY_OFF, SILENTLY_WRONG, Finding, Scope, Script
+from .finding import CRASH, REFUSED, SILENTLY_OFF, SILENTLY_WRONG, Finding, Limit, Scope, Script
 
 ALL_ARCHS = ("gpt-neox", "gpt-neo", "llama", "opt", "gpt-j", "bloom")
 # The architectures whose layers hold no QKV bias (GPT-NeoX, OPT and BLOOM have one).
@@ -30,6 +30,40 @@ FIRST_BOOL_MASKS = "4.53.0"
 # the QKV layout transform reads the shape of a GPT-NeoX's missing QKV bias (0015), the OPT policy concatenates
 # missing q/k/v biases (0017), the Hybrid Engine builds a LayerNorm of dim None for one without weights (0022),
 # BLOOM's tensor-parallel QKV copy slices the wrong dimension, onto itself or off the shapes (0032).
+
+
+def rotary_base(config: dict) -> float:
+    """GPT-NeoX's rotary base where each Transformers keeps it (5.x: rope_parameters; before: rope_theta, earlier
+    rotary_emb_base)."""
+    params = config.get("rope_parameters") or {}
+    return params.get("rope_theta") or config.get("rope_theta") or config.get("rotary_emb_base") or 10000
+
+
+def layer_norm_eps(config: dict) -> float:
+    """The LayerNorm epsilon of a GPT-NeoX, GPT-Neo, GPT-J or BLOOM config (OPT has none: 1e-5)."""
+    return config.get("layer_norm_eps", config.get("layer_norm_epsilon", 1e-5))
+
+
+def llama_unservable(config: dict) -> bool:
+    """What DeepSpeed's Llama layer cannot compute: grouped-query attention, biases, a gate other than SiLU, or a
+    head_dim other than hidden / heads."""
+    heads = config.get("num_attention_heads", 32)
+    per_head = config.get("hidden_size", 4096) // heads
+    return (
+        (config.get("num_key_value_heads") or heads) != heads
+        or bool(config.get("attention_bias") or config.get("mlp_bias"))
+        or config.get("hidden_act", "silu") != "silu"
+        or (config.get("head_dim") or per_head) != per_head
+    )
+
+
+def post_layer_norm(config: dict) -> bool:
+    """opt-350m's LayerNorm after the attention and the MLP."""
+    return config.get("do_layer_norm_before", True) is False
+
+
+# The GELUs GPT-J's injected MLP computes within noise: it always applies the tanh approximation.
+GELUS = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python", "gelu_accurate")
 NO_WORKAROUND = "none: turn the Hybrid Engine off (`hybrid_engine.enabled: false`) until the fix is in"
 
 FINDINGS: tuple[Finding, ...] = (
@@ -39,7 +73,7 @@ FINDINGS: tuple[Finding, ...] = (
         summary="GPT-NeoX (Pythia) cannot be injected on current Transformers: its attention module no longer has "
         "`hidden_size` and `num_attention_heads`, which DeepSpeed's policy reads.",
         outcome=CRASH,
-        scope=Scope(archs=("gpt-neox",), transformers=("4.48.0", None)),
+        scope=Scope(archs=("gpt-neox",), transformers=("4.49.0", None)),
         workaround="set `hidden_size` and `num_attention_heads` on each `GPTNeoXAttention` from the model config "
         "before `deepspeed.initialize` (`python -m repro shim` does it)",
         tests=("unit/module_inject/test_gptneox_hidden_heads.py",),
@@ -102,7 +136,11 @@ FINDINGS: tuple[Finding, ...] = (
         patch="0005",
         summary="GPT-NeoX with `use_parallel_residual: false` is computed as a parallel-residual model (#3453).",
         outcome=SILENTLY_WRONG,
-        scope=Scope(archs=("gpt-neox",), config="use_parallel_residual: false"),
+        scope=Scope(
+            archs=("gpt-neox",),
+            config="use_parallel_residual: false",
+            when=lambda c: c.get("use_parallel_residual", True) is False,
+        ),
         workaround=NO_WORKAROUND,
         tests=("unit/module_inject/test_gptneox_sequential_residual.py",),
         upstream=("#3453",),
@@ -117,7 +155,12 @@ FINDINGS: tuple[Finding, ...] = (
         summary="GPT-NeoX's rotary base (`rotary_emb_base` / `rope_theta`) is ignored: the injected attention "
         "rotates with base 10000.",
         outcome=SILENTLY_WRONG,
-        scope=Scope(archs=("gpt-neox",), config="rotary base other than 10000, or rope_scaling"),
+        scope=Scope(
+            archs=("gpt-neox",),
+            config="rotary base other than 10000, or rope_scaling",
+            when=lambda c: rotary_base(c) != 10000 or bool(c.get("rope_scaling")),
+        ),
+        refused_when=lambda c: bool(c.get("rope_scaling")),
         workaround=NO_WORKAROUND,
         tests=("unit/module_inject/test_gptneox_rotary_base.py",),
         needs=("gptneox-hidden-heads",),
@@ -185,8 +228,9 @@ FINDINGS: tuple[Finding, ...] = (
         scope=Scope(
             archs=("llama",),
             config="grouped-query attention (Llama-2-70B, Llama-3), attention or MLP "
-            "biases, or a gate other than SiLU",
-        ),  # fmt: skip
+            "biases, a gate other than SiLU, or a head_dim other than hidden / heads",
+            when=llama_unservable,
+        ),
         workaround=NO_WORKAROUND,
         tests=("unit/module_inject/test_llama_unservable_config.py",),
         needs=("llama-layer-tuple",),
@@ -201,7 +245,11 @@ FINDINGS: tuple[Finding, ...] = (
         summary="The LayerNorms the Hybrid Engine replaces outside the layers are computed with eps 1e-5, not the "
         "model's own epsilon.",
         outcome=SILENTLY_WRONG,
-        scope=Scope(archs=("gpt-neox", "gpt-neo", "opt", "gpt-j", "bloom"), config="layer_norm_eps other than 1e-5"),
+        scope=Scope(
+            archs=("gpt-neox", "gpt-neo", "opt", "gpt-j", "bloom"),
+            config="layer_norm_eps other than 1e-5",
+            when=lambda c: layer_norm_eps(c) != 1e-5,
+        ),
         workaround=NO_WORKAROUND,
         tests=("unit/hybrid_engine/test_hybrid_engine_layer_norm_eps.py",),
         text="ISSUE-layer-norm-eps.md",
@@ -212,8 +260,9 @@ FINDINGS: tuple[Finding, ...] = (
         id="tensor-parallel",
         patch="0012",
         summary="With `inference_tp_size` > 1 and no mpu (DeepSpeed-Chat), the injected layers are built for a "
-        "slice of the heads but handed the whole (ZeRO-2) or released (ZeRO-3) weights.",
-        outcome=SILENTLY_WRONG,
+        "slice of the heads but handed the whole (ZeRO-2) or released (ZeRO-3) weights: generate fails on the shapes "
+        "(CPU; a GPU kernel may read them silently instead).",
+        outcome=CRASH,
         fix=REFUSED,
         scope=Scope(archs=ALL_ARCHS, tp=True, mpu=False, min_ranks=2),
         workaround="`--inference_tp_size 1` (the default)",
@@ -229,8 +278,9 @@ FINDINGS: tuple[Finding, ...] = (
         summary="When the Hybrid Engine built no container (a model without a policy, OPT on Transformers >= 4.49, "
         "GPT-NeoX on 4.45 to 4.51), `engine.generate()` fails instead of running the model's own generate.",
         outcome=CRASH,
-        scope=Scope(archs=("opt",), transformers=("4.49.0", None)),
-        also=(Scope(archs=("gpt-neox",), transformers=("4.45.0", "4.51.3")),),  # where gptneox-layer-class shows
+        scope=Scope(archs=("opt",), transformers=("4.49.0", None), engine_generate=True),
+        # and where gptneox-layer-class leaves GPT-NeoX without containers
+        also=(Scope(archs=("gpt-neox",), transformers=("4.45.0", "4.51.3"), engine_generate=True),),
         workaround="call `model.module.generate()` (DeepSpeed-Chat does): it runs natively, without the Hybrid "
         "Engine's speed-up",
         tests=("unit/hybrid_engine/test_hybrid_engine_without_containers.py",),
@@ -243,10 +293,15 @@ FINDINGS: tuple[Finding, ...] = (
     Finding(
         id="gptneox-activation",
         patch="0014",
-        summary="GPT-NeoX's `hidden_act` is ignored: the injected MLP computes GELU whatever the model says.",
+        summary="GPT-NeoX's `hidden_act` is ignored: the injected MLP computes GELU whatever the model says (the "
+        "fix computes ReLU too and refuses activations the kernel lacks).",
         outcome=SILENTLY_WRONG,
-        fix=REFUSED,
-        scope=Scope(archs=("gpt-neox",), config="hidden_act other than gelu"),
+        refused_when=lambda c: c.get("hidden_act", "gelu") not in (*GELUS, "relu"),
+        scope=Scope(
+            archs=("gpt-neox",),
+            config="hidden_act other than gelu",
+            when=lambda c: c.get("hidden_act", "gelu") not in GELUS,
+        ),
         workaround=NO_WORKAROUND,
         tests=("unit/module_inject/test_gptneox_activation.py",),
         needs=("gptneox-hidden-heads", "rotary-base"),
@@ -262,7 +317,9 @@ FINDINGS: tuple[Finding, ...] = (
         "missing QKV bias.",
         outcome=CRASH,
         fix=REFUSED,
-        scope=Scope(archs=("gpt-neox",), config="attention_bias: false"),
+        scope=Scope(
+            archs=("gpt-neox",), config="attention_bias: false", when=lambda c: c.get("attention_bias", True) is False
+        ),
         workaround=NO_WORKAROUND,
         tests=("unit/module_inject/test_gptneox_attention_bias.py",),
         needs=("gptneox-hidden-heads", "rotary-base", "gptneox-activation"),
@@ -277,7 +334,12 @@ FINDINGS: tuple[Finding, ...] = (
         patch="0016",
         summary="OPT's `activation_function` is ignored: the injected MLP computes ReLU whatever the model says.",
         outcome=SILENTLY_WRONG,
-        scope=Scope(archs=("opt",), transformers=(None, OPT_ENGAGED), config="activation_function other than relu"),
+        scope=Scope(
+            archs=("opt",),
+            transformers=(None, OPT_ENGAGED),
+            config="activation_function other than relu",
+            when=lambda c: c.get("activation_function", "relu") != "relu",
+        ),
         workaround=NO_WORKAROUND,
         tests=("unit/module_inject/test_opt_activation.py",),
         text="ISSUE-opt-activation.md",
@@ -290,7 +352,12 @@ FINDINGS: tuple[Finding, ...] = (
         summary="OPT without biases (`enable_bias: false`) crashes kernel injection on the missing q/k/v biases.",
         outcome=CRASH,
         fix=REFUSED,
-        scope=Scope(archs=("opt",), transformers=(None, OPT_ENGAGED), config="enable_bias: false"),
+        scope=Scope(
+            archs=("opt",),
+            transformers=(None, OPT_ENGAGED),
+            config="enable_bias: false",
+            when=lambda c: c.get("enable_bias", True) is False,
+        ),
         workaround=NO_WORKAROUND,
         tests=("unit/module_inject/test_opt_bias.py",),
         needs=("opt-activation",),
@@ -306,10 +373,13 @@ FINDINGS: tuple[Finding, ...] = (
         summary="For post-LayerNorm OPT (opt-350m) the injected attention is told every decode step is a prompt, so "
         "its KV cache restarts at each token (seen with DeepSpeed's PyTorch attention; the CUDA kernel recomputes "
         "the flag).",
-        outcome=SILENTLY_WRONG,
+        outcome=CRASH,
         scope=Scope(
-            archs=("opt",), transformers=(None, OPT_ENGAGED), config="do_layer_norm_before: false (opt-350m)"
-        ),  # fmt: skip
+            archs=("opt",),
+            transformers=(None, OPT_ENGAGED),
+            config="do_layer_norm_before: false (opt-350m)",
+            when=post_layer_norm,
+        ),
         workaround=NO_WORKAROUND,
         tests=("unit/ops/transformer/inference/test_ds_attention_is_prompt.py",),
         text="ISSUE-decode-as-prompt.md",
@@ -322,8 +392,11 @@ FINDINGS: tuple[Finding, ...] = (
         summary="Post-LayerNorm OPT (opt-350m) is computed with its two LayerNorms swapped.",
         outcome=SILENTLY_WRONG,
         scope=Scope(
-            archs=("opt",), transformers=(None, OPT_ENGAGED), config="do_layer_norm_before: false (opt-350m)"
-        ),  # fmt: skip
+            archs=("opt",),
+            transformers=(None, OPT_ENGAGED),
+            config="do_layer_norm_before: false (opt-350m)",
+            when=post_layer_norm,
+        ),
         workaround=NO_WORKAROUND,
         tests=("unit/module_inject/test_opt_post_layer_norm.py",),
         text="ISSUE-opt-post-layer-norm.md",
@@ -340,14 +413,15 @@ FINDINGS: tuple[Finding, ...] = (
             zero=(3,),
             transformers=(None, OPT_ENGAGED),
             config="do_layer_norm_before: false (opt-350m)",
-        ),  # fmt: skip
+            when=post_layer_norm,
+        ),
         workaround="ZeRO-2 for the actor, or turn the Hybrid Engine off",
         tests=("unit/ops/transformer/inference/test_ds_attention_post_layer_norm_bias.py",),
         needs=("zero3-qkv-bias",),
         text="ISSUE-post-layer-norm-qkv-bias.md",
         scripts=(
             Script("opt_config.py", args=("--setting", "post_layer_norm", "--zero", "3"), transformers=OPT_ENGAGED),
-        ),  # fmt: skip
+        ),
         shows=("ZeRO-3 post-LayerNorm attention computed without its q/k/v biases ({patch})",),
     ),
     Finding(
@@ -370,8 +444,11 @@ FINDINGS: tuple[Finding, ...] = (
         "of the model's outer LayerNorms.",
         outcome=CRASH,
         scope=Scope(
-            archs=("opt",), transformers=(None, OPT_ENGAGED), config="layer_norm_elementwise_affine: false"
-        ),  # fmt: skip
+            archs=("opt",),
+            transformers=(None, OPT_ENGAGED),
+            config="layer_norm_elementwise_affine: false",
+            when=lambda c: c.get("layer_norm_elementwise_affine", True) is False,
+        ),
         workaround=NO_WORKAROUND,
         tests=("unit/hybrid_engine/test_hybrid_engine_layer_norm_without_weights.py",),
         bug_errors=("TypeError",),
@@ -386,8 +463,11 @@ FINDINGS: tuple[Finding, ...] = (
         outcome=SILENTLY_WRONG,
         fix=REFUSED,
         scope=Scope(
-            archs=("opt",), transformers=(None, OPT_ENGAGED), config="layer_norm_elementwise_affine: false"
-        ),  # fmt: skip
+            archs=("opt",),
+            transformers=(None, OPT_ENGAGED),
+            config="layer_norm_elementwise_affine: false",
+            when=lambda c: c.get("layer_norm_elementwise_affine", True) is False,
+        ),
         workaround=NO_WORKAROUND,
         tests=("unit/module_inject/test_opt_layer_norm_affine.py",),
         needs=("opt-activation", "opt-bias"),
@@ -414,7 +494,7 @@ FINDINGS: tuple[Finding, ...] = (
         patch="0025",
         summary="Tensor-parallel generation with an mpu hands the injected layers ZeRO-3 partitions already "
         "released (split Q/K/V and gated-MLP containers).",
-        outcome=SILENTLY_WRONG,
+        outcome=CRASH,
         scope=Scope(archs=("gpt-neo", "llama", "opt", "gpt-j"), zero=(3,), tp=True, mpu=True, pin=True, min_ranks=2),
         workaround="`inference_tp_size` 1",
         tests=("unit/hybrid_engine/test_hybrid_engine_tensor_parallel_copies.py",),
@@ -422,7 +502,7 @@ FINDINGS: tuple[Finding, ...] = (
         scripts=(Script("tensor_parallel_mpu.py", 2, ("--arch", "gpt-neo")),),
         shows=(
             "tensor-parallel generation with an mpu hands the injected layers released ZeRO-3 partitions ({patch})",
-        ),  # fmt: skip
+        ),
     ),
     Finding(
         id="tensor-parallel-output",
@@ -430,8 +510,8 @@ FINDINGS: tuple[Finding, ...] = (
         summary="Tensor-parallel generate hands back a tuple where the caller asked for a ModelOutput "
         "(`return_dict_in_generate=True`).",
         outcome=CRASH,
-        scope=Scope(archs=ALL_ARCHS, tp=True, mpu=True, min_ranks=2),
-        workaround="`inference_tp_size` 1, or generate without `return_dict_in_generate`",
+        scope=Scope(archs=ALL_ARCHS, zero=(3,), tp=True, mpu=True, pin=True, min_ranks=2),
+        workaround="generate without `return_dict_in_generate` (DeepSpeed-Chat does), or `inference_tp_size` 1",
         tests=("unit/hybrid_engine/test_hybrid_engine_tensor_parallel_generate.py",),
         text="ISSUE-tensor-parallel-output.md",
         scripts=(Script("tensor_parallel_mpu.py", 2, ("--arch", "gpt-neo")),),
@@ -468,9 +548,9 @@ FINDINGS: tuple[Finding, ...] = (
         id="bloom-alibi-offset",
         patch="0029",
         summary="BLOOM's attention offsets ALiBi by the global rank, so on data-parallel ranks above 0 it takes none "
-        "of its own heads.",
+        "of its own heads (CPU: a shape error; the GPU kernel reads past the heads instead, read, not run).",
         outcome=CRASH,
-        scope=Scope(archs=("bloom",), transformers=(None, BLOOM_ENGAGED), min_ranks=2),
+        scope=Scope(archs=("bloom",), transformers=(None, BLOOM_ENGAGED), data_parallel=True),
         workaround=NO_WORKAROUND,
         tests=("unit/ops/transformer/inference/test_ds_attention_bloom_alibi.py",),
         text="ISSUE-bloom-alibi-offset.md",
@@ -478,7 +558,7 @@ FINDINGS: tuple[Finding, ...] = (
         shows=(
             "BLOOM's attention offsets ALiBi by the global rank: a data-parallel rank > 0 takes none of its heads "
             "({patch})",
-        ),  # fmt: skip
+        ),
     ),
     Finding(
         id="gptj-activation",
@@ -486,7 +566,11 @@ FINDINGS: tuple[Finding, ...] = (
         summary="GPT-J's `activation_function` is ignored: the injected MLP computes GELU whatever the model says.",
         outcome=SILENTLY_WRONG,
         fix=REFUSED,
-        scope=Scope(archs=("gpt-j",), config="activation_function other than gelu_new"),
+        scope=Scope(
+            archs=("gpt-j",),
+            config="activation_function other than a GELU",
+            when=lambda c: c.get("activation_function", "gelu_new") not in GELUS,
+        ),
         workaround=NO_WORKAROUND,
         tests=("unit/module_inject/test_gptj_activation.py",),
         text="ISSUE-gptj-activation.md",
@@ -505,7 +589,8 @@ FINDINGS: tuple[Finding, ...] = (
             archs=("bloom",),
             transformers=(None, BLOOM_ENGAGED),
             config="apply_residual_connection_post_layernorm: true",
-        ),  # fmt: skip
+            when=lambda c: c.get("apply_residual_connection_post_layernorm") is True,
+        ),
         workaround=NO_WORKAROUND,
         tests=("unit/module_inject/test_bloom_residual.py",),
         text="ISSUE-bloom-residual.md",
@@ -513,7 +598,7 @@ FINDINGS: tuple[Finding, ...] = (
         shows=(
             "BLOOM's apply_residual_connection_post_layernorm ignored by the Hybrid Engine: the residual taken "
             "before the LayerNorm ({patch})",
-        ),  # fmt: skip
+        ),
         refusal="refused by name: BLOOM with the residual after the LayerNorm ({patch})",
     ),
     Finding(
@@ -524,7 +609,7 @@ FINDINGS: tuple[Finding, ...] = (
         outcome=CRASH,
         scope=Scope(
             archs=("bloom",), zero=(3,), tp=True, mpu=True, pin=True, transformers=(None, BLOOM_ENGAGED), min_ranks=2
-        ),  # fmt: skip
+        ),
         workaround="`inference_tp_size` 1",
         tests=("unit/module_inject/test_bloom_tensor_parallel.py",),
         bug_errors=("RuntimeError",),
@@ -533,7 +618,7 @@ FINDINGS: tuple[Finding, ...] = (
         shows=(
             "BLOOM's tensor-parallel QKV copy ignores the Hybrid Engine's layout: it slices a rank's slice onto "
             "itself ({patch})",
-        ),  # fmt: skip
+        ),
     ),
     Finding(
         id="tensor-parallel-mask",
@@ -541,11 +626,33 @@ FINDINGS: tuple[Finding, ...] = (
         summary="Tensor-parallel generate gathers every rank's prompts but not their attention masks: BLOOM's ALiBi "
         "and left-padded batches fail.",
         outcome=CRASH,
-        scope=Scope(archs=ALL_ARCHS, tp=True, mpu=True, min_ranks=2),
+        scope=Scope(archs=ALL_ARCHS, zero=(3,), tp=True, pin=True, min_ranks=2),
         workaround="`inference_tp_size` 1",
         tests=("unit/hybrid_engine/test_hybrid_engine_tensor_parallel_mask.py",),
+        upstream=("#3998", "#4345", "#5656", "DeepSpeedExamples#628"),
         text="ISSUE-tensor-parallel-mask.md",
         scripts=(Script("tensor_parallel_mpu.py", 2, ("--arch", "bloom", "--zero", "3"), BLOOM_ENGAGED),),
         shows=("tensor-parallel generate() gathers the prompts but not their attention masks ({patch})",),
+    ),
+)
+
+# DeepSpeed's own limits, not bugs of the series: its choice, left as it is, named in a user's answer.
+LIMITS: tuple[Limit, ...] = (
+    Limit(
+        id="opt-cache-native",
+        summary="DeepSpeed 0.19.8 keeps OPT layers that take a Transformers Cache (Transformers >= 4.49) on the "
+        "native path: the Hybrid Engine injects nothing and generation runs Hugging Face's own forward, without its "
+        "speed-up and without a warning.",
+        outcome=SILENTLY_OFF,
+        scope=Scope(archs=("opt",), transformers=("4.49.0", None)),
+        workaround=f"Transformers {OPT_ENGAGED} or older for the Hybrid Engine's generation, or accept native speed",
+    ),
+    Limit(
+        id="bloom-transformers",
+        summary="DeepSpeed's BLOOM container refuses Transformers newer than 4.43 by name "
+        "(`RuntimeError: Transformers version ...`).",
+        outcome=CRASH,
+        scope=Scope(archs=("bloom",), transformers=("4.44.0", None)),
+        workaround=f"Transformers {BLOOM_ENGAGED}",
     ),
 )

@@ -5,7 +5,7 @@ the cells measured, and a user's answer (repro.findings.affected) reads both."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .finding import Finding, Scope
 
@@ -36,8 +36,10 @@ class Setup:
     left_pad: bool = True
     ranks: int = 8
     dtype: str = "fp16"
-    config: str | None = None  # a model setting other than the architecture's standard one, named
+    model_config: dict | None = field(default=None, compare=False)  # its Hugging Face config (None: not known)
     order: str = DS_CHAT_ORDER
+    engine_generate: bool = False  # DeepSpeed-Chat calls model.module.generate()
+    worked_around: frozenset[str] = frozenset()  # findings whose workaround the user applies (their ids)
 
     @classmethod
     def of_cell(cls, cell: dict) -> Setup:
@@ -48,14 +50,17 @@ class Setup:
             zero=cell["zero_stage"],
             lora=cell.get("lora", "none") != "none",
             transformers=cell["transformers"],
-            tp=(cell.get("tensor_parallel") or {}).get("mp_size", 1),
+            tp=settings.get("inference_tp_size") or (cell.get("probe") or {}).get("tp", 1),
             mpu=bool(settings.get("mpu")),
             pin=bool(cell.get("pin", True)),
             left_pad=bool(settings.get("left_pad")),
             ranks=cell["world_size"],
             dtype=cell.get("dtype", "fp32"),
-            config=None if cell.get("configuration") == "default" else cell.get("configuration"),
+            model_config=cell.get("config") or {},
             order=cell.get("order", DS_CHAT_ORDER),
+            engine_generate=True,  # the probe calls engine.generate() (repro.rank.cell_probe)
+            # The suite's GPT-NeoX runs with the Transformers shim (repro.shim): 0000's workaround.
+            worked_around=frozenset({"gptneox-hidden-heads"}) if cell["arch"] == "gpt-neox" else frozenset(),
         )
 
 
@@ -72,13 +77,15 @@ def covers(scope: Scope, setup: Setup) -> bool:
         and (scope.pin is None or scope.pin == setup.pin)
         and (scope.left_pad is None or scope.left_pad == setup.left_pad)
         and setup.ranks >= scope.min_ranks
+        and (scope.data_parallel is None or scope.data_parallel == (setup.ranks > setup.tp))
         and (first is None or version >= version_tuple(first))
         and (last is None or version <= version_tuple(last))
-        and (scope.config is None or setup.config is not None)
+        and (scope.when is None or (setup.model_config is not None and scope.when(setup.model_config)))
+        and (scope.engine_generate is None or scope.engine_generate == setup.engine_generate)
         and (scope.order is None or setup.order != DS_CHAT_ORDER)
     )
 
 
 def hits(finding: Finding, setup: Setup) -> bool:
-    """Whether any of the finding's scopes covers the setup."""
-    return any(covers(scope, setup) for scope in finding.scopes)
+    """Whether any of the finding's scopes covers the setup, and the user has not worked around it."""
+    return finding.id not in setup.worked_around and any(covers(scope, setup) for scope in finding.scopes)

@@ -1,0 +1,92 @@
+"""The answer a user reads is the registry's, and the registry predicts what every committed cell measured: as
+released (correct, silently wrong, crashes, Hybrid Engine silently off) and with the series (correct, refused)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from repro import findings
+from repro.findings.answer import CORRECT, answer, measured, series_measured
+from repro.findings.finding import CRASH, FIXED, REFUSED, SILENTLY_OFF, SILENTLY_WRONG
+from repro.findings.setup import Setup
+
+CELLS = json.loads(
+    (Path(__file__).resolve().parents[2] / "results/reference/conformance/conformance.json").read_text()
+)
+
+
+def mismatches(build: str, registry=findings.FINDINGS) -> tuple[int, list]:
+    judged, wrong = 0, []
+    for cell in CELLS["cells"]:
+        if cell["build"] != build:
+            continue
+        truth = measured(cell) if build == "released" else series_measured(cell)
+        if truth is None:
+            continue
+        said = answer(Setup.of_cell(cell), registry=registry)
+        guess = said.outcome if build == "released" else said.with_series
+        judged += 1
+        if guess != truth:
+            wrong.append((cell["arch"], cell["scenario"], cell["configuration"], cell["zero_stage"], guess, truth))
+    return judged, wrong
+
+
+@pytest.mark.parametrize("build", ["released", "whole series"])
+def test_the_registry_predicts_every_committed_cell(build):
+    judged, wrong = mismatches(build)
+    assert judged > 200 and not wrong
+
+
+def test_a_finding_missing_from_the_registry_is_caught():
+    without_bias = tuple(f for f in findings.FINDINGS if f.id != "zero3-qkv-bias")
+    _, wrong = mismatches("released", without_bias)
+    assert wrong and all(w[4] == CORRECT and w[5] == SILENTLY_WRONG for w in wrong)
+
+
+def setup(**kw):
+    return Setup(**{"arch": "llama", "zero": 3, "lora": False, "transformers": "4.52.4", **kw})
+
+
+def test_a_crash_decides_and_the_bugs_behind_it_are_named():
+    said = answer(setup(transformers="4.57.6"))
+    assert said.outcome == CRASH
+    assert [f.id for f in said.deciding] == ["llama-layer-tuple"]
+    assert {f.id for f in said.behind} == {"zero3-qkv-bias", "left-padding"}
+    assert said.fixing[0].id == "llama-layer-tuple" and said.with_series == FIXED
+
+
+def test_silently_wrong_then_correct_on_zero_2():
+    assert answer(setup()).outcome == SILENTLY_WRONG
+    assert answer(setup(zero=2)).outcome == CORRECT
+
+
+def test_a_worked_around_finding_no_longer_decides():
+    said = answer(setup(worked_around=frozenset({"zero3-qkv-bias"})))
+    assert said.outcome == CORRECT
+
+
+def test_opt_on_new_transformers_runs_natively_and_stays_so_with_the_series():
+    said = answer(Setup(arch="opt", zero=3, lora=True, tp=2, transformers="4.57.6"))
+    assert said.outcome == SILENTLY_OFF and said.with_series == SILENTLY_OFF
+    assert [x.id for x in said.deciding] == ["opt-cache-native"] and not said.behind
+
+
+def test_tensor_parallel_without_an_mpu_crashes_and_the_series_refuses_it():
+    said = answer(Setup(arch="opt", zero=3, lora=True, tp=2, transformers="4.48.3"))
+    assert said.outcome == CRASH and said.with_series == REFUSED
+    assert {f.id for f in said.deciding} >= {"tensor-parallel", "tensor-parallel-mask"}
+
+
+def test_a_model_without_a_policy_is_silently_off():
+    said = answer(Setup(arch="mistral", zero=3, lora=True, transformers="4.57.6"), served=False)
+    assert said.outcome == SILENTLY_OFF and said.with_series == SILENTLY_OFF and not said.fixing
+
+
+def test_unknown_config_names_the_config_findings_and_a_known_one_decides():
+    said = answer(setup())
+    assert [f.id for f in said.conditional] == ["llama-unservable-config"]
+    gqa = {"num_attention_heads": 64, "num_key_value_heads": 8, "hidden_size": 8192}
+    said = answer(setup(zero=2, model_config=gqa))
+    assert said.outcome == SILENTLY_WRONG and said.with_series == REFUSED and not said.conditional
+    assert answer(setup(zero=2, model_config={"num_attention_heads": 32, "hidden_size": 4096})).outcome == CORRECT
