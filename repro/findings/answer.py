@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .finding import CRASH, FIXED, REFUSED, SILENTLY_OFF, SILENTLY_WRONG, Finding, Limit
-from .registry import FINDINGS, LIMITS
-from .setup import Setup, covers, hits
+from .registry import FINDINGS, LIMITS, NO_WORKAROUND
+from .setup import Setup, covers, hits, version_tuple
 
 CORRECT = "correct"
+BELOW = "Transformers < "  # a workaround that caps Transformers
 ORDER = (SILENTLY_OFF, CRASH, SILENTLY_WRONG)  # the first of these a run meets decides what the user sees
 
 
@@ -34,10 +35,21 @@ class Answer:
 
     @property
     def workarounds(self) -> tuple[str, ...]:
+        """Each deciding and behind finding's workaround, once."""
         seen: dict[str, None] = {}
         for item in (*self.deciding, *self.behind):
             seen.setdefault(item.workaround, None)
         return tuple(seen)
+
+    @property
+    def plan(self) -> tuple[str, ...]:
+        """What to change today, all at once: the Hybrid Engine off where one finding has no other workaround, else
+        every workaround, "Transformers < X" bounds merged into the lowest."""
+        if NO_WORKAROUND in self.workarounds:
+            return (NO_WORKAROUND,)
+        below = [w for w in self.workarounds if w.startswith(BELOW)]
+        lowest = min(below, key=lambda w: version_tuple(w.removeprefix(BELOW)), default=None)
+        return tuple(w for w in self.workarounds if not w.startswith(BELOW) or w == lowest)
 
 
 def answer(setup: Setup, served: bool = True, registry: tuple[Finding, ...] = FINDINGS) -> Answer:

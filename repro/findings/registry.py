@@ -64,7 +64,10 @@ def post_layer_norm(config: dict) -> bool:
 
 # The GELUs GPT-J's injected MLP computes within noise: it always applies the tanh approximation.
 GELUS = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python", "gelu_accurate")
-NO_WORKAROUND = "none: turn the Hybrid Engine off (`hybrid_engine.enabled: false`) until the fix is in"
+# What a user changes today, in DeepSpeed-Chat's flags where it has one.
+NO_WORKAROUND = "Hybrid Engine off (no `--enable_hybrid_engine`)"
+ZERO_2 = "`--actor_zero_stage 2`"
+TP_1 = "`--inference_tp_size 1`"
 
 FINDINGS: tuple[Finding, ...] = (
     Finding(
@@ -74,8 +77,7 @@ FINDINGS: tuple[Finding, ...] = (
         "`hidden_size` and `num_attention_heads`, which DeepSpeed's policy reads.",
         outcome=CRASH,
         scope=Scope(archs=("gpt-neox",), transformers=("4.49.0", None)),
-        workaround="set `hidden_size` and `num_attention_heads` on each `GPTNeoXAttention` from the model config "
-        "before `deepspeed.initialize` (`python -m repro shim` does it)",
+        workaround="set `hidden_size` and `num_attention_heads` on each `GPTNeoXAttention` (`python -m repro shim`)",
         tests=("unit/module_inject/test_gptneox_hidden_heads.py",),
         bug_errors=("AttributeError",),
     ),
@@ -86,7 +88,7 @@ FINDINGS: tuple[Finding, ...] = (
         "head-interleaved weights as Q|K|V and writes garbage (#8391).",
         outcome=SILENTLY_WRONG,
         scope=Scope(archs=("gpt-neox",), zero=(3,), min_ranks=2),
-        workaround="ZeRO-2 for the actor (`--actor_zero_stage 2`), or turn the Hybrid Engine off",
+        workaround=ZERO_2,
         tests=("unit/hybrid_engine/test_hybrid_megatron_zero3.py",),
         upstream=("#8391", "#8392"),
         text="PR-8392-COMMENT.md",
@@ -100,8 +102,7 @@ FINDINGS: tuple[Finding, ...] = (
         "inference layout, so generation with LoRA on `query_key_value` is wrong.",
         outcome=SILENTLY_WRONG,
         scope=Scope(archs=("gpt-neox",), lora=True),
-        workaround="keep LoRA off `query_key_value` (`--actor_lora_module_name` naming the MLP only), or turn the "
-        "Hybrid Engine off",
+        workaround="no LoRA on `query_key_value`",
         tests=("unit/hybrid_engine/test_hybrid_megatron_lora.py",),
         shows=("LoRA QKV delta in training layout ({patch})",),
     ),
@@ -112,8 +113,7 @@ FINDINGS: tuple[Finding, ...] = (
         "step, so generated tokens come from the model without LoRA.",
         outcome=SILENTLY_WRONG,
         scope=Scope(archs=ALL_ARCHS, zero=(3,), lora=True, pin=False, min_ranks=2),
-        workaround="keep `hybrid_engine.pin_parameters: true` (DeepSpeed-Chat's default: do not pass "
-        "`--unpin_actor_parameters`)",
+        workaround="keep `pin_parameters: true` (no `--unpin_actor_parameters`)",
         tests=("unit/hybrid_engine/test_hybrid_engine_lora_non_pinned.py",),
         shows=("LoRA lost at decode, non-pinned ZeRO-3 ({patch})",),
     ),
@@ -124,7 +124,7 @@ FINDINGS: tuple[Finding, ...] = (
         "`eval()` or `train()` is called twice in a row, scrambling the weights for inference and for training.",
         outcome=SILENTLY_WRONG,
         scope=Scope(archs=("gpt-neox",), order="train() before the first eval(), or eval() twice"),
-        workaround="alternate `eval()` and `train()` strictly (DeepSpeed-Chat's order: eval, generate, train)",
+        workaround="call `eval()` and `train()` in turn (DeepSpeed-Chat does)",
         tests=("unit/hybrid_engine/test_hybrid_megatron_call_order.py",),
         needs=("zero3-qkv-layout", "lora-qkv-layout"),
         text="PR-8392-COMMENT.md",
@@ -179,7 +179,7 @@ FINDINGS: tuple[Finding, ...] = (
         "buffer added to every query, key and value: garbage or NaN, different on each rank (#4788).",
         outcome=SILENTLY_WRONG,
         scope=Scope(archs=BIAS_FREE, zero=(3,)),
-        workaround="ZeRO-2 for the actor (`--actor_zero_stage 2`), or turn the Hybrid Engine off",
+        workaround=ZERO_2,
         tests=("unit/hybrid_engine/test_ds_attention_merge_qkv.py",),
         upstream=("#4788",),
         text="ISSUE-zero3-qkv-bias.md",
@@ -193,7 +193,7 @@ FINDINGS: tuple[Finding, ...] = (
         "tensor: every Hybrid Engine generate fails (`'tuple' object has no attribute 'size'`).",
         outcome=CRASH,
         scope=Scope(archs=("llama",), transformers=("4.54.0", None)),
-        workaround="Transformers 4.53.x (`pip install 'transformers<4.54'`)",
+        workaround="Transformers < 4.54",
         tests=("unit/module_inject/test_llama_layer_return.py",),
         bug_errors=("AttributeError",),
         text="ISSUE-llama-layer-tuple.md",
@@ -207,7 +207,7 @@ FINDINGS: tuple[Finding, ...] = (
         "the containers never find the LoRA weights.",
         outcome=CRASH,
         scope=Scope(archs=("llama",), lora=True),
-        workaround="no LoRA on the Llama actor (`--actor_lora_dim 0`), or turn the Hybrid Engine off",
+        workaround="`--actor_lora_dim 0`",
         tests=("unit/hybrid_engine/test_llama_internlm_lora.py",),
         bug_errors=("AttributeError",),
         text="ISSUE-llama-lora.md",
@@ -265,7 +265,7 @@ FINDINGS: tuple[Finding, ...] = (
         outcome=CRASH,
         fix=REFUSED,
         scope=Scope(archs=ALL_ARCHS, tp=True, mpu=False, min_ranks=2),
-        workaround="`--inference_tp_size 1` (the default)",
+        workaround=TP_1,
         tests=("unit/hybrid_engine/test_hybrid_engine_tensor_parallel.py",),
         text="ISSUE-tensor-parallel.md",
         scripts=(Script("tensor_parallel_generate.py", 2),),
@@ -281,8 +281,7 @@ FINDINGS: tuple[Finding, ...] = (
         scope=Scope(archs=("opt",), transformers=("4.49.0", None), engine_generate=True),
         # and where gptneox-layer-class leaves GPT-NeoX without containers
         also=(Scope(archs=("gpt-neox",), transformers=("4.45.0", "4.51.3"), engine_generate=True),),
-        workaround="call `model.module.generate()` (DeepSpeed-Chat does): it runs natively, without the Hybrid "
-        "Engine's speed-up",
+        workaround="call `model.module.generate()` (DeepSpeed-Chat does)",
         tests=("unit/hybrid_engine/test_hybrid_engine_without_containers.py",),
         bug_errors=("AttributeError",),
         text="ISSUE-engine-generate.md",
@@ -415,7 +414,7 @@ FINDINGS: tuple[Finding, ...] = (
             config="do_layer_norm_before: false (opt-350m)",
             when=post_layer_norm,
         ),
-        workaround="ZeRO-2 for the actor, or turn the Hybrid Engine off",
+        workaround=ZERO_2,
         tests=("unit/ops/transformer/inference/test_ds_attention_post_layer_norm_bias.py",),
         needs=("zero3-qkv-bias",),
         text="ISSUE-post-layer-norm-qkv-bias.md",
@@ -431,7 +430,7 @@ FINDINGS: tuple[Finding, ...] = (
         "injected and generate runs natively, silently.",
         outcome=SILENTLY_OFF,
         scope=Scope(archs=("gpt-neox",), transformers=("4.45.0", "4.51.3")),
-        workaround="Transformers 4.52 or newer (with the GPT-NeoX attributes set), or accept native generation",
+        workaround="Transformers >= 4.52 (with the shim)",
         tests=("unit/module_inject/test_gptneox_layer_class.py",),
         text="ISSUE-gptneox-layer-class.md",
         scripts=(Script("gptneox_config.py", args=("--setting", "default"), transformers=OPT_ENGAGED),),
@@ -482,7 +481,7 @@ FINDINGS: tuple[Finding, ...] = (
         "it was passed: the second generate step fails.",
         outcome=CRASH,
         scope=Scope(archs=("gpt-neox", "gpt-neo", "gpt-j"), transformers=("4.45.0", "4.53.3")),
-        workaround="Transformers 4.54 or newer",
+        workaround="Transformers >= 4.54",
         tests=("unit/module_inject/test_injected_layer_cache.py",),
         needs=("llama-layer-tuple",),
         text="ISSUE-cache-return.md",
@@ -496,7 +495,7 @@ FINDINGS: tuple[Finding, ...] = (
         "released (split Q/K/V and gated-MLP containers).",
         outcome=CRASH,
         scope=Scope(archs=("gpt-neo", "llama", "opt", "gpt-j"), zero=(3,), tp=True, mpu=True, pin=True, min_ranks=2),
-        workaround="`inference_tp_size` 1",
+        workaround=TP_1,
         tests=("unit/hybrid_engine/test_hybrid_engine_tensor_parallel_copies.py",),
         text="ISSUE-tensor-parallel-released.md",
         scripts=(Script("tensor_parallel_mpu.py", 2, ("--arch", "gpt-neo")),),
@@ -511,7 +510,7 @@ FINDINGS: tuple[Finding, ...] = (
         "(`return_dict_in_generate=True`).",
         outcome=CRASH,
         scope=Scope(archs=ALL_ARCHS, zero=(3,), tp=True, mpu=True, pin=True, min_ranks=2),
-        workaround="generate without `return_dict_in_generate` (DeepSpeed-Chat does), or `inference_tp_size` 1",
+        workaround="no `return_dict_in_generate` (DeepSpeed-Chat passes none)",
         tests=("unit/hybrid_engine/test_hybrid_engine_tensor_parallel_generate.py",),
         text="ISSUE-tensor-parallel-output.md",
         scripts=(Script("tensor_parallel_mpu.py", 2, ("--arch", "gpt-neo")),),
@@ -524,7 +523,7 @@ FINDINGS: tuple[Finding, ...] = (
         "model's head count.",
         outcome=SILENTLY_WRONG,
         scope=Scope(archs=("gpt-neox",), tp=True, mpu=True, min_ranks=2),
-        workaround="`inference_tp_size` 1",
+        workaround=TP_1,
         tests=("unit/hybrid_engine/test_hybrid_megatron_tensor_parallel.py",),
         needs=("zero3-qkv-layout", "lora-qkv-layout", "qkv-transform-idempotent"),
         text="ISSUE-gptneox-tensor-parallel-heads.md",
@@ -538,7 +537,7 @@ FINDINGS: tuple[Finding, ...] = (
         "left-padded prompt's padding is attended.",
         outcome=SILENTLY_WRONG,
         scope=Scope(archs=("gpt-neox", "llama"), left_pad=True, transformers=(FIRST_BOOL_MASKS, None)),
-        workaround="Transformers 4.52.x, or prompts of one length (no padding)",
+        workaround="Transformers < 4.53",
         tests=("unit/ops/transformer/inference/test_ds_attention_bool_mask.py",),
         text="ISSUE-left-padding.md",
         scripts=(Script("left_padding.py", transformers=FIRST_BOOL_MASKS),),
@@ -610,7 +609,7 @@ FINDINGS: tuple[Finding, ...] = (
         scope=Scope(
             archs=("bloom",), zero=(3,), tp=True, mpu=True, pin=True, transformers=(None, BLOOM_ENGAGED), min_ranks=2
         ),
-        workaround="`inference_tp_size` 1",
+        workaround=TP_1,
         tests=("unit/module_inject/test_bloom_tensor_parallel.py",),
         bug_errors=("RuntimeError",),
         text="ISSUE-bloom-tensor-parallel.md",
@@ -627,7 +626,7 @@ FINDINGS: tuple[Finding, ...] = (
         "and left-padded batches fail.",
         outcome=CRASH,
         scope=Scope(archs=ALL_ARCHS, zero=(3,), tp=True, pin=True, min_ranks=2),
-        workaround="`inference_tp_size` 1",
+        workaround=TP_1,
         tests=("unit/hybrid_engine/test_hybrid_engine_tensor_parallel_mask.py",),
         upstream=("#3998", "#4345", "#5656", "DeepSpeedExamples#628"),
         text="ISSUE-tensor-parallel-mask.md",
@@ -645,7 +644,7 @@ LIMITS: tuple[Limit, ...] = (
         "speed-up and without a warning.",
         outcome=SILENTLY_OFF,
         scope=Scope(archs=("opt",), transformers=("4.49.0", None)),
-        workaround=f"Transformers {OPT_ENGAGED} or older for the Hybrid Engine's generation, or accept native speed",
+        workaround=f"Transformers <= {OPT_ENGAGED} for the Hybrid Engine's speed-up",
     ),
     Limit(
         id="bloom-transformers",
