@@ -1,4 +1,5 @@
-"""Command line: `python -m repro run|audit|report|matrix|family|fix-status|regression|shim`."""
+"""Command line: `python -m repro run|affected|audit|report|matrix|family|conformance|issue-scripts|fix-status|
+regression|shim`."""
 
 from __future__ import annotations
 
@@ -181,6 +182,33 @@ def build_parser() -> argparse.ArgumentParser:
         "OUT's run, keeping its other runs",
     )
 
+    affected = sub.add_parser(
+        "affected",
+        help="am I affected? what DeepSpeed 0.19.8 as released does in your setup, what to do today and what fixes "
+        "it, from the findings registry and the committed cells (seconds; DeepSpeed-Chat's step-3 defaults)",
+    )
+    model = affected.add_mutually_exclusive_group()
+    model.add_argument("--arch", help="a model type: gpt-neox, gpt-neo, llama, opt, gpt-j, bloom, or any other")
+    model.add_argument("--config", type=Path, metavar="PATH", help="your Hugging Face config.json (or its directory)")
+    affected.add_argument("--zero", type=int, choices=(2, 3), default=3, help="the actor's ZeRO stage (default 3)")
+    affected.add_argument("--lora", action="store_true", help="LoRA on the actor (--actor_lora_dim > 0)")
+    affected.add_argument("--tp", type=int, default=1, help="hybrid_engine.inference_tp_size (default 1)")
+    affected.add_argument("--ranks", type=int, default=8, help="world size (default 8)")
+    affected.add_argument("--dtype", choices=("fp16", "bf16", "fp32"), default="fp16", help="default fp16")
+    affected.add_argument("--transformers", help="its version (default: the installed one, else the project's pin)")
+    affected.add_argument("--mpu", action="store_true", help="an mpu handed to deepspeed.initialize")
+    affected.add_argument("--no-pin", dest="pin", action="store_false", help="hybrid_engine.pin_parameters false")
+    affected.add_argument("--no-left-pad", dest="left_pad", action="store_false", help="prompts of one length")
+    affected.add_argument(
+        "--engine-generate", action="store_true", help="you call engine.generate() (DeepSpeed-Chat: module.generate)"
+    )
+    docs = affected.add_mutually_exclusive_group()
+    docs.add_argument("--table", action="store_true", help="print DeepSpeed-Chat's setups table")
+    docs.add_argument("--update-docs", action="store_true", help="write that table into README.md")
+    docs.add_argument(
+        "--refresh-policies", action="store_true", help="read DeepSpeed's policy list again from the installed one"
+    )
+
     sub.add_parser(
         "fix-status", help="does the installed DeepSpeed carry the fix? exit 0 yes, 1 no, 2 no DeepSpeed installed"
     )
@@ -274,6 +302,35 @@ def main(argv: list[str] | None = None) -> int:
             from .host.upstream import issue_scripts
 
             return issue_scripts.main()
+        if args.command == "affected":
+            from .host import affected
+
+            if args.table:
+                from .findings import table
+                from .host.conformance.transformers_env import pinned
+
+                print(table.render(pinned()))
+                return 0
+            if args.update_docs:
+                return affected.update_docs()
+            if args.refresh_policies:
+                return affected.refresh_policies()
+            return affected.main(
+                affected.Request(
+                    arch=args.arch,
+                    config=args.config,
+                    zero=args.zero,
+                    lora=args.lora,
+                    tp=args.tp,
+                    ranks=args.ranks,
+                    dtype=args.dtype,
+                    transformers=args.transformers,
+                    mpu=args.mpu,
+                    pin=args.pin,
+                    left_pad=args.left_pad,
+                    engine_generate=args.engine_generate,
+                )
+            )
         if args.command == "fix-status":
             from . import fixstatus
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .finding import CRASH, FIXED, REFUSED, SILENTLY_OFF, SILENTLY_WRONG, Finding, Limit
-from .registry import FINDINGS, LIMITS, NO_WORKAROUND
+from .registry import ALL_ARCHS, FINDINGS, LIMITS, NO_WORKAROUND
 from .setup import Setup, covers, hits, version_tuple
 
 CORRECT = "correct"
+NOT_MEASURED = "not measured"  # DeepSpeed injects the model, but no cell of the suite has run it
 BELOW = "Transformers < "  # a workaround that caps Transformers
 ORDER = (SILENTLY_OFF, CRASH, SILENTLY_WRONG)  # the first of these a run meets decides what the user sees
+NO_CONTAINERS = "engine-generate"  # the finding of a Hybrid Engine that built no container
 
 
 @dataclass(frozen=True)
@@ -67,17 +69,20 @@ def answer(setup: Setup, served: bool = True, registry: tuple[Finding, ...] = FI
         if found:
             outcome, deciding = kind, found
             break
-    if not served:
-        outcome = SILENTLY_OFF
-    behind = tuple(f for f in hit if f not in deciding and outcome != SILENTLY_OFF)
+    if not served:  # nothing injected: generate runs natively, and engine.generate() has no _generate (0013's bug)
+        no_containers = next(f for f in registry if f.id == NO_CONTAINERS)
+        outcome, deciding = (CRASH, (no_containers,)) if setup.engine_generate else (SILENTLY_OFF, ())
+    behind = tuple(f for f in hit if f not in deciding)
+    if outcome == SILENTLY_OFF:  # nothing injected: only what a Hybrid Engine without containers does still shows
+        behind = tuple(f for f in behind if any(scope.engine_generate for scope in f.scopes))
     if not served or any(limit.outcome == SILENTLY_OFF for limit in limits):
         with_series = SILENTLY_OFF  # DeepSpeed declines the model: it stays native
     elif limits or any(f.refuses(setup.model_config) for f in hit):  # DeepSpeed's own refusal stays too
         with_series = REFUSED
     else:
         with_series = FIXED
-    if not served:
-        deciding = ()
+    if served and setup.arch not in ALL_ARCHS:
+        outcome, with_series = NOT_MEASURED, NOT_MEASURED
     return Answer(setup, outcome, deciding, behind, conditional, with_series, served)
 
 

@@ -246,7 +246,7 @@ FINDINGS: tuple[Finding, ...] = (
         "model's own epsilon.",
         outcome=SILENTLY_WRONG,
         scope=Scope(
-            archs=("gpt-neox", "gpt-neo", "opt", "gpt-j", "bloom"),
+            archs=("gpt-neox", "gpt-neo", "gpt-j", "bloom"),
             config="layer_norm_eps other than 1e-5",
             when=lambda c: layer_norm_eps(c) != 1e-5,
         ),

@@ -106,8 +106,8 @@ def _same(a: Answer, b: Answer) -> bool:
     return replace(a, setup=b.setup) == b
 
 
-def render(newest: str) -> str:
-    """The block, markers included."""
+def render(newest: str, root: str = "") -> str:
+    """The block, markers included; `root`: the path from the document to the repository root, for its links."""
     return "\n".join(
         [
             BEGIN,
@@ -116,9 +116,9 @@ def render(newest: str) -> str:
             "What DeepSpeed 0.19.8 as released does in DeepSpeed-Chat's shipped step-3 settings (Hybrid Engine on, "
             "fp16 or bf16, pinned parameters, left-padded prompts, `actor_model.module.generate`), by Transformers "
             f"version, from DeepSpeed-Chat's oldest ({_span(DS_CHAT_TRANSFORMERS, DS_CHAT_TRANSFORMERS)}) to {newest} "
-            "(5.x: not measured yet). Your own setup, in seconds: "
-            "`python -m repro affected --arch llama --zero 3 --lora --tp 1 --transformers 4.57.6` or "
-            "`--config path/to/config.json`. Words: [docs/glossary.md](docs/glossary.md).",
+            "(5.x: not measured yet). Your own setup, in seconds and with nothing installed, from this directory: "
+            "`python3 -m repro affected --arch llama --zero 3 --lora --tp 1 --transformers 4.57.6`, or "
+            f"`--config path/to/config.json` for your model. Words: [docs/glossary.md]({root}docs/glossary.md).",
             "",
             "| setup (script) | Transformers | 0.19.8 as released | because | what to do today | fixed by (series) |",
             "|---|---|---|---|---|---|",
@@ -127,7 +127,7 @@ def render(newest: str) -> str:
             "Every answer follows from the findings registry (`repro/findings/registry.py`), whose scopes predict "
             "every committed conformance cell (tiny twins on Transformers 4.43.4-4.57.6; CPU evidence, no GPU has run "
             "them). The fixes: the patches in `repro/patches/` on 0.19.8 (`git am`; "
-            "[docs/upstream.md](docs/upstream.md)).",
+            f"[docs/upstream.md]({root}docs/upstream.md)).",
             END,
         ]
     )

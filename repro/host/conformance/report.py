@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 from ... import tolerance
+from ...findings import table as affected_table
 from ..family import diagnosis as family
 from ..tables import num
 from . import evidence, issue_texts, labels
@@ -60,6 +61,7 @@ from .diagnosis import (
 )
 from .issue_texts import ISSUES
 from .plan import PINNED, dtype_of
+from .transformers_env import pinned
 
 # Why these GPT-NeoX fields were varied, and which were left out (the configurations: conformance.CONFIGS).
 CONFIG_NOTES = {
@@ -262,6 +264,14 @@ def render(data: dict) -> str:
     series_outside = sum(c["diagnosis"][0].startswith(OUTSIDE_CONTRACT) for c in series)
     lines = [
         f"# Hybrid Engine conformance ({evidence.label(data)}): {_names(cells)} vs native Hugging Face",
+        "",
+        affected_table.render(pinned(), root="../../../"),
+        "",
+        "## The findings",
+        "",
+        affected_table.findings_table(),
+        "",
+        "## The evidence",
         "",
         f"Regenerate: `{data['command']}` ({len(cells)} cells in {data['duration_s']:.0f} s here). "
         f"{evidence.scope(data)}. Tiny models with random weights, fp32 (bf16 and fp16 where the cell says so). "

@@ -1,0 +1,204 @@
+"""`python -m repro affected`: "am I affected, and what do I do?" for one setup, in seconds, from the findings
+registry and the committed conformance cells; `--update-docs` writes the DeepSpeed-Chat table into the README.
+
+Host side: reads JSON and the registry, imports no torch (DeepSpeed's policy list is a committed snapshot,
+repro.findings.policies)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from ..findings import policies, table
+from ..findings.answer import NOT_MEASURED, Answer, answer, measured
+from ..findings.finding import SILENTLY_OFF
+from ..findings.setup import Setup, version_tuple
+from ..options import UsageError
+from ..paths import REPO_ROOT
+from .conformance import my_model
+from .conformance.transformers_env import pinned
+
+CELLS = REPO_ROOT / "results" / "reference" / "conformance" / "conformance.json"
+README = REPO_ROOT / "README.md"
+ARCHS = {**my_model.MODEL_TYPES, **{arch: arch for arch in my_model.MODEL_TYPES.values()}}  # suite names too
+VERSION = re.compile(r"\d+\.\d+(\.\d+)?")
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the user named: an architecture or a config, and the axes (DeepSpeed-Chat's defaults otherwise)."""
+
+    arch: str | None = None
+    config: Path | None = None
+    zero: int = 3
+    lora: bool = False
+    tp: int = 1
+    ranks: int = 8
+    dtype: str = "fp16"
+    transformers: str | None = None
+    mpu: bool = False
+    pin: bool = True
+    left_pad: bool = True
+    engine_generate: bool = False
+
+
+def installed_transformers() -> str:
+    """The Transformers this environment has (read from its metadata, not imported), else the project's pin."""
+    try:
+        return metadata.version("transformers")
+    except metadata.PackageNotFoundError:
+        return pinned()
+
+
+def resolve(req: Request) -> tuple[Setup, str, bool]:
+    """The setup, the model type the user named, and whether DeepSpeed has a policy for it; UsageError (exit 2)
+    in one line for what cannot be answered."""
+    if (req.arch is None) == (req.config is None):
+        raise UsageError("name the model once: --arch NAME (e.g. llama, opt, mistral) or --config PATH")
+    if req.tp < 1 or req.ranks < 1 or req.ranks % req.tp:
+        raise UsageError(f"--ranks {req.ranks} must be a multiple of --tp {req.tp} (both >= 1)")
+    version = req.transformers or installed_transformers()
+    if not VERSION.fullmatch(version):
+        raise UsageError(f"--transformers {version!r}: give a release number such as 4.57.6")
+    config = None
+    if req.config is not None:
+        config, _ = my_model.read(req.config)
+        model_type = config.get("model_type")
+        if not isinstance(model_type, str) or not model_type:
+            raise UsageError(f"{req.config}: the config names no model_type")
+    else:
+        model_type = req.arch.replace("-", "_") if req.arch not in ARCHS else req.arch
+    arch = ARCHS.get(model_type, model_type)
+    policy_type = next((t for t, a in my_model.MODEL_TYPES.items() if a == arch), model_type)
+    served = policies.policy_of(policy_type) is not None
+    setup = Setup(arch=arch, zero=req.zero, lora=req.lora, transformers=version, tp=req.tp, mpu=req.mpu,
+                  pin=req.pin, left_pad=req.left_pad, ranks=req.ranks, dtype=req.dtype, model_config=config,
+                  engine_generate=req.engine_generate)  # fmt: skip
+    return setup, model_type, served
+
+
+def nearest(setup: Setup, cells: list[dict], count: int = 3) -> list[dict]:
+    """The released cells closest to the setup: same architecture first, then ZeRO, LoRA, tensor parallelism,
+    mpu, pinning, padding, Transformers, dtype."""
+
+    def distance(cell: dict) -> tuple:
+        theirs = Setup.of_cell(cell)
+        return (
+            theirs.arch != setup.arch,
+            (theirs.model_config or {}) != (setup.model_config or {}) if setup.model_config is not None else
+            bool(theirs.model_config),
+            theirs.zero != setup.zero,
+            theirs.lora != setup.lora,
+            (theirs.tp > 1) != (setup.tp > 1),
+            theirs.mpu != setup.mpu,
+            theirs.pin != setup.pin,
+            theirs.left_pad != setup.left_pad,
+            abs(version_tuple(theirs.transformers)[1] - version_tuple(setup.transformers)[1]),
+            theirs.dtype != setup.dtype,
+            theirs.ranks < 2,
+        )  # fmt: skip
+
+    usable = [c for c in cells if c["build"] == "released" and measured(c) is not None and c["arch"] == setup.arch]
+    return sorted(usable, key=distance)[:count]
+
+
+def describe(setup: Setup) -> str:
+    parts = [
+        setup.arch,
+        f"ZeRO-{setup.zero}",
+        "LoRA" if setup.lora else "no LoRA",
+        f"inference_tp_size {setup.tp}",
+        f"{setup.ranks} ranks",
+        setup.dtype,
+        f"Transformers {setup.transformers}",
+        "an mpu" if setup.mpu else "no mpu",
+        "pinned" if setup.pin else "pin_parameters false",
+        "left-padded prompts" if setup.left_pad else "unpadded prompts",
+        "engine.generate()" if setup.engine_generate else "module.generate() (DeepSpeed-Chat)",
+    ]
+    return ", ".join(parts)
+
+
+def report(setup: Setup, model_type: str, served: bool, said: Answer, cells: list[dict] | None) -> list[str]:
+    """The answer in lines: the outcome, why, what to do, what fixes it, the evidence and what is not known."""
+    lines = [f"Setup: {describe(setup)}."]
+    if not served:
+        known = ", ".join(policies.snapshot()["model_types"])
+        lines.append(
+            f"DeepSpeed 0.19.8 has no injection policy for model_type {model_type!r} (its own list: {known})."
+        )
+        lines.append("The Hybrid Engine injects nothing: generate runs Hugging Face's own forward.")
+    elif setup.arch not in ARCHS.values():
+        policy = policies.policy_of(model_type)
+        lines.append(f"DeepSpeed injects {model_type!r} ({policy}), but this suite has not measured it: no finding "
+                     "and no cell covers it.")  # fmt: skip
+    lines.append(f"DeepSpeed 0.19.8 as released: {said.outcome.upper()}.")
+    for item in said.deciding:
+        lines.append(f"  because {table.name(item)}: {item.summary}")
+    for f in said.behind:
+        lines.append(f"  behind it (shows once the above is fixed or worked around) {table.name(f)}: {f.summary}")
+    if said.conditional:
+        lines.append("  not known without your config (--config PATH decides): "
+                     + "; ".join(f"{table.name(f)} if {f.scope.config}" for f in said.conditional))  # fmt: skip
+    if said.outcome == NOT_MEASURED:
+        lines.append("What to do today: nothing known; no finding covers this model.")
+    elif said.outcome == SILENTLY_OFF and not said.plan:
+        lines.append("What to do today: nothing to fix; generation is native (no Hybrid Engine speed-up).")
+    else:
+        lines.append(f"What to do today: {'; '.join(said.plan) or 'nothing'}.")
+    if said.fixing:
+        patches = " ".join(f.patch for f in said.fixing)
+        lines.append(f"With the series (repro/patches: {patches}): {said.with_series}.")
+    elif said.outcome != "correct":
+        lines.append(f"With the series: {said.with_series} (no patch changes it).")
+    if version_tuple(setup.transformers) > version_tuple(pinned()):
+        lines.append(f"Not measured: Transformers {setup.transformers} is newer than any cell here "
+                     f"({pinned()}); the answer carries the newest measured range forward.")  # fmt: skip
+    if cells is None:
+        lines.append(f"Evidence: no committed cells at {CELLS} (run from the repository).")
+    elif served and setup.arch in ARCHS.values():
+        lines.append("Evidence (committed conformance cells, tiny twins, CPU; nearest to your setup, as released):")
+        for cell in nearest(setup, cells):
+            theirs = Setup.of_cell(cell)
+            lines.append(f"  {describe(theirs)}, scenario {cell['scenario']}, configuration {cell['configuration']}: "
+                         f"{measured(cell)} ({'; '.join(cell['diagnosis'])[:160]})")  # fmt: skip
+    return lines
+
+
+def main(req: Request, log: Callable[[str], None] = print) -> int:
+    setup, model_type, served = resolve(req)
+    said = answer(setup, served=served)
+    cells = json.loads(CELLS.read_text())["cells"] if CELLS.is_file() else None
+    for line in report(setup, model_type, served, said, cells):
+        log(line)
+    return 0
+
+
+def block_in(text: str) -> str | None:
+    """The generated block of a document, markers included, or None where it has none."""
+    start, end = text.find(table.BEGIN), text.find(table.END)
+    return text[start : end + len(table.END)] if start >= 0 and end > start else None
+
+
+def update_docs(log: Callable[[str], None] = print) -> int:
+    """Writes the table into README.md between its markers (CONFORMANCE.md takes it from its renderer)."""
+    text = README.read_text()
+    old = block_in(text)
+    if old is None:
+        raise UsageError(f"{README} has no generated block ({table.BEGIN} ... {table.END})")
+    new = table.render(pinned())
+    README.write_text(text.replace(old, new))
+    log(f"{README}: {'updated' if old != new else 'unchanged'}")
+    return 0
+
+
+def refresh_policies(log: Callable[[str], None] = print) -> int:
+    found = policies.live()
+    policies.SNAPSHOT.write_text(json.dumps(found, indent=1) + "\n")
+    log(f"{policies.SNAPSHOT}: DeepSpeed {found['deepspeed']}, Transformers {found['transformers']}: "
+        f"{', '.join(found['model_types'])}")  # fmt: skip
+    return 0

@@ -1,0 +1,55 @@
+"""The "am I affected?" table: the README's first screen and CONFORMANCE.md's opening are the registry's render,
+its Transformers ranges are cut where a scope changes, and every word it answers with is in the glossary."""
+
+import re
+from pathlib import Path
+
+from repro.findings import table
+from repro.findings.answer import CORRECT, NOT_MEASURED
+from repro.findings.ds_chat import SETUPS
+from repro.findings.finding import OUTCOMES, REFUSED
+from repro.host import affected
+from repro.host.conformance.transformers_env import pinned
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_readme_opens_with_the_table_as_the_registry_renders_it():
+    readme = (ROOT / "README.md").read_text()
+    assert affected.block_in(readme) == table.render(pinned())
+    assert readme.index(table.BEGIN) < 1000  # the first screen, after a short introduction
+
+
+def test_conformance_md_opens_with_the_table_and_the_findings():
+    text = (ROOT / "results/reference/conformance/CONFORMANCE.md").read_text()
+    assert affected.block_in(text) == table.render(pinned(), root="../../../")
+    assert text.index(table.BEGIN) < text.index("## The findings") < text.index("## The evidence")
+
+
+def test_a_stale_block_is_told_apart():
+    stale = table.render(pinned()).replace("**crashes**", "**correct**", 1)
+    assert affected.block_in(f"intro\n{stale}\nrest") != table.render(pinned())
+    assert affected.block_in("no markers here") is None
+
+
+def test_ranges_are_cut_where_a_scope_changes():
+    assert table.transformers_ranges("llama", "4.57.6") == [
+        ("4.31.0", "4.52"),
+        ("4.53.0", "4.53"),
+        ("4.54.0", "4.57.6"),
+    ]
+    assert table.transformers_ranges("opt", "4.57.6") == [("4.31.0", "4.48"), ("4.49.0", "4.57.6")]
+
+
+def test_one_row_per_setup_and_range_and_each_row_answers():
+    rows = table.rows(pinned())
+    assert len(rows) >= len(SETUPS)
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert len(cells) == 6 and cells[2].strip("*") in (*OUTCOMES, CORRECT)
+
+
+def test_every_word_the_answers_use_is_in_the_glossary():
+    glossary = (ROOT / "docs/glossary.md").read_text()
+    for word in (*OUTCOMES, CORRECT, REFUSED, NOT_MEASURED, "mpu", "pinned", "inference_tp_size", "behind it"):
+        assert re.search(rf"\*\*{re.escape(word)}\*\*", glossary), word

@@ -1,0 +1,91 @@
+"""`python -m repro affected`: an answer for any model type from the registry and the committed cells, exit 0;
+bad input: one line, exit 2; `--update-docs` rewrites only the generated block."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from repro.cli import main
+from repro.findings import table
+from repro.host import affected
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _config(tmp_path: Path, **fields) -> Path:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(fields))
+    return path
+
+
+def test_llama_2_7b_in_ds_chat_lora_on_new_transformers_crashes(tmp_path, capsys):
+    path = _config(tmp_path, model_type="llama", hidden_size=4096, num_attention_heads=32, num_key_value_heads=32)
+    assert main(["affected", "--config", str(path), "--zero", "3", "--lora", "--transformers", "4.57.6"]) == 0
+    out = capsys.readouterr().out
+    assert "as released: CRASHES" in out and "`0009` llama-lora" in out and "`0008` llama-layer-tuple" in out
+    assert "behind it" in out and "zero3-qkv-bias" in out
+    assert "With the series (repro/patches: 0008 0009 0007 0028): correct." in out
+    assert "not known without your config" not in out  # the config decides 0010: standard heads, not hit
+    assert "Evidence (committed conformance cells" in out
+
+
+def test_opt_1_3b_on_its_engaged_transformers_is_correct_and_on_newer_runs_natively(capsys):
+    main(["affected", "--arch", "opt", "--zero", "2", "--transformers", "4.48.3"])
+    assert "as released: CORRECT" in capsys.readouterr().out
+    main(["affected", "--arch", "opt", "--zero", "3", "--lora", "--transformers", "4.57.6"])
+    out = capsys.readouterr().out
+    assert "HYBRID ENGINE SILENTLY OFF" in out and "opt-cache-native" in out
+
+
+def test_a_model_without_a_policy_gets_an_answer_from_deepspeeds_list(tmp_path, capsys):
+    path = _config(tmp_path, model_type="qwen2", hidden_size=896, num_attention_heads=14, num_key_value_heads=2)
+    assert main(["affected", "--config", str(path), "--zero", "3", "--lora"]) == 0
+    out = capsys.readouterr().out
+    assert "no injection policy for model_type 'qwen2'" in out and "HYBRID ENGINE SILENTLY OFF" in out
+    assert main(["affected", "--config", str(path), "--engine-generate"]) == 0
+    assert "CRASHES" in capsys.readouterr().out  # engine.generate() without containers (0013)
+
+
+def test_grouped_query_llama_names_the_unservable_config(tmp_path, capsys):
+    path = _config(tmp_path, model_type="llama", hidden_size=4096, num_attention_heads=32, num_key_value_heads=8)
+    main(["affected", "--config", str(path), "--zero", "2", "--transformers", "4.52.4"])
+    out = capsys.readouterr().out
+    assert "SILENTLY WRONG" in out and "llama-unservable-config" in out and "refused by name" in out
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["affected"], "name the model once"),
+        (["affected", "--arch", "opt", "--tp", "3"], "must be a multiple"),
+        (["affected", "--arch", "opt", "--transformers", "latest"], "give a release number"),
+        (["affected", "--config", "/nonexistent/config.json"], "no Hugging Face config"),
+        (["affected", "--arch", "opt", "--zero", "1"], "invalid choice"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(argv, said):
+    done = subprocess.run([sys.executable, "-m", "repro", *argv], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_it_answers_with_nothing_but_python_installed():
+    """The first screen's command: the system interpreter, no virtualenv, no torch."""
+    done = subprocess.run(["python3", "-S", "-m", "repro", "affected", "--arch", "llama", "--lora"], cwd=ROOT,
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "as released:" in done.stdout
+
+
+def test_update_docs_rewrites_only_the_block(tmp_path, monkeypatch):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Title\n\n{table.BEGIN}\nSTALE LINE\n{table.END}\n\n## Rest\n")
+    monkeypatch.setattr(affected, "README", readme)
+    assert affected.update_docs(log=lambda _: None) == 0
+    text = readme.read_text()
+    assert text.startswith("# Title\n\n" + table.BEGIN) and text.endswith("\n\n## Rest\n") and "STALE LINE" not in text
+    readme.write_text("# no block\n")
+    with pytest.raises(affected.UsageError, match="no generated block"):
+        affected.update_docs(log=lambda _: None)
