@@ -232,3 +232,43 @@ def conformance(
     request = jobs.ConformanceRequest(out=out, resume=resume, backend=backend, engine=engine, gpus=gpus,
                                       dry_run=dry_run, suite=suite)  # fmt: skip
     _exit(_run(jobs.conformance, request))
+
+
+def _cli_help(command: str) -> dict[str, str]:
+    """A command's option help from the CLI's own parser (repro.cli), the one definition of the options."""
+    from repro.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices[command]
+    return {a.option_strings[-1].removeprefix("--"): a.help for a in sub._actions if a.help and a.dest != "help"}
+
+
+@task(auto_shortflags=False, help=_cli_help("affected"))
+def affected(
+    c,
+    arch="",
+    config="",
+    zero=3,
+    lora=False,
+    tp=1,
+    ranks=8,
+    dtype="fp16",
+    transformers="",
+    mpu=False,
+    no_pin=False,
+    no_left_pad=False,
+    engine_generate=False,
+    table=False,
+    update_docs=False,
+    refresh_policies=False,
+):
+    """Am I affected? What DeepSpeed 0.19.8 as released does in your setup, what to do today, what fixes it
+    (python -m repro affected). Exit status: 0 answered, 2 bad input."""
+    from repro.cli import main
+
+    flags = {"lora": lora, "mpu": mpu, "no-pin": no_pin, "no-left-pad": no_left_pad,
+             "engine-generate": engine_generate, "table": table, "update-docs": update_docs,
+             "refresh-policies": refresh_policies}  # fmt: skip
+    values = {"arch": arch, "config": config, "transformers": transformers}
+    argv = [f"--{k}" for k, on in flags.items() if on] + [x for k, v in values.items() if v for x in (f"--{k}", v)]
+    argv += ["--zero", str(zero), "--tp", str(tp), "--ranks", str(ranks), "--dtype", dtype]
+    _exit(main(["affected", *argv]))
