@@ -133,6 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--resume", type=Path, metavar="OUT", help="run only the cells OUT's journal lacks, as started")
     conformance.add_argument("--quick", action="store_true", help="one cell per axis value")
     conformance.add_argument("--render", action="store_true", help="only render the reports from OUT/conformance.json")
+    conformance.add_argument(
+        "--rediagnose",
+        action="store_true",
+        help="diagnose every cell of OUT/conformance.json again from its stored measurements, then render",
+    )
     conformance.add_argument("--regenerate", action="store_true", help="run every cell again, replacing OUT's results")
     conformance.add_argument(
         "--isolated", action="store_true", help="one torchrun per cell (no warm pool): the yardstick"
@@ -259,9 +264,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "conformance":
             from .host.conformance import run as conformance
 
-            if args.backend and (args.render or args.merge or args.resume):
+            if args.backend and (args.render or args.rediagnose or args.merge or args.resume):
                 raise UsageError("--backend chooses where a new run measures (--out); --resume, --merge and "
                                  "--render keep the backend the cells were measured on")  # fmt: skip
+            if args.rediagnose:
+                return conformance.rediagnose(args.out or args.resume)
             if args.render:
                 return conformance.render_only(args.out or args.resume)
             if args.merge:

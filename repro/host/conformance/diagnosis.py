@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from ... import tolerance
-from ...findings import refusal, shows
+from ...findings import named_in, refusal, shows
 from ...verdict import worst
 from ..family import diagnosis as family
 
@@ -207,6 +207,12 @@ def diagnose(cell: dict) -> list[str]:
     if worst(steps) <= tol and (cell["tokens_equal_native"] or near_tie(cell, tol)):
         return [CORRECT]
     return [UNEXPLAINED]
+
+
+def findings_of(diagnoses: list[str]) -> list[dict]:
+    """The registry's findings the diagnoses name, by stable id: what a reader keys on, not the prose."""
+    named = [named_in(d) for d in diagnoses]
+    return [{"id": found.id, "as": kind} for found, kind in filter(None, named)]
 
 
 def near_tie(cell: dict, tol: float) -> bool:

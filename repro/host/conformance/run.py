@@ -25,7 +25,7 @@ from ..upstream import patched_copy
 from ..upstream.ds_report import ds_report_text
 from . import devices, my_model, pool, transformers_env
 from .cells import run_cell
-from .diagnosis import diagnose
+from .diagnosis import diagnose, findings_of
 from .plan import ARCH_CONFIGS, BUILDS, COMMAND, SCENARIOS, key, plan_of, shard_of
 from .report import write_reports
 
@@ -153,7 +153,7 @@ def _measure(
     label = (f"{axes['arch']} {axes['configuration']} {axes['scenario']} {axes['build']} zero{axes['zero_stage']} "
              f"ws{axes['world_size']} transformers {axes['transformers']}")  # fmt: skip
     progress.begin(label)
-    return tables.measure_cell(
+    cell = tables.measure_cell(
         axes,
         # A cell takes seconds; a rank left waiting in a collective by its peer's crash is stopped within 5 min.
         lambda: _on_intended_transformers(
@@ -165,6 +165,8 @@ def _measure(
         error=error,
         error_limit=400,
     )
+    cell["findings"] = findings_of(cell["diagnosis"])
+    return cell
 
 
 def write(
@@ -233,6 +235,27 @@ def merge(out: Path, shards: list[Path], log: Callable[[str], None] = print, reg
     write(out, cells, quick, None, round(sum(c["duration_s"] for c in cells), 1), evidence=evidence)
     log(f"[conformance] merged {len(shards)} shards: {len(cells)} cells -> {out / 'CONFORMANCE.md'}")
     return EXIT_BROKEN if any("error" in c for c in cells) else EXIT_OK
+
+
+def rediagnose(out: Path, log: Callable[[str], None] = print) -> int:
+    """`--rediagnose`: every cell's diagnosis and findings again from its stored measurements (a tolerance or a
+    diagnosis rule changed), measuring nothing; then the reports."""
+    path = Path(out) / "conformance.json"
+    if not path.is_file():
+        raise UsageError(f"{path} does not exist: run `python -m repro conformance --out {out}` first")
+    data = json.loads(path.read_text())
+    changed = 0
+    for cell in data["cells"]:
+        if "error" not in cell:  # a cell that did not run has no measurements to diagnose
+            new = diagnose(cell)
+            changed += new != cell["diagnosis"]
+            cell["diagnosis"] = new
+        cell["findings"] = findings_of(cell["diagnosis"])
+    write_json(path, data)
+    write_reports(Path(out), data)
+    log(f"[conformance] rediagnosed {len(data['cells'])} cells from their measurements: {changed} changed; "
+        f"reports rendered in {out}")  # fmt: skip
+    return EXIT_OK
 
 
 def render_only(out: Path, log: Callable[[str], None] = print) -> int:

@@ -223,3 +223,31 @@ def test_ranks_keeps_only_the_cells_of_that_world_size_through_a_resume(tmp_path
     assert ones and measured + rest == ones and {c["world_size"] for c in _cells(tmp_path)} == {1}
     with pytest.raises(UsageError, match="no cell of this plan runs on 3 ranks"):
         run.main(tmp_path / "none", quick=True, ranks=3)
+
+
+def test_rediagnose_recomputes_every_diagnosis_from_the_measurements(tmp_path):
+    import json as _json
+
+    from repro.host.conformance import run as conformance_run
+    from repro.paths import REPO_ROOT
+
+    reference = _json.loads((REPO_ROOT / "results/reference/conformance/conformance.json").read_text())
+    bias = next(c for c in reference["cells"] if c["diagnosis"][0].startswith("ZeRO-3 adds the unwritten QKV bias"))
+    fine = next(c for c in reference["cells"] if c["diagnosis"] == ["correct"])
+    stale = {**bias, "diagnosis": ["correct"], "findings": []}
+    (tmp_path / "conformance.json").write_text(_json.dumps({**reference, "cells": [stale, fine]}))
+    said = []
+    assert conformance_run.rediagnose(tmp_path, log=said.append) == 0
+    cells = _json.loads((tmp_path / "conformance.json").read_text())["cells"]
+    assert cells[0]["diagnosis"] == bias["diagnosis"] and cells[1]["diagnosis"] == ["correct"]
+    assert cells[0]["findings"] == [{"id": "zero3-qkv-bias", "as": "shows"}] and cells[1]["findings"] == []
+    assert "1 changed" in said[0] and (tmp_path / "CONFORMANCE.md").is_file()
+
+
+def test_rediagnose_refuses_a_directory_without_results(tmp_path):
+    from repro.host.conformance import run as conformance_run
+    from repro.options import UsageError
+
+    with pytest.raises(UsageError, match="does not exist"):
+        conformance_run.rediagnose(tmp_path / "missing")
+    assert not (tmp_path / "missing").exists()
