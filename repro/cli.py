@@ -9,6 +9,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from .host.family import plan as family_plan
 from .options import EXIT_BROKEN, EXIT_INTERRUPTED, EXIT_MEANING, EXIT_USAGE, LAUNCHERS, RunOptions, UsageError
 
 DEFAULTS = RunOptions()  # the run's defaults, spelled once (repro.options.RunOptions)
@@ -110,7 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     family = sub.add_parser(
         "family",
-        help="the bug family beside #8391 (LoRA: 0002, 0003; call order: 0004): tiny model, configurations x builds",
+        help=f"the bug family beside #8391 (LoRA: {family_plan.PATCHES[1]}, {family_plan.PATCHES[2]}; call order: "
+        f"{family_plan.PATCHES[3]}): tiny model, configurations x builds",
     )
     family.add_argument("--out", type=Path, required=True, help="directory for family.json and FAMILY.md")
     family.add_argument("--sweeps", help="comma-separated: lora,call-order (default: both)")
@@ -118,8 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     family.add_argument("--regenerate", action="store_true", help="run every cell again, replacing OUT's results")
     family.add_argument(
         "--builds",
-        help="comma-separated, replacing each sweep's builds: released,0001,0001+0002,0001+0003,0001+0002+0004,"
-        "0001+0002+0003,0001+0002+0003+0004",
+        help=f"comma-separated, replacing each sweep's builds: {','.join(family_plan.BUILDS)}",
     )
 
     conformance = sub.add_parser(
@@ -213,6 +214,15 @@ def build_parser() -> argparse.ArgumentParser:
     docs.add_argument(
         "--refresh-policies", action="store_true", help="read DeepSpeed's policy list again from the installed one"
     )
+
+    wheel = sub.add_parser(
+        "patched-deepspeed",
+        help="a fixed DeepSpeed to install: 0.19.8's source with the series (or --findings) built into a wheel "
+        "(0.19.8+he34); --prove installs it in a fresh virtualenv and runs every issue script on it",
+    )
+    wheel.add_argument("--out", type=Path, required=True, help="a new directory for the wheel and its manifest")
+    wheel.add_argument("--findings", help="comma-separated finding ids (repro/findings/registry.py; default: all)")
+    wheel.add_argument("--prove", action="store_true", help="then install it fresh and run its findings' scripts")
 
     sub.add_parser(
         "fix-status", help="does the installed DeepSpeed carry the fix? exit 0 yes, 1 no, 2 no DeepSpeed installed"
@@ -338,6 +348,11 @@ def main(argv: list[str] | None = None) -> int:
                     engine_generate=args.engine_generate,
                 )
             )
+        if args.command == "patched-deepspeed":
+            from .host.upstream import patched_wheel
+
+            patched_wheel.build(args.out, tuple(args.findings.split(",")) if args.findings else ())
+            return patched_wheel.prove(args.out) if args.prove else 0
         if args.command == "fix-status":
             from . import fixstatus
 

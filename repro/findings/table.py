@@ -124,10 +124,14 @@ def render(newest: str, root: str = "") -> str:
             "|---|---|---|---|---|---|",
             *rows(newest),
             "",
+            "**Use the fixes today**: `scripts/bootstrap.sh && .venv/bin/invoke patched-deepspeed --out DIR` builds "
+            f"DeepSpeed 0.19.8 with every fix as a wheel, then `pip install DIR/deepspeed-0.19.8+he{len(FINDINGS)}-"
+            "py3-none-any.whl` in your environment (`--findings ID,...` for some; ops JIT-built as from PyPI).",
+            "",
             "Every answer follows from the findings registry (`repro/findings/registry.py`), whose scopes predict "
             "every committed conformance cell (tiny twins on Transformers 4.43.4-4.57.6; CPU evidence, no GPU has run "
-            "them). The fixes: the patches in `repro/patches/` on 0.19.8 (`git am`; "
-            f"[docs/upstream.md]({root}docs/upstream.md)).",
+            "them). The patches for DeepSpeed's maintainers: `repro/patches/` "
+            f"([docs/upstream.md]({root}docs/upstream.md)).",
             END,
         ]
     )

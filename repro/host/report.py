@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from .. import verdict
+from .. import findings, verdict
 from ..options import VARIANTS
 
 # Reported upstream (DeepSpeed #8391) on AMD MI250, BF16, Pythia-410M-deduped, ZeRO-3.
@@ -27,6 +27,7 @@ UPSTREAM = {
 
 # The two sibling bugs this project found in the same container family, each with its own patch and
 # upstream-style test; their measurements are results/reference/family/FAMILY.md (`python -m repro family`).
+P = {f.id: f.patch for f in findings.FINDINGS}  # a finding's patch, for the table below
 FAMILY = [
     "This run measures #8391 only. Three more bugs of the same family, each with its own patch and test in "
     "this repository, are measured side by side in `results/reference/family/FAMILY.md` "
@@ -34,15 +35,17 @@ FAMILY = [
     "",
     "| bug | needs | patch | upstream-style test |",
     "|---|---|---|---|",
-    "| #8391: QKV inference layout discarded by ZeRO-3 | ZeRO-3, world size >= 2 | `0001` | "
+    f"| #8391: QKV inference layout discarded by ZeRO-3 | ZeRO-3, world size >= 2 | `{P['zero3-qkv-layout']}` | "
     "`test_hybrid_megatron_zero3.py`, `test_hybrid_megatron_zero3_partitions.py` |",
     "| LoRA delta on `query_key_value` fused in the training layout into an inference-layout weight | LoRA on "
-    "QKV; any world size, pinned or not | `0002` | `test_hybrid_megatron_lora.py` |",
+    f"QKV; any world size, pinned or not | `{P['lora-qkv-layout']}` | `test_hybrid_megatron_lora.py` |",
     "| LoRA fusion discarded after the prompt forward (`_zero3_forward`) | ZeRO-3, `pin_parameters: false`, "
-    "world size >= 2 | `0003` | `test_hybrid_engine_lora_non_pinned.py` |",
+    f"world size >= 2 | `{P['lora-non-pinned']}` | `test_hybrid_engine_lora_non_pinned.py` |",
     "| QKV layout transforms not idempotent: `train()` before the first `eval()`, or `eval()` twice, permutes "
-    "the weights | another call order than eval-generate-train; ZeRO-2 as released, ZeRO-3 once `0001` is "
-    "applied | `0004` (merge with `0001`) | `test_hybrid_megatron_call_order.py` |",
+    "the weights | another call order than eval-generate-train; ZeRO-2 as released, ZeRO-3 once "
+    f"`{P['zero3-qkv-layout']}` is "
+    f"applied | `{P['qkv-transform-idempotent']}` (merge with `{P['zero3-qkv-layout']}`) | "
+    "`test_hybrid_megatron_call_order.py` |",
 ]
 
 

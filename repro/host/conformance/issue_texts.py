@@ -7,10 +7,10 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from ... import tolerance
+from ... import findings, tolerance
 from ..tables import num
 from ..upstream import affected_releases, issue_scripts
-from . import evidence, labels
+from . import evidence, issue_brief, labels
 from .diagnosis import (
     BUG_3453,
     BUG_BLOOM_ALIBI_OFFSET,
@@ -50,6 +50,7 @@ from .diagnosis import (
 from .plan import PINNED
 
 ISSUE_3453 = "ISSUE-3453.md"
+P = {f.id: f.patch for f in findings.FINDINGS}  # a finding's patch, for the prose below
 
 
 def _twin(name: str) -> Callable[[dict], str]:
@@ -166,7 +167,7 @@ ISSUES = {
         "injected as parallel residual, `x + attn(ln1 x) + mlp(ln2 x)`; a model with `use_parallel_residual=False` "
         "(`x = x + attn(ln1 x); x = x + mlp(ln2 x)`) generates wrong text.",
         "fix": "The injected layer computes the model's own residual: `mlp_after_attn = not use_parallel_residual` "
-        "(patch `0005`).",
+        f"(patch `{P['3453']}`).",
         "context": "The CUDA/ROCm kernels branch on `mlp_after_attn` the same way (`pt_binding.cpp` `ds_mlp_gemm`, "
         "`fused_bias_residual`). The reporter of #3453 uses `use_parallel_residual: false`.",
     },
@@ -189,7 +190,7 @@ ISSUES = {
         "`DeepSpeedInferenceConfig`, whose `rope_theta` keeps its default, 10000 (the LLaMA container does pass "
         "it). A GPT-NeoX with another rotary base is rotated with the wrong frequencies.",
         "fix": "The inference config's `rope_theta` is read where Transformers reads it, and a scaled rotary "
-        "(`rope_scaling`) is refused by name, since the kernel takes a base only (patch `0006`).",
+        f"(`rope_scaling`) is refused by name, since the kernel takes a base only (patch `{P['rotary-base']}`).",
         "context": "The compiled attention kernels build their rotary embedding from `rope_theta` as well, so we "
         "expect GPUs to show it too; not run by us.",
     },
@@ -209,13 +210,14 @@ ISSUES = {
         "`QKVGemmOp` (`add_bias = bias is not None`) adds a `torch.empty` buffer to every query, key and value of a "
         "model without them. Its content decides the output: correct, ~1.0 off, NaN, and different on each rank. "
         "PR #4711 (closed, not merged) pointed at the same buffer in 2023.",
-        "fix": "`_merge_qkv()` returns no bias when the model has none (patch `0007`).",
+        "fix": f"`_merge_qkv()` returns no bias when the model has none (patch `{P['zero3-qkv-bias']}`).",
         "context": "The compiled `qkv_gemm` kernels add the bias the same way (`add_bias`), so we expect GPUs to be "
         "affected too (not run by us); what the buffer holds decides what a user sees, which is consistent with "
         "#4788 and DeepSpeedExamples #864 (Llama-2, ZeRO-3 + Hybrid Engine: gibberish that differs per rank; "
         "ZeRO-2 fine). On released "
-        "DeepSpeed with Transformers >= 4.54 the Llama crash (0008) comes first: the Llama cells here run the "
-        "series without `0007`.",
+        f"DeepSpeed with Transformers >= 4.54 the Llama crash ({P['llama-layer-tuple']}) comes first: the Llama "
+        "cells here run the "
+        f"series without `{P['zero3-qkv-bias']}`.",
     },
     BUG_LAYER_TUPLE: {
         "file": "ISSUE-llama-layer-tuple.md",
@@ -230,7 +232,7 @@ ISSUES = {
         "config's default `return_tuple=True`, so the second layer receives a tuple and fails at "
         "`input.size()` (`deepspeed/model_implementations/transformers/ds_transformer.py`).",
         "fix": "The Llama inference layer is built with `return_tuple=False` when the installed Transformers "
-        "expects a tensor (patch `0008`).",
+        f"expects a tensor (patch `{P['llama-layer-tuple']}`).",
         "context": "Not kernel-specific: the failure is in Python before any kernel runs.",
     },
     BUG_LORA_NO_IN_FEATURES: {
@@ -251,7 +253,7 @@ ISSUES = {
         "LoRA, and the Hybrid Engine would generate with the base weights, silently. `DS_InternLMContainer` and "
         "`DS_LLAMA2Container` have the same lookup.",
         "fix": "The policy reads the sizes from the layer's config, and the containers pass the modules (patch "
-        "`0009`).",
+        f"`{P['llama-lora']}`).",
         "context": "Not kernel-specific: both happen in Python. The lookup half is shown by the patch's test "
         "(`tests/unit/hybrid_engine/test_llama_internlm_lora.py`: on 0.19.8 no LoRA target of 7 is found, and the "
         "inference module never sees the fused weights).",
@@ -272,7 +274,8 @@ ISSUES = {
         "model outside that set generates wrong text without an error, or fails with a shape error inside the "
         "attention (grouped-query attention).",
         "fix": "The container refuses such a configuration by name with a ValueError, as `_get_rope_theta` "
-        "already does for scaled rotary (patch `0010`); serving them would need the kernel to take biases, "
+        f"already does for scaled rotary (patch `{P['llama-unservable-config']}`); serving them would need the "
+        "kernel to take biases, "
         "another gating and grouped K/V.",
         "context": "The activation and the biases are dropped in Python before any kernel runs. Grouped-query "
         "attention fails in the ZeRO-3 q/k/v merge (Python) on any device; under ZeRO-2 it failed here in the "
@@ -291,7 +294,7 @@ ISSUES = {
         "transformer layers (GPT-Neo's `ln_f`, GPT-NeoX's `final_layer_norm`, ...) with "
         "`Normalize(weight=..., bias=...)` (`deepspeed/runtime/hybrid_engine.py`), whose `eps` defaults to 1e-5: "
         "the model's own epsilon is dropped for every generate.",
-        "fix": "The replacement keeps the LayerNorm's `eps` (patch `0011`).",
+        "fix": f"The replacement keeps the LayerNorm's `eps` (patch `{P['layer-norm-eps']}`).",
         "context": "Not kernel-specific: `Normalize` is plain PyTorch. Models at eps 1e-5 (Pythia, GPT-Neo's "
         "default) are unaffected.",
     },
@@ -312,7 +315,8 @@ ISSUES = {
         "native `generate()`), the engine's own `generate()` fails: `'DeepSpeedHybridEngine' object has no "
         "attribute '_generate'`. The test came with #3191 (first in 0.9.2); 0.9.0 and 0.9.1 set `_generate` for "
         "every model (read from DeepSpeed's git history, not run; run here: 0.19.8).",
-        "fix": "`generate()` runs the model's own `generate()` when there is no container (patch `0013`).",
+        "fix": "`generate()` runs the model's own `generate()` when there is no container (patch "
+            f"`{P['engine-generate']}`).",
         "fixed": _engine_generate_fixed,
         "context": "Not kernel-specific: no layer is injected on this path. DeepSpeed-Chat calls "
         "`engine.module.generate()` and gets the native `generate()` silently (see our not-engaged cells); other "
@@ -341,7 +345,7 @@ ISSUES = {
         "`release_memory()`'s `_release_params()` assign to local names only.",
         "fix": "Until the layers get per-rank slices, `inference_tp_size` > 1 without an mpu is refused by name at "
         "initialize, before any training step, for models the Hybrid Engine builds inference layers for (patch "
-        "`0012`; the commit message says why refuse rather than slice).",
+        f"`{P['tensor-parallel']}`; the commit message says why refuse rather than slice).",
         "context": "Which weights the layers get is decided in Python before any kernel runs, so we expect GPUs to "
         "show the same (not run by us). DeepSpeed-Chat asserts ZeRO-3 for tensor-parallel generation and passes "
         "no mpu (DeepSpeedExamples #628). " + TP_RELEASES + " With an mpu DeepSpeed takes the training weights for "
@@ -368,7 +372,7 @@ ISSUES = {
         "`TransformerPolicy.hf_model_config`, which only `init_inference()` sets, never the Hybrid Engine.",
         "fix": "The policy reads `hidden_act` from the config the layer's attention was built with: every GELU "
         "variant maps to GELU (the kernel's tanh approximation), relu to ReLU, any other activation is refused "
-        "by name (patch `0014`).",
+        f"by name (patch `{P['gptneox-activation']}`).",
         "context": "The activation type is chosen in Python before any kernel runs, and the compiled `ds_mlp_gemm` "
         "applies the one it is given (GELU or ReLU), so we expect GPUs to show it too; not run by us. Pythia "
         "(gelu) is unaffected. Affected releases, read from DeepSpeed's git history (not run): every release that "
@@ -392,7 +396,8 @@ ISSUES = {
         "`eval()`. The injected layer could not run without them either: the attention adds the QKV bias and "
         "`DeepSpeedTransformerInference.forward()` hands the dense bias to the MLP as a tensor.",
         "fix": "Such a model is refused by name with a ValueError at the container's policy, before the Hybrid "
-        "Engine builds anything (patch `0015`); serving it would need zero biases or bias-free kernels.",
+        f"Engine builds anything (patch `{P['gptneox-attention-bias']}`); serving it would need zero biases or "
+        "bias-free kernels.",
         "context": "The crash is in Python before any kernel runs, so we expect GPUs to show it too; not run by "
         "us. Affected releases, read from DeepSpeed's git history (not run): the Hybrid Engine reorders the QKV "
         "bias whatever it is since 0.9.2 (#3191; in `HybridMegatronContainer` since 0.9.3, #3425), and Transformers "
@@ -415,7 +420,8 @@ ISSUES = {
         "generates wrong text. After an `init_inference()` of another model in the same process, the policy reads "
         "that model's activation instead.",
         "fix": "The policy reads the activation from the config the layer's attention was built with "
-        "(`OPTAttention.config`), falling back to `hf_model_config`, then ReLU, as before (patch `0016`).",
+        "(`OPTAttention.config`), falling back to `hf_model_config`, then ReLU, as before (patch "
+        f"`{P['opt-activation']}`).",
         "context": "The activation type is chosen in Python before any kernel runs, so we expect GPUs to show it "
         "too; not run by us. Every released OPT checkpoint uses ReLU, so DeepSpeed-Chat's OPT runs are "
         "unaffected. DeepSpeed 0.19.8 keeps OPT on the native path with Transformers >= 4.49 (Cache-based "
@@ -438,7 +444,8 @@ ISSUES = {
         "(`enable_bias=False`). `HFOPTLayerPolicy.attention()` (`deepspeed/module_inject/containers/opt.py`) "
         "concatenates the q/k/v biases with `torch.cat` and fails on `None`; the injected attention and MLP add "
         "every one of those biases as well.",
-        "fix": "Such a model is refused by name with a ValueError in the policy (patch `0017`); serving it would "
+        "fix": f"Such a model is refused by name with a ValueError in the policy (patch `{P['opt-bias']}`); serving "
+            "it would "
         "need zero biases or bias-free kernels.",
         "context": "The crash is in Python before any kernel runs, so we expect GPUs to show it too; not run by "
         "us. DeepSpeed 0.19.8 keeps OPT on the native path with Transformers >= 4.49: the cells run on "
@@ -465,12 +472,14 @@ ISSUES = {
         "(`op_binding/softmax_context.py` and `InferenceContext.update_cache()` in `op_binding/workspace.py`) then "
         "restarts the cache on each decode step, which attends to itself alone; with Transformers 4.48.3 OPT's "
         "decoder fails at the second token on its attention-mask check.",
-        "fix": "`is_prompt` is read from the layer's input, `[batch, seq, hidden]` on both paths (patch `0018`).",
+        "fix": "`is_prompt` is read from the layer's input, `[batch, seq, hidden]` on both paths (patch "
+            f"`{P['decode-as-prompt']}`).",
         "context": "The compiled `softmax_context` recomputes the flag from the sequence length (`pt_binding.cpp`, "
         "read, not run), so we expect CUDA and ROCm to be unaffected by this half: it shows where DeepSpeed's "
         "PyTorch attention runs (an accelerator without the compiled `transformer_inference` op; CPU here). "
         "Behind it post-LayerNorm OPT has a second bug that GPUs do show, its LayerNorms swapped "
-        "(`ISSUE-opt-post-layer-norm.md`, patch `0019`). Affected releases: the line is the same in the Hybrid "
+        f"(`ISSUE-opt-post-layer-norm.md`, patch `{P['opt-post-layer-norm']}`). Affected releases: the line is the "
+        "same in the Hybrid "
         "Engine's first release, 0.9.0 (read from DeepSpeed's git history, not run; run here: 0.19.8).",
     },
     BUG_OPT_POST_LN: {
@@ -493,12 +502,15 @@ ISSUES = {
         "swapped for post-LayerNorm OPT, which generates wrong text. The policy also hard-codes "
         "`pre_attn_norm=True`, which the container uses when it has no model config to read the placement from.",
         "fix": "The policy returns the LayerNorms in the order the layer's placement needs and reads "
-        "`pre_attn_norm` from the layer (patch `0019`).",
+        f"`pre_attn_norm` from the layer (patch `{P['opt-post-layer-norm']}`).",
         "context": "Which LayerNorm goes where is decided in Python before any kernel runs, and the compiled "
         "kernels apply `attn_nw` and `norm_w` the same way, so we expect GPUs to show it too; not run by us. On "
-        "DeepSpeed's PyTorch attention path `0018`'s bug comes first (`ISSUE-decode-as-prompt.md`), and under "
-        "ZeRO-3 the q/k/v biases are dropped too (`ISSUE-post-layer-norm-qkv-bias.md`, `0020`): the cells "
-        "`series without 0019` show this one alone. DeepSpeed-Chat uses opt-350m as its critic and reward model, "
+        f"DeepSpeed's PyTorch attention path `{P['decode-as-prompt']}`'s bug comes first "
+        "(`ISSUE-decode-as-prompt.md`), and under "
+        "ZeRO-3 the q/k/v biases are dropped too (`ISSUE-post-layer-norm-qkv-bias.md`, "
+        f"`{P['post-layer-norm-qkv-bias']}`): the cells "
+        f"`series without {P['opt-post-layer-norm']}` show this one alone. DeepSpeed-Chat uses opt-350m as its "
+        "critic and reward model, "
         "which the Hybrid Engine does not generate with; its OPT actors (1.3B and larger) are pre-LayerNorm. "
         "Affected releases, read from DeepSpeed's git history (not run): 0.7.1 to 0.8.3 read "
         "`do_layer_norm_before` for the kernel only through the class-wide config `init_inference()` sets, with "
@@ -520,12 +532,15 @@ ISSUES = {
         "into `_attn_qkvw` / `_attn_qkvb` on every call. The pre-LayerNorm QKV GEMM adds the bias it is handed, "
         "but the post-LayerNorm linear is told `add_bias=self.attn_qkvb is not None`, False there: a "
         "post-LayerNorm OPT is computed without its q, k and v biases.",
-        "fix": "`add_bias` follows the bias in hand, `_attn_qkvb` (patch `0020`; with `0007` the merge leaves it "
+        "fix": f"`add_bias` follows the bias in hand, `_attn_qkvb` (patch `{P['post-layer-norm-qkv-bias']}`; with "
+            f"`{P['zero3-qkv-bias']}` the merge leaves it "
         "None for a model without QKV biases).",
         "context": "`add_bias` is decided in Python before any kernel runs, and the compiled `ds_linear_layer` "
         "skips the bias when told to, so we expect GPUs to show it too; not run by us. ZeRO-2 is unaffected "
-        "(`attn_qkvb` is set there). On DeepSpeed's PyTorch path `0018`'s bug comes first, and `0019`'s is in "
-        "every post-LayerNorm OPT cell: the cells `series without 0020` show this one alone. Affected releases: "
+        f"(`attn_qkvb` is set there). On DeepSpeed's PyTorch path `{P['decode-as-prompt']}`'s bug comes first, and "
+        f"`{P['opt-post-layer-norm']}`'s is in "
+        f"every post-LayerNorm OPT cell: the cells `series without {P['post-layer-norm-qkv-bias']}` show this one "
+        "alone. Affected releases: "
         "the line is in the Hybrid Engine's first release, 0.9.0 (read from DeepSpeed's git history, not run; run "
         "here: 0.19.8).",
     },
@@ -547,7 +562,7 @@ ISSUES = {
         "Engine leave the model as it is. The Hybrid Engine only logs that rollout will use the model's native "
         "`generate()`; DeepSpeed-Chat's generation time then measures Hugging Face, not DeepSpeed.",
         "fix": "The policy imports `GPTNeoXLayer` from `transformers.models.gpt_neox.modeling_gpt_neox`, as the "
-        "GPT-2, GPT-J, GPT-Neo, BLOOM and Llama policies import their layers (patch `0021`).",
+        f"GPT-2, GPT-J, GPT-Neo, BLOOM and Llama policies import their layers (patch `{P['gptneox-layer-class']}`).",
         "context": "Which layers are injected is decided in Python before any kernel runs, so GPUs show the same "
         "(not run by us). Transformers versions: 4.48.3 run here; the top-level `__init__.py` of each release from "
         "4.44.2 to 4.52.4 read from its PyPI wheel (4.44.2 lists `GPTNeoXLayer`, 4.45.0 to 4.51.3 do not, 4.52.4 "
@@ -573,10 +588,13 @@ ISSUES = {
         "None `attn_nw` as no LayerNorm before the MLP: `DeepSpeedMLP.forward()` "
         "(`deepspeed/ops/transformer/inference/ds_mlp.py`) feeds `fused_gemm_gelu` the attention's normalised input "
         "instead of the LayerNorm of the attention's residual sum, and with GELU where OPT's is ReLU (the cells "
-        "`series without 0023` below: 1.16 off native, where DeepSpeed's own CPU fallback of `fused_gemm_gelu` "
+        f"`series without {P['opt-layer-norm-affine']}` below: 1.16 off native, where DeepSpeed's own CPU fallback "
+        "of `fused_gemm_gelu` "
         "fails on the shapes; ours multiplies by the weights as the kernel's transposed mode does).",
-        "fix": "The Hybrid Engine leaves a LayerNorm without weights to its own forward (patch `0022`), and the OPT "
-        "policy refuses OPT without LayerNorm weights by name with a ValueError (patch `0023`); serving it would "
+        "fix": "The Hybrid Engine leaves a LayerNorm without weights to its own forward (patch "
+            f"`{P['layer-norm-without-weights']}`), and the OPT "
+        "policy refuses OPT without LayerNorm weights by name with a ValueError (patch "
+        f"`{P['opt-layer-norm-affine']}`); serving it would "
         "need unit weights handed to the kernels.",
         "context": "Both failures are decided in Python before any kernel runs, so we expect GPUs to show the "
         "first (the TypeError) too; past it, our stand-in computes what the kernel's `fused_gemm_gelu` would "
@@ -607,10 +625,12 @@ ISSUES = {
         "Transformers 4.54 and later ignore that output (the layer no "
         "longer returns the cache), and 4.44 and earlier pass tuples.",
         "fix": "The injected layer hands back the `Cache` its caller passed, in place of its key and value (patch "
-        "`0024`); its key/value cache stays in the layer's workspace, as with the versions that work.",
+        f"`{P['cache-return']}`); its key/value cache stays in the layer's workspace, as with the versions that work.",
         "context": "What the layer hands back is decided in Python, so we expect GPUs to show the same (not run by "
-        "us). GPT-NeoX on Transformers 4.45 to 4.51 first needs `0021` (no layer is injected without it); past it, "
-        "our GPT-NeoX cells fail the same way without `0024` (`series without 0024` below). Transformers versions: "
+        f"us). GPT-NeoX on Transformers 4.45 to 4.51 first needs `{P['gptneox-layer-class']}` (no layer is injected "
+        "without it); past it, "
+        f"our GPT-NeoX cells fail the same way without `{P['cache-return']}` (`series without {P['cache-return']}` "
+        "below). Transformers versions: "
         "4.48.3 run here, 4.57.6 runs correct; the PyPI wheels read: GPT-Neo's model takes `outputs[1]` as its "
         "cache from 4.45.0 to 4.53.3 (not in 4.44.2 or 4.54.0), GPT-NeoX's from 4.45.0 to 4.48.3 (not in 4.49.0). "
         "GPT-J's model reads it the same way: our GPT-J cells on 4.48.3 fail alike as released and are correct with "
@@ -640,13 +660,14 @@ ISSUES = {
         "(`HybridGatedMLPContainer.mlp_inter_mp()`, `features/gated_mlp.py`) drops its copies the same way.",
         "fix": "The attention and the MLP keep the copies: `attention_qkv_mp()` and `mlp_inter_mp()` assign "
         "them to the attributes they came from, whole, as the fused-QKV and dense copies already do (patch "
-        "`0025`).",
+        f"`{P['tensor-parallel-released']}`).",
         "context": "Which weights the layers hold is decided in Python before any kernel runs, so we expect GPUs to "
         "show the same (not run by us). ZeRO-2 takes no copies (its layers hold the training weights, which "
         "stay): the same cells on ZeRO-2 are correct as released. Our cells honour the mpu's contract: each "
         "rank trains its Megatron slice of the layers' Linears (Q, K, V and the MLP's first projection by output "
         "rows, the attention output and the MLP's last projection by input columns), and the reference is Hugging "
-        "Face on the whole model. Past this bug, the same cells need `0026` (the generate output) to finish. "
+        f"Face on the whole model. Past this bug, the same cells need `{P['tensor-parallel-output']}` (the generate "
+        "output) to finish. "
         "Affected releases, read from DeepSpeed's git history (not run): `split_qkv.py` and `gated_mlp.py` "
         "arrive with the refactor #3425 (first in 0.9.3) with this assignment, unchanged to 0.19.8 (run here).",
     },
@@ -666,11 +687,12 @@ ISSUES = {
         "gets a tuple and fails on `.sequences`.",
         "fix": "Each rank gets its rows of every batched tensor of the output, which stays a `ModelOutput`; other "
         "values (a Cache) are handed back as they are, and a plain sequences tensor is sliced as before (patch "
-        "`0026`).",
+        f"`{P['tensor-parallel-output']}`).",
         "context": "Decided in Python, so we expect GPUs to show the same (not run by us). DeepSpeed-Chat's PPO "
         "trainer takes the sequences tensor (`seq = self.actor_model.module.generate(prompts, ...)`, no "
         "`return_dict_in_generate`; read, DeepSpeedExamples) and is not affected. On the separate-Q, K, V "
-        "models this shows once `0025` lets generate run; the GPT-NeoX cells show it as released. Affected "
+        f"models this shows once `{P['tensor-parallel-released']}` lets generate run; the GPT-NeoX cells show it as "
+        "released. Affected "
         "releases, read from DeepSpeed's git history (not run): the slice has been there since the Hybrid "
         "Engine's first release, 0.9.0, to 0.19.8 (run here).",
     },
@@ -694,7 +716,7 @@ ISSUES = {
         "(DeepSpeed-Chat's collator pads a batch's prompts on the left) attends to its padding at every step.",
         "fix": "`compute_attention()` turns a bool mask into 0 / `minus_inf` as it does an int64 one, keeps the keys "
         "the last prompt token may attend to, and extends them by each new token when a decode step's mask covers "
-        "no more keys than that (patch `0028`); a mask over every key is taken as it is.",
+        f"no more keys than that (patch `{P['left-padding']}`); a mask over every key is taken as it is.",
         "context": "Measured on Transformers 4.52.4 (the last release before the rewrite: float additive masks as "
         "long as the 2D mask, correct), 4.53.0 (the first after it: wrong) and 4.57.6 (wrong); GPT-Neo keeps the "
         "older masks there and is correct; OPT is not injected on Transformers >= 4.49. Our cells without "
@@ -722,10 +744,10 @@ ISSUES = {
         "`_partition_qkv()`) divide the weight by the model's `num_attention_heads` instead, so each \"head\" they "
         "move is a fraction of one: the injected layers read rows of other heads as Q, K and V.",
         "fix": "The transforms divide the weight by the heads the rank holds, `num_attention_heads // mp_size` "
-        "(patch `0027`).",
+        f"(patch `{P['gptneox-tensor-parallel-heads']}`).",
         "context": "The layout is decided in Python before any kernel runs, so we expect GPUs to show the same "
         "(not run by us). The same on ZeRO-2 and ZeRO-3; on pinned ZeRO-3 the released cell fails first on the "
-        "generate output (`0026`). Our cells honour the "
+        f"generate output (`{P['tensor-parallel-output']}`). Our cells honour the "
         "mpu's contract: each rank trains its Megatron slice (for GPT-NeoX's fused QKV: its heads, each with its "
         "q, k and v rows). Affected releases, read from DeepSpeed's git history (not run): "
         "`HybridMegatronContainer` arrives with #3425 (first in 0.9.3) dividing by `num_attention_heads`, "
@@ -749,7 +771,8 @@ ISSUES = {
         "`inference_tp_size` 1, as DeepSpeed-Chat trains BLOOM on several GPUs) every rank holds every head, and "
         "rank r adds ALiBi from head `r * heads` on: past the sequence's heads.",
         "fix": "The offset is the rank in the attention's `mp_group` times the heads per partition under tensor "
-        "parallelism, and 0 without it (patch `0029`); `init_inference()`'s tensor parallelism without data "
+        f"parallelism, and 0 without it (patch `{P['bloom-alibi-offset']}`); `init_inference()`'s tensor "
+        "parallelism without data "
         "parallelism is unchanged, its ranks being the same.",
         "context": "On CPU, DeepSpeed's PyTorch softmax slices no rows for rank 1 and fails on the shapes (our "
         "stand-in for the kernel indexes as the kernel does and fails the same way); the CUDA kernel "
@@ -776,7 +799,8 @@ ISSUES = {
         "`fused_gemm_gelu`, whose activation is GELU whatever `mlp_act_func_type` says. The policy never reads "
         "`activation_function`: a GPT-J with another activation is computed with GELU, with no error.",
         "fix": "The policy reads `activation_function` from the config the layer's attention keeps and refuses "
-        "any activation that is not a GELU variant by name (patch `0030`), as the GPT-NeoX and OPT policies "
+        f"any activation that is not a GELU variant by name (patch `{P['gptj-activation']}`), as the GPT-NeoX and "
+        "OPT policies "
         "refuse the activations their kernels lack; every GELU variant is served (the kernel's tanh GELU is "
         "within about 1e-4 of the exact one).",
         "context": "Every GPT-J checkpoint we know uses gelu_new, which the injected MLP computes: this concerns "
@@ -802,7 +826,7 @@ ISSUES = {
         "always adds the residual from before the LayerNorm, and `BLOOMLayerPolicy` never reads the setting: "
         "such a model is computed as the default one, with no error.",
         "fix": "`BLOOMLayerPolicy` refuses a layer with the residual after the LayerNorm by name and says to run "
-        "the model without kernel injection (patch `0031`).",
+        f"the model without kernel injection (patch `{P['bloom-residual']}`).",
         "context": "Every BLOOM checkpoint we know keeps the default (False): this concerns BLOOM-shaped models "
         "trained otherwise. Which residual is added is decided in Python, so we expect GPUs to show the same "
         "(not run by us). BLOOM runs on Transformers 4.43.4 here: DeepSpeed's BLOOM container refuses newer ones. "
@@ -827,10 +851,12 @@ ISSUES = {
         "already holds, onto itself: `RuntimeError: unsupported operation: some elements of the input tensor and "
         "the written-to tensor refer to a single memory location`. Whole weights would be sliced by columns.",
         "fix": "`attention_qkv_mp()` passes `int8=reversed_dim` on like the other copies; BLOOM's head-interleaved "
-        "rows keep the plain (block) copy (patch `0032`).",
+        f"rows keep the plain (block) copy (patch `{P['bloom-tensor-parallel']}`).",
         "context": "Decided in Python before any kernel runs, so we expect GPUs to show the same (not run by us). "
-        "ZeRO-2 takes no copies and its cells are correct; past this bug the same cells need `0033` (the attention "
-        "mask) and, on 4 ranks, `0029`. BLOOM runs on Transformers 4.43.4 here: DeepSpeed's BLOOM container "
+        "ZeRO-2 takes no copies and its cells are correct; past this bug the same cells need "
+        f"`{P['tensor-parallel-mask']}` (the attention "
+        f"mask) and, on 4 ranks, `{P['bloom-alibi-offset']}`. BLOOM runs on Transformers 4.43.4 here: DeepSpeed's "
+        "BLOOM container "
         "refuses newer ones. Affected releases, read from DeepSpeed's git history (not run): the override arrives "
         "with the Hybrid Engine's containers (#3425, first in 0.9.3), unchanged to 0.19.8 (run here).",
     },
@@ -852,7 +878,8 @@ ISSUES = {
         "counts positions from that mask, so each rank computes its heads of every prompt with its own prompt's "
         "mask (where the shapes broadcast). BLOOM builds its ALiBi from the mask: one sequence's worth for several, "
         "and the injected attention reads past it.",
-        "fix": "`generate()` all-gathers the attention mask with the prompts, in the same order (patch `0033`).",
+        "fix": "`generate()` all-gathers the attention mask with the prompts, in the same order (patch "
+            f"`{P['tensor-parallel-mask']}`).",
         "context": "On CPU our stand-in for the softmax kernel refuses ALiBi for fewer sequences than the scores "
         "hold (the CUDA kernel reads past it: read, not run). Models without ALiBi show it when the prompts are "
         "padded, as DeepSpeed-Chat pads a batch: with two left-padded prompts per rank, Transformers fails on the "
@@ -871,8 +898,9 @@ UNSERVABLE_CONFIGS = ("gelu-gating", "attention-bias", "mlp-bias", "grouped-quer
 NEOX_PREREQUISITE = (
     "Prerequisite: with current Transformers (4.57 here), GPT-NeoX injection fails before this bug is reached, in "
     "`GPTNEOXLayerPolicy.get_hidden_heads()`: `'GPTNeoXAttention' object has no attribute 'hidden_size'` (patch "
-    "`0000` reads both sizes from the config). The released cells below run with a compatibility shim that adds "
-    "the two attributes; the whole series carries `0000` instead."
+    f"`{P['gptneox-hidden-heads']}` reads both sizes from the config). The released cells below run with a "
+    "compatibility shim that adds "
+    f"the two attributes; the whole series carries `{P['gptneox-hidden-heads']}` instead."
 )
 
 
@@ -977,6 +1005,8 @@ def _fixed(fixed: list[dict]) -> str:
 
 
 def write(out: Path, data: dict) -> None:
-    """Every issue text into OUT, one file per bug."""
+    """Every issue text into OUT, one file per bug: the short text (issue_brief) and its appendix, the full
+    evidence (issue_text)."""
     for bug, meta in ISSUES.items():
-        (out / meta["file"]).write_text(issue_text(data, bug))
+        (out / issue_brief.appendix_name(meta["file"])).write_text(issue_text(data, bug))
+        (out / meta["file"]).write_text(issue_brief.brief(data, bug, meta))

@@ -8,41 +8,13 @@ import textwrap
 from pathlib import Path
 
 from ... import tolerance
+from ...findings import FINDINGS
 from ...findings import table as affected_table
 from ..family import diagnosis as family
 from ..tables import num
 from . import evidence, issue_texts, labels
 from .diagnosis import (
-    BUG_3453,
-    BUG_BLOOM_ALIBI_OFFSET,
-    BUG_BLOOM_RESIDUAL,
-    BUG_BLOOM_TP_COPY,
-    BUG_CACHE_RETURN,
-    BUG_DECODE_AS_PROMPT,
-    BUG_ENGINE_GENERATE,
-    BUG_GPTJ_ACTIVATION,
-    BUG_LAYER_TUPLE,
-    BUG_LORA_NO_IN_FEATURES,
-    BUG_LORA_NOT_FOUND,
-    BUG_NEOX_ACTIVATION,
-    BUG_NEOX_LAYER_CLASS,
-    BUG_NEOX_NO_ATTENTION_BIAS,
     BUG_NEOX_ROPE_SCALING,
-    BUG_NEOX_TP_HEADS,
-    BUG_NORM_EPS,
-    BUG_OPT_ACTIVATION,
-    BUG_OPT_NO_BIAS,
-    BUG_OPT_POST_LN,
-    BUG_PADDING_MASK,
-    BUG_POST_LN_QKV_BIAS,
-    BUG_QKV_BIAS,
-    BUG_ROPE,
-    BUG_TP_MASK,
-    BUG_TP_OUTPUT,
-    BUG_TP_RELEASED,
-    BUG_TP_UNSLICED,
-    BUG_UNSERVABLE,
-    BUG_WEIGHTLESS_LAYER_NORM,
     CORRECT,
     OUTSIDE_CONTRACT,
     REFUSALS,
@@ -63,15 +35,18 @@ from .issue_texts import ISSUES
 from .plan import PINNED, dtype_of
 from .transformers_env import pinned
 
+P = {f.id: f.patch for f in FINDINGS}  # a finding's patch, for the notes below
 # Why these GPT-NeoX fields were varied, and which were left out (the configurations: conformance.CONFIGS).
 CONFIG_NOTES = {
     "use_parallel_residual": "parallel (default) vs sequential attention/MLP residual (upstream #3453)",
     "rotary_pct": "fraction of each head that is rotated (Pythia 0.25); DeepSpeed passes rotary_dim",
     "rotary_emb_base": "rotary frequency base (Pythia 10000); DeepSpeed reads rope_theta/rotary_emb_base",
     "layer_norm_eps": "1e-5 (Pythia) vs 1e-3: the container reads it for the layers; the HE replaces "
-    "final_layer_norm (0011)",
-    "hidden_act": "gelu (Pythia) vs relu: GPTNEOXLayerPolicy does not read it (TransformerPolicy's GELU; 0014)",
-    "attention_bias": "QKV and output biases (default) vs none: the container hands on what the layer has (0015)",
+    f"final_layer_norm ({P['layer-norm-eps']})",
+    "hidden_act": "gelu (Pythia) vs relu: GPTNEOXLayerPolicy does not read it (TransformerPolicy's GELU; "
+    f"{P['gptneox-activation']})",
+    "attention_bias": "QKV and output biases (default) vs none: the container hands on what the layer has "
+    f"({P['gptneox-attention-bias']})",
     "rope_scaling": "none (Pythia) vs linear x2: DeepSpeed's inference config has no field for a scaled rotary",
     "tie_word_embeddings": "separate (Pythia) vs tied input/output embeddings: outside the layers the HE "
     "replaces, one weight ZeRO-3 partitions once",
@@ -90,18 +65,19 @@ ARCH_CONFIG_NOTES = {
     "(the default's global/local alternation) and on both; the container reads each layer's type. On CPU our "
     "softmax stand-in masks as Transformers does (DeepSpeed's fallback ignores local attention); the CUDA kernel's "
     "own window indexing is read, not run",
-    "llama `rope_theta`": "rotary base; the container passes it (unlike GPT-NeoX's before 0006)",
+    "llama `rope_theta`": f"rotary base; the container passes it (unlike GPT-NeoX's before {P['rotary-base']})",
     "llama `rms_norm_eps`": "read by the policy from the RMSNorm",
     "llama `hidden_act`": "the kernel gates with SiLU whatever the config says",
     "llama `attention_bias` / `mlp_bias`": "the policy hands the kernel no biases",
     "llama `num_key_value_heads`": "grouped-query attention; the split-QKV merge assumes equal q/k/v sizes",
     "llama `head_dim`": "a head size other than hidden / heads (32 vs 64): does the container derive it?",
     "opt `do_layer_norm_before`": "pre-LayerNorm (default) vs post-LayerNorm (opt-350m); the container reads it, "
-    "the policy swaps its LayerNorms (0019), the attention takes decode steps for prompts (0018) and drops the q/k/v "
-    "biases under ZeRO-3 (0020)",
+    f"the policy swaps its LayerNorms ({P['opt-post-layer-norm']}), the attention takes decode steps for prompts "
+    f"({P['decode-as-prompt']}) and drops the q/k/v "
+    f"biases under ZeRO-3 ({P['post-layer-norm-qkv-bias']})",
     "opt `activation_function`": "relu (every OPT checkpoint) vs gelu; the policy reads it from a class-wide "
-    "config only `deepspeed.init_inference` sets (0016)",
-    "opt `enable_bias`": "the policy concatenates the q/k/v biases (0017)",
+    f"config only `deepspeed.init_inference` sets ({P['opt-activation']})",
+    "opt `enable_bias`": f"the policy concatenates the q/k/v biases ({P['opt-bias']})",
     "opt `ffn_dim`": "4x hidden (default) vs 2x: the policy reports no intermediate size",
     "opt `word_embed_proj_dim`": "embeddings narrower than the layers (opt-350m): project_in/out Linears outside "
     "the layers",
@@ -109,11 +85,12 @@ ARCH_CONFIG_NOTES = {
     "gpt-j `rotary_dim`": "16 of each head's 64 dims (GPT-J 6B's quarter) vs the whole head; the container reads it, "
     "the kernel rotates interleaved pairs (`rotate_every_two`), which DeepSpeed's CPU fallback skips",
     "gpt-j `activation_function`": "gelu_new (GPT-J 6B) vs exact gelu and relu: the MLP reads the attention's "
-    "LayerNorm, so it runs `fused_gemm_gelu`, GELU whatever the config says (0029)",
+    f"LayerNorm, so it runs `fused_gemm_gelu`, GELU whatever the config says ({P['gptj-activation']})",
     "gpt-j `n_inner`": "4x hidden (default) vs 2x: the policy reports no intermediate size",
-    "gpt-j `layer_norm_epsilon`": "read by the container for the layers; the HE replaces the final norm (0011)",
+    "gpt-j `layer_norm_epsilon`": "read by the container for the layers; the HE replaces the final norm "
+    f"({P['layer-norm-eps']})",
     "bloom `layer_norm_epsilon`": "read by the container for the layers; the HE replaces the LayerNorms outside "
-    "them, the final one and the word embeddings' (0011)",
+    f"them, the final one and the word embeddings' ({P['layer-norm-eps']})",
     "bloom `apply_residual_connection_post_layernorm`": "the residual taken from the LayerNorm's output, not its "
     "input",
     "gpt-j `tie_word_embeddings`": "separate (GPT-J 6B) vs tied: outside the layers, one weight ZeRO-3 partitions",
@@ -134,49 +111,9 @@ LEFT_OUT_ARCHS = {
 }
 
 
-# Each named bug's patch in repro/patches/; where its issue text lives when it is not one of ours above.
-PATCH_OF = {
-    **family.FIXED_BY,
-    BUG_3453: "0005",
-    BUG_ROPE: "0006",
-    BUG_QKV_BIAS: "0007",
-    BUG_LAYER_TUPLE: "0008",
-    BUG_LORA_NOT_FOUND: "0009",
-    BUG_LORA_NO_IN_FEATURES: "0009",
-    BUG_UNSERVABLE: "0010",
-    REFUSED: "0010",
-    REFUSED_ROPE: "0006",
-    BUG_NEOX_ROPE_SCALING: "0006",
-    BUG_NORM_EPS: "0011",
-    BUG_TP_UNSLICED: "0012",
-    REFUSED_TP: "0012",
-    BUG_ENGINE_GENERATE: "0013",
-    BUG_NEOX_ACTIVATION: "0014",
-    REFUSED_NEOX_ACTIVATION: "0014",
-    BUG_NEOX_NO_ATTENTION_BIAS: "0015",
-    REFUSED_NEOX_ATTENTION_BIAS: "0015",
-    BUG_OPT_ACTIVATION: "0016",
-    BUG_OPT_NO_BIAS: "0017",
-    REFUSED_OPT_BIAS: "0017",
-    BUG_DECODE_AS_PROMPT: "0018",
-    BUG_OPT_POST_LN: "0019",
-    BUG_POST_LN_QKV_BIAS: "0020",
-    BUG_NEOX_LAYER_CLASS: "0021",
-    BUG_WEIGHTLESS_LAYER_NORM: "0022",
-    REFUSED_OPT_LAYER_NORM: "0023",
-    BUG_CACHE_RETURN: "0024",
-    BUG_TP_RELEASED: "0025",
-    BUG_TP_OUTPUT: "0026",
-    BUG_NEOX_TP_HEADS: "0027",
-    BUG_PADDING_MASK: "0028",
-    BUG_BLOOM_ALIBI_OFFSET: "0029",
-    BUG_GPTJ_ACTIVATION: "0030",
-    REFUSED_GPTJ_ACTIVATION: "0030",
-    BUG_BLOOM_RESIDUAL: "0031",
-    BUG_BLOOM_TP_COPY: "0032",
-    BUG_TP_MASK: "0033",
-    REFUSED_BLOOM_RESIDUAL: "0031",
-}
+# Each named bug's patch in repro/patches/ (the registry's diagnosis sentences); where its issue text lives when it is
+# not one of ours above.
+PATCH_OF = {sentence: f.patch for f in FINDINGS for sentence in f.diagnoses}
 REFERENCE_OF = {
     family.BUG_8391: "upstream #8391 (PR #8392); `results/reference/cpu-pythia-410m/`",
     **{bug: "`results/reference/family/` (docs/bug-family.md)" for bug in family.BUGS if bug != family.BUG_8391},

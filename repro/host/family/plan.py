@@ -6,17 +6,34 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
+from ... import findings
+
 PROBE = "repro.rank.cell_probe"
-PATCHES = ("0001", "0002", "0003", "0004")
+# The family's findings (repro.findings.registry): #8391's fix, the LoRA QKV layout, non-pinned LoRA, call order.
+FIX, LORA, NON_PINNED, ORDER = "zero3-qkv-layout", "lora-qkv-layout", "lora-non-pinned", "qkv-transform-idempotent"
+PATCHES = tuple(findings.by_id(i).patch for i in (FIX, LORA, NON_PINNED, ORDER))
+
+
+def build_of(*ids: str) -> str:
+    """A build's name: its findings' patches joined by + (the names family.json records)."""
+    return "+".join(findings.by_id(i).patch for i in ids)
+
+
 BUILDS: dict[str, tuple[str, ...]] = {
     "released": (),
-    "0001": ("0001",),
-    "0001+0002": ("0001", "0002"),
-    "0001+0003": ("0001", "0003"),
-    "0001+0002+0004": ("0001", "0002", "0004"),
-    "0001+0002+0003": ("0001", "0002", "0003"),
-    "0001+0002+0003+0004": ("0001", "0002", "0003", "0004"),
+    **{
+        build_of(*ids): tuple(findings.by_id(i).patch for i in ids)
+        for ids in (
+            (FIX,),
+            (FIX, LORA),
+            (FIX, NON_PINNED),
+            (FIX, LORA, ORDER),
+            (FIX, LORA, NON_PINNED),
+            (FIX, LORA, NON_PINNED, ORDER),
+        )  # fmt: skip
+    },
 }
+ONE, WITH_ORDER, EVERY = build_of(FIX), build_of(FIX, LORA, ORDER), build_of(FIX, LORA, NON_PINNED, ORDER)
 TARGETS = ("none", "qkv", "others", "all")
 REFERENCE_ORDER = "eval-generate-train"
 ORDERS = (REFERENCE_ORDER, "train-first", "eval-twice")  # repro.rank.cell_probe.ORDERS
@@ -24,7 +41,7 @@ ORDERS = (REFERENCE_ORDER, "train-first", "eval-twice")  # repro.rank.cell_probe
 # the call orders (patch 0004) under ZeRO-2 and ZeRO-3, without LoRA and with LoRA on QKV.
 SWEEPS: dict[str, dict[str, tuple]] = {
     "lora": {
-        "build": ("released", "0001", "0001+0002+0003+0004"),
+        "build": ("released", ONE, EVERY),
         "targets": ("qkv", "others", "all"),
         "world_size": (1, 2),
         "pin_parameters": (True, False),
@@ -32,7 +49,7 @@ SWEEPS: dict[str, dict[str, tuple]] = {
         "zero_stage": (3,),
     },
     "call-order": {
-        "build": ("released", "0001", "0001+0002+0004", "0001+0002+0003+0004"),
+        "build": ("released", ONE, WITH_ORDER, EVERY),
         "targets": ("none", "qkv"),
         "world_size": (1, 2),
         "pin_parameters": (True,),
@@ -41,7 +58,7 @@ SWEEPS: dict[str, dict[str, tuple]] = {
     },
     # The same call orders on ZeRO-3's non-pinned path (`_zero3_forward`), where 0004 must hold too.
     "call-order-unpinned": {
-        "build": ("0001", "0001+0002+0004", "0001+0002+0003+0004"),
+        "build": (ONE, WITH_ORDER, EVERY),
         "targets": ("none", "qkv"),
         "world_size": (1, 2),
         "pin_parameters": (False,),

@@ -4,10 +4,14 @@ test that make it safe. Every number is a measured cell; `python -m repro family
 
 from __future__ import annotations
 
+from ... import findings
 from ..tables import num
-from ..upstream import issue_scripts
+from ..upstream import issue_scripts, patched_copy
 from .diagnosis import BUG_8391, BUG_ORDER, CORRECT
-from .plan import REFERENCE_ORDER
+from .plan import EVERY, ONE, ORDER, REFERENCE_ORDER, WITH_ORDER
+
+ORDER_PATCH = findings.by_id(ORDER).patch
+P = {f.id: f.patch for f in findings.FINDINGS}  # a finding's patch, for the prose below
 
 FILE_NAME = "PR-8392-COMMENT.md"
 ORDER_TEXT = {
@@ -52,12 +56,12 @@ def render(data: dict) -> str:
         return "# PR #8392 comment\n\nNo call-order cell was measured; run `python -m repro family`.\n"
     ds, v = first["deepspeed"]["version"], first["versions"]
     # Without LoRA, so that the LoRA bugs (patches 0002, 0003) do not blur what this PR does.
-    reference_fixed = _pick(cells, build="0001", order=REFERENCE_ORDER, targets="none")
+    reference_fixed = _pick(cells, build=ONE, order=REFERENCE_ORDER, targets="none")
     released = _pick(cells, build="released", order=REFERENCE_ORDER, zero_stage=3, world_size=2, targets="none")
-    broken = [c for c in _pick(cells, build="0001", zero_stage=3) if c["order"] != REFERENCE_ORDER]
+    broken = [c for c in _pick(cells, build=ONE, zero_stage=3) if c["order"] != REFERENCE_ORDER]
     zero2 = [c for c in _pick(cells, build="released", zero_stage=2) if c["order"] != REFERENCE_ORDER]
-    safe = _pick(cells, build="0001+0002+0004", targets="none")
-    series = [c for c in data["cells"] if c.get("build") == "0001+0002+0003+0004" and "error" not in c]
+    safe = _pick(cells, build=WITH_ORDER, targets="none")
+    series = [c for c in data["cells"] if c.get("build") == EVERY and "error" not in c]
     lines = [
         "# Comment for DeepSpeed PR #8392 (fix for #8391)",
         "",
@@ -90,9 +94,11 @@ def render(data: dict) -> str:
         "",
         "## What makes it safe",
         "",
-        "A separate patch (0004 of our series): each transform returns early when the weights are already in its "
+        f"A separate patch ({P['qkv-transform-idempotent']} of our series): each transform returns early when the "
+        "weights are already in its "
         "target layout (also skipping the gather), reading the layout record `_qkv_inference_layout` that the "
-        "series' LoRA-layout patch (0002) adds, set once a transform has finished. It is kept apart from "
+        f"series' LoRA-layout patch ({P['lora-qkv-layout']}) adds, set once a transform has finished. It is kept "
+        "apart from "
         "`modifier_rank=0` so each can be reviewed and reverted on its own. "
         f"With it, {_count(safe, CORRECT)} call-order cells without LoRA are correct (every order, ZeRO-2 and "
         f"ZeRO-3, pinned and not, 1 and 2 ranks); with our whole series (this PR, the two LoRA fixes and this patch) "
@@ -107,8 +113,9 @@ def render(data: dict) -> str:
         "",
         *issue_scripts.section(FILE_NAME, f"DeepSpeed {ds}, torch {v['torch']}, Transformers {v['transformers']}"),
         "",
-        "Patch with its test: `repro/patches/0004-Make-the-HybridMegatron-QKV-layout-transforms-idempo.patch` "
-        "(`git am` on master, after 0000-0003 of the series).",
+        f"Patch with its test: `repro/patches/{patched_copy.patch_file(ORDER_PATCH, 'master').name}` "
+        f"(`git am` on master, after {findings.SERIES[0]}-{findings.SERIES[findings.SERIES.index(ORDER_PATCH) - 1]} "
+        "of the series).",
         "",
     ]
     return "\n".join(lines)

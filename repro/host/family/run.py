@@ -134,4 +134,4 @@ def _as_intended(result: dict, root: Path | None, applied: dict) -> bool:
     read from source agrees with the patches the host found applied."""
     path = Path(result["deepspeed"]["path"])
     where = root is None or path.is_relative_to(Path(root).resolve())
-    return where and result["deepspeed"]["fix_8391_in_source"] == applied["0001"]
+    return where and result["deepspeed"]["fix_8391_in_source"] == applied[patched_copy.FIX_8391]

@@ -12,26 +12,29 @@ import ast
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ...findings import by_id
 from ...fixstatus import installed_deepspeed, modifier_rank_arg
 from ...paths import write_json
+
+FIX, NON_PINNED = by_id("zero3-qkv-layout").patch, by_id("lora-non-pinned").patch
 
 # Every site the scan finds in DeepSpeed 0.19.8, settled: "confirmed by run" (a run of ours shows the
 # discarded write and its patch fixes it), "false positive" (the write is harmless, with why), or
 # "not settled". Keyed by (file under deepspeed/, function); a site missing here is an unexplained candidate.
 VERDICTS = {
     ("module_inject/containers/features/hybrid_megatron.py", "transform_for_inference"): (
-        "confirmed by run: DeepSpeed #8391, the inference layout is discarded at world size >= 2 (patch 0001)"
+        f"confirmed by run: DeepSpeed #8391, the inference layout is discarded at world size >= 2 (patch {FIX})"
     ),
     ("module_inject/containers/features/hybrid_megatron.py", "transform_for_training"): (
-        "confirmed by run: DeepSpeed #8391, the restore to the training layout is discarded too (patch 0001)"
+        f"confirmed by run: DeepSpeed #8391, the restore to the training layout is discarded too (patch {FIX})"
     ),
     ("runtime/hybrid_engine.py", "run_forward"): (
         "confirmed by run: pin_parameters false, world size >= 2: the LoRA fusion is discarded after the prompt "
-        "forward, so every decode step runs without LoRA (patch 0003; results/reference/family/)"
+        f"forward, so every decode step runs without LoRA (patch {NON_PINNED}; results/reference/family/)"
     ),
     ("runtime/hybrid_engine.py", "unfuse_lora_weight_non_pinned"): (
         "confirmed by run, the mirror of run_forward: its discarded subtraction cancels the discarded addition, "
-        "so training weights survive; fixed together with run_forward (patch 0003)"
+        f"so training weights survive; fixed together with run_forward (patch {NON_PINNED})"
     ),
     ("runtime/hybrid_engine.py", "generate"): (
         "false positive (temporary by design): fuse, generate and unfuse inside one context, so the discard "

@@ -10,6 +10,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from ... import findings
 from ...fixstatus import TARGET, PatchError, fix_status_of_package, installed_deepspeed, is_fixed
 from ...paths import cache_root
 
@@ -21,9 +22,7 @@ PATCH_DIR = Path(__file__).resolve().parents[2] / "patches"
 # release where a patch's context differs there (`git am` takes each on its own tree). A copy of an installed
 # DeepSpeed gets each patch's deepspeed/ part only (site-packages has no tests/). Patches apply in series order;
 # where one needs another, regression.PREREQUISITES says so.
-FIX_8391 = "0001"  # modifier_rank=0 in HybridMegatronContainer's transforms (DeepSpeed #8391)
-LORA_QKV_LAYOUT = "0002"  # QKV LoRA delta fused in the layout the weight has at that moment
-LORA_NON_PINNED = "0003"  # non-pinned ZeRO-3 LoRA fusion persisted for the whole generate
+FIX_8391 = findings.by_id("zero3-qkv-layout").patch  # modifier_rank=0 in HybridMegatronContainer's transforms
 
 
 KEY_FILES = (
@@ -64,31 +63,34 @@ def deepspeed_part(patch_text: str) -> str:
     return "".join(b for b in blocks[1:] if b.startswith("diff --git a/deepspeed/"))
 
 
-def _patch(args: list[str], cwd: Path, number: str = FIX_8391) -> subprocess.CompletedProcess:
+def _patch(
+    args: list[str], cwd: Path, number: str = FIX_8391, release: str | None = None
+) -> subprocess.CompletedProcess:
     if shutil.which("patch") is None:
         raise PatchError("the `patch` program is missing (apt-get install patch)")
     return subprocess.run(
         ["patch", "-p1", "--forward", "--silent", "--no-backup-if-mismatch", *args],
-        input=deepspeed_part(patch_file(number).read_text()),
+        input=deepspeed_part(patch_file(number, release).read_text()),
         cwd=cwd,
         capture_output=True,
         text=True,
     )
 
 
-def check_applies(root: Path, ds_version: str, number: str = FIX_8391) -> None:
-    """Raises PatchError unless the patch applies cleanly under `root` (a dir holding `deepspeed/`)."""
-    if _patch(["--dry-run"], root, number).returncode == 0:
+def check_applies(root: Path, ds_version: str, number: str = FIX_8391, release: str | None = None) -> None:
+    """Raises PatchError unless the patch applies cleanly under `root` (a dir holding `deepspeed/`). `release`:
+    whose form of the series (default: the installed DeepSpeed's)."""
+    if _patch(["--dry-run"], root, number, release).returncode == 0:
         return
-    name = patch_file(number).name
-    if _patch(["--dry-run", "--reverse"], root, number).returncode == 0:
+    name = patch_file(number, release).name
+    if _patch(["--dry-run", "--reverse"], root, number, release).returncode == 0:
         raise PatchError(f"DeepSpeed {ds_version} already contains the fix ({name} is applied)")
     raise PatchError(f"{name} does not apply to DeepSpeed {ds_version}: its files have changed; update the patch")
 
 
-def apply_to(root: Path, ds_version: str, number: str = FIX_8391) -> None:
-    check_applies(root, ds_version, number)
-    result = _patch([], root, number)
+def apply_to(root: Path, ds_version: str, number: str = FIX_8391, release: str | None = None) -> None:
+    check_applies(root, ds_version, number, release)
+    result = _patch([], root, number, release)
     if result.returncode != 0:
         raise PatchError(f"patch failed on DeepSpeed {ds_version}: {result.stdout.strip()} {result.stderr.strip()}")
 

@@ -4,7 +4,7 @@ and say when nothing shows a bug."""
 import json
 
 from repro.host import table_dir
-from repro.host.conformance import diagnosis, issue_texts, plan, report
+from repro.host.conformance import diagnosis, issue_brief, issue_texts, plan, report
 
 VERSIONS = {"deepspeed": {"version": "0.19.8"}, "versions": {"torch": "2.13.0+cpu", "transformers": "4.57.6"}}
 
@@ -65,20 +65,51 @@ def test_each_issue_text_is_the_bug_template_filled_from_the_cells_that_show_it(
     fixed = neox("sequential-residual")
     crash = llama(crash=TUPLE)
     report.write_reports(tmp_path, data([bug, fixed, crash]))
-    issue = (tmp_path / issue_texts.ISSUE_3453).read_text()
+    issue = (tmp_path / issue_brief.appendix_name(issue_texts.ISSUE_3453)).read_text()
     for section in ("**Describe the bug**", "**To Reproduce**", "**Expected behavior**", "**System info**"):
         assert section in issue
     assert "in 1 of the 2 cells below the Hybrid Engine" in issue and "1 of 1 such cells are correct" in issue
     assert issue_texts.NEOX_PREREQUISITE in issue and "Scope: kernel injection" in issue
     assert "| gpt-neox sequential-residual, reference | released | 3 | 2 | 1.13 | 6e-07 |" in issue
-    tuple_issue = (tmp_path / "ISSUE-llama-layer-tuple.md").read_text()
+    tuple_issue = (tmp_path / "ISSUE-llama-layer-tuple.appendix.md").read_text()
     assert "'tuple' object has no attribute 'size'" in tuple_issue and "in 1 of the 1 cells below" in tuple_issue
     assert issue_texts.NEOX_PREREQUISITE not in tuple_issue
     # The table's cells are the ones counted: a cell outside the table never adds to "in N of M".
     rows = [line for line in issue.splitlines() if line.startswith("| gpt-neox")]
     assert len(rows) == 2
     # A bug no cell shows gets no issue text, only that sentence.
+    assert (
+        (tmp_path / "ISSUE-llama-lora.appendix.md")
+        .read_text()
+        .endswith("No measured cell shows it; nothing to report.\n")
+    )
+
+
+def test_each_issue_text_is_short_and_shows_released_deepspeed_only(tmp_path):
+    bug = neox("sequential-residual", "released", (1.13, 1.0), [6e-7] * 2, [diagnosis.BUG_3453])
+    fixed = neox("sequential-residual")
+    report.write_reports(tmp_path, data([bug, fixed]))
+    text = (tmp_path / issue_texts.ISSUE_3453).read_text()
+    assert len(text.splitlines()) <= issue_brief.MAX_LINES
+    parts = ["**The bug**", "**Who is hit**", "pip install deepspeed==0.19.8", "as released prints", "With the fix",
+             "deepspeed --num_gpus 1 parallel_residual.py", "CPU evidence", "**Cause**", "**Fix**",
+             "tests/unit/module_inject/test_gptneox_sequential_residual.py", "ISSUE-3453.appendix.md"]  # fmt: skip
+    for part in parts:
+        assert part in text, part
+    rows = [line for line in text.splitlines() if line.startswith("| gpt-neox")]
+    assert rows == [
+        "| gpt-neox sequential-residual, reference | 3 | 2 | sequential residual run as parallel (#3453) |"
+    ]
     assert (tmp_path / "ISSUE-llama-lora.md").read_text().endswith("No measured cell shows it; nothing to report.\n")
+
+
+def test_the_committed_issue_texts_are_at_most_80_lines():
+    from repro.paths import REPO_ROOT
+
+    for meta in issue_texts.ISSUES.values():
+        text = (REPO_ROOT / "results" / "reference" / "conformance" / meta["file"]).read_text()
+        assert len(text.splitlines()) <= issue_brief.MAX_LINES, meta["file"]
+        assert "whole series" not in text.split("**Cause**")[0], meta["file"]  # released evidence only
 
 
 def test_the_committed_reports_are_what_the_committed_json_renders(tmp_path):

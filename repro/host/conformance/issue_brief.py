@@ -1,0 +1,104 @@
+"""The issue text a maintainer reads in two minutes (at most 80 lines): the bug in one sentence, who is hit and the
+workaround, a pinned install line and the standalone script's command, what it prints as released and with the fix,
+what is CPU evidence, a few released cells, the cause, the fix and its test. Everything else (every cell, the
+script's source, ds_report, system info) is in its appendix beside it (issue_texts.issue_text)."""
+
+from __future__ import annotations
+
+import json
+
+from ... import findings
+from ...findings import table
+from ...findings.finding import Finding
+from ...paths import REPO_ROOT
+from ..upstream import affected_releases, issue_scripts, patched_copy
+from . import labels
+
+PROOF = REPO_ROOT / "results" / "reference" / "patched-deepspeed" / "proof.json"
+MAX_LINES = 80
+ROWS = 4  # released cells shown; the appendix holds them all
+
+
+def appendix_name(file: str) -> str:
+    return file.removesuffix(".md") + ".appendix.md"
+
+
+def _proof() -> dict:
+    return json.loads(PROOF.read_text()) if PROOF.is_file() else {}
+
+
+def _printed(runs: list[dict], key: str) -> list[str]:
+    """The result lines of the run of this script (by its key), or a line saying it has not run."""
+    found = next((r for r in runs if r["run"] == key), None)
+    return list(found["lines"]) if found else ["(not run yet)"]
+
+
+def _names(cell: dict, finding: Finding) -> bool:
+    return any((findings.named_in(d) or (None,))[0] is finding for d in cell["diagnosis"])
+
+
+def brief(data: dict, bug: str, meta: dict) -> str:
+    """The short text for the finding the diagnosis `bug` names."""
+    finding: Finding = findings.named_in(bug)[0]
+    scripts = issue_scripts.scripts_of(meta["file"]) or []
+    invocations = [inv for inv in affected_releases.invocations() if inv.script in scripts]
+    released_runs = [r for r in (affected_releases.load() or {}).get("runs", []) if r["release"] == "0.19.8"]
+    proof = _proof()
+    measured = [c for c in data["cells"] if "error" not in c and c["build"] == "released"]
+    shown = [c for c in measured if _names(c, finding)]
+    if not any(_names(c, finding) for c in data["cells"] if "error" not in c):
+        return f"# {bug}\n\nNo measured cell shows it; nothing to report.\n"
+    where = "; ".join(table._where(scope) for scope in finding.scopes)
+    lines = [
+        f"# [BUG] {meta['title']}",
+        "",
+        f"**The bug**: {finding.summary}",
+        "",
+        f"**Who is hit**: {where}. DeepSpeed 0.19.8 as released: {finding.outcome}. Without a patch: "
+        f"{finding.workaround}.",
+        "",
+        "**To reproduce** (the script, attached, imports only torch, deepspeed and transformers):",
+        "```",
+    ]
+    for inv in invocations:
+        version = inv.script.transformers or data["cells"][0].get("transformers") or "4.57.6"
+        lines.append(f'pip install deepspeed==0.19.8 "transformers=={version}"   # and torch for your GPU')
+        lines.append(inv.script.command)
+    lines += ["```", "", "DeepSpeed 0.19.8 as released prints:", "```"]
+    for inv in invocations:
+        lines += _printed(released_runs, inv.key)
+    lines += ["```", f"With the fix (`{patched_copy.patch_file(finding.patch).name}`) it prints:", "```"]
+    for inv in invocations:
+        lines += _printed(proof.get("runs", []), inv.key)
+    lines += [
+        "```",
+        "Both runs are CPU evidence: DeepSpeed has no `transformer_inference` kernels on CPU, so PyTorch stand-ins "
+        "ran in their place (`repro/rank/fallbacks.py`, in our repository). On a GPU the compiled kernels run "
+        f"instead. {meta['context']}",
+        "",
+        "**Released DeepSpeed, measured** (tiny models, random weights, CPU):",
+        "",
+    ]
+    if shown:
+        lines += ["| model, scenario | ZeRO | ranks | what the Hybrid Engine did |", "|---|---|---|---|"]
+        lines += [f"| {labels.where(c)} | {c['zero_stage']} | {c['world_size']} | {c['diagnosis'][0][:150]} |"
+                  for c in shown[:ROWS]]  # fmt: skip
+        if len(shown) > ROWS:
+            lines.append(f"| and {len(shown) - ROWS} more cells (appendix) | | | |")
+    else:
+        lines.append("No released cell shows it alone: another bug comes first there (the appendix has the cells of "
+                     "the series without this patch). The script above shows it on released DeepSpeed.")  # fmt: skip
+    said = affected_releases.sentence(affected_releases.load(), [s.fixed_by for s in scripts])
+    if said:
+        lines += ["", said]
+    tests = " ".join(f"`tests/{t}`" for t in finding.tests)
+    lines += [
+        "",
+        f"**Cause**: {meta['cause']}",
+        "",
+        f"**Fix**: {meta['fix']} Its test, {tests}, fails on 0.19.8 and passes with the patch.",
+        "",
+        f"Every cell, the script's source, `ds_report` and system info: `{appendix_name(meta['file'])}`.",
+        "",
+    ]
+    return "\n".join(lines)
