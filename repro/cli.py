@@ -208,6 +208,13 @@ def build_parser() -> argparse.ArgumentParser:
     affected.add_argument(
         "--engine-generate", action="store_true", help="you call engine.generate() (DeepSpeed-Chat: module.generate)"
     )
+    affected.add_argument(
+        "--run",
+        type=Path,
+        metavar="OUT",
+        help="also measure exactly this setup, released and with the series, into the new directory OUT (CPU, the "
+        "architecture's tiny twin or your config's; minutes)",
+    )
     docs = affected.add_mutually_exclusive_group()
     docs.add_argument("--table", action="store_true", help="print DeepSpeed-Chat's setups table")
     docs.add_argument("--update-docs", action="store_true", help="write that table into README.md")
@@ -346,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
                     pin=args.pin,
                     left_pad=args.left_pad,
                     engine_generate=args.engine_generate,
+                    run=args.run,
                 )
             )
         if args.command == "patched-deepspeed":

@@ -14,12 +14,12 @@ from importlib import metadata
 from pathlib import Path
 
 from ..findings import policies, table
-from ..findings.answer import NOT_MEASURED, Answer, answer, measured
+from ..findings.answer import NOT_MEASURED, Answer, answer, measured, series_measured
 from ..findings.finding import SILENTLY_OFF
 from ..findings.setup import Setup, version_tuple
 from ..options import UsageError
 from ..paths import REPO_ROOT
-from .conformance import my_model
+from .conformance import my_model, transformers_env
 from .conformance.transformers_env import pinned
 
 CELLS = REPO_ROOT / "results" / "reference" / "conformance" / "conformance.json"
@@ -44,6 +44,7 @@ class Request:
     pin: bool = True
     left_pad: bool = True
     engine_generate: bool = False
+    run: Path | None = None  # measure the setup too, into this new directory
 
 
 def installed_transformers() -> str:
@@ -172,10 +173,51 @@ def report(setup: Setup, model_type: str, served: bool, said: Answer, cells: lis
 def main(req: Request, log: Callable[[str], None] = print) -> int:
     setup, model_type, served = resolve(req)
     said = answer(setup, served=served)
+    if req.run is not None:
+        check_runnable(setup)  # refused before anything is written
     cells = json.loads(CELLS.read_text())["cells"] if CELLS.is_file() else None
     for line in report(setup, model_type, served, said, cells):
         log(line)
-    return 0
+    return 0 if req.run is None else measure(req, setup, said, log)
+
+
+def check_runnable(setup: Setup) -> None:
+    """What `--run` can measure here: the suite's architectures, on a Transformers it has an overlay for."""
+    versions = (pinned(), *transformers_env.others())
+    if setup.transformers not in versions:
+        known = ", ".join(sorted(versions, key=version_tuple))
+        raise UsageError(f"--run --transformers {setup.transformers}: the suite runs Transformers {known} "
+                         "(constraints-transformers-*.txt)")  # fmt: skip
+    my_model.setup_plan(_setup_dict(setup))  # the architecture and rank count
+
+
+def _setup_dict(setup: Setup) -> dict:
+    return {"arch": setup.arch, "zero": setup.zero, "lora": setup.lora, "tp": setup.tp, "mpu": setup.mpu,
+            "pin": setup.pin, "left_pad": setup.left_pad, "dtype": setup.dtype,
+            "transformers": setup.transformers}  # fmt: skip
+
+
+def measure(req: Request, setup: Setup, said: Answer, log: Callable[[str], None]) -> int:
+    """Runs the setup released and with the series (conformance cells in REQ.run), and sets what they measured
+    beside the answer: 0 they agree, 1 they do not (the registry is wrong here: report it), else the run's status."""
+    from .conformance import run as conformance
+
+    model = {"config": str(req.config) if req.config else None, "weights": False, "allow_pickle": False,
+             "setup": _setup_dict(setup)}  # fmt: skip
+    code = conformance.main(req.run, model=model, log=log)
+    if code != 0:
+        return code
+    by_build = {c["build"]: c for c in json.loads((req.run / "conformance.json").read_text())["cells"]}
+    released, series = by_build["released"], by_build["whole series"]
+    got, got_series = measured(released), series_measured(series)
+    log(f"Measured (CPU, tiny twin, {req.run}): as released {got} ({'; '.join(released['diagnosis'])[:200]}); "
+        f"with the series {got_series} ({'; '.join(series['diagnosis'])[:200]}).")  # fmt: skip
+    if (got, got_series) == (said.outcome, said.with_series):
+        log("The measurement agrees with the answer above.")
+        return 0
+    log(f"The measurement DISAGREES with the answer above (answered {said.outcome}, then {said.with_series}): the "
+        "findings registry is wrong for this setup; please report it with this directory.")  # fmt: skip
+    return 1
 
 
 def block_in(text: str) -> str | None:

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from ...options import UsageError
-from .plan import ENGAGED_ON, PINNED, SCENARIOS, cell_axes
+from .plan import ARCHS, ENGAGED_ON, PINNED, SCENARIOS, cell_axes
 
 # Transformers' model_type -> the suite's architecture (repro.rank.archs has an adapter for each).
 MODEL_TYPES = {"gpt_neox": "gpt-neox", "gpt_neo": "gpt-neo", "llama": "llama", "opt": "opt", "gptj": "gpt-j",
@@ -123,4 +123,34 @@ def plan(path: Path, weights: bool = False, allow_pickle: bool = False) -> list[
             if model:
                 axes["probe"] = {**axes.get("probe", {}), **model}
             cells.append(axes)
+    return cells
+
+
+# `affected --run`: the user's setup as cells. Their axes compose the scenarios' own probe settings.
+SETUP_SCENARIO = "your-setup"
+MAX_CPU_RANKS = 4  # what 2 cores run in minutes; more ranks is a GPU job
+
+
+def setup_plan(setup: dict, path: Path | None = None) -> list[dict]:
+    """Two cells, DeepSpeed as released and with the series, measuring exactly `setup` (repro.findings.setup.Setup
+    as a dict: arch, zero, lora, tp, mpu, pin, left_pad, dtype, transformers) on the architecture's tiny default, or
+    on the tiny twin of the config at `path`."""
+    arch, tp = setup["arch"], setup["tp"]
+    if arch not in MODEL_TYPES.values():
+        raise UsageError(f"--run measures the architectures this suite has adapters for ({', '.join(ARCHS)}), not "
+                         f"{arch!r}: measuring a model without a Hybrid Engine policy is not built yet")  # fmt: skip
+    if tp > MAX_CPU_RANKS:
+        raise UsageError(f"--run --tp {tp}: on CPU at most {MAX_CPU_RANKS} ranks run; measure tp {tp} on GPUs")
+    ranks = max(2, tp)  # the bugs of partitioned ZeRO-3 need 2 ranks (one rank hides them)
+    probe = {"tp": tp, "mpu": setup["mpu"], "left_pad": 3 if setup["left_pad"] else 0}
+    if setup["lora"]:  # DeepSpeed-Chat's LoRA and ZeRO-3 settings (the ds-chat scenario's)
+        probe.update(SCENARIOS["ds-chat"]["probe"])
+    cells = []
+    for build in ("released", "whole series"):
+        axes = cell_axes(arch, "default", build, setup["zero"], ranks, "reference", setup["transformers"],
+                         setup["dtype"])  # fmt: skip
+        axes.update(scenario=SETUP_SCENARIO, lora="all" if setup["lora"] else "none", pin=setup["pin"], probe=probe)
+        if path is not None:
+            axes.update(configuration=NAME, config=tiny_twin(read(path)[0]))
+        cells.append(axes)
     return cells

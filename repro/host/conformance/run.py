@@ -100,7 +100,9 @@ def main(
 
 
 def _planned(model: dict | None, quick: bool, archs, shard: tuple[int, int] | None, ranks: int | None) -> list:
-    if model:
+    if model and model.get("setup"):  # `affected --run`: the user's setup
+        cells = my_model.setup_plan(model["setup"], Path(model["config"]) if model.get("config") else None)
+    elif model:
         cells = my_model.plan(Path(model["config"]), model["weights"], model["allow_pickle"])
     else:
         cells = plan_of(quick, archs)
