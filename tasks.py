@@ -260,6 +260,7 @@ def affected(
     table=False,
     update_docs=False,
     refresh_policies=False,
+    run="",
 ):
     """Am I affected? What DeepSpeed 0.19.8 as released does in your setup, what to do today, what fixes it
     (python -m repro affected). Exit status: 0 answered, 2 bad input."""
@@ -268,7 +269,7 @@ def affected(
     flags = {"lora": lora, "mpu": mpu, "no-pin": no_pin, "no-left-pad": no_left_pad,
              "engine-generate": engine_generate, "table": table, "update-docs": update_docs,
              "refresh-policies": refresh_policies}  # fmt: skip
-    values = {"arch": arch, "config": config, "transformers": transformers}
+    values = {"arch": arch, "config": config, "transformers": transformers, "run": run}
     argv = [f"--{k}" for k, on in flags.items() if on] + [x for k, v in values.items() if v for x in (f"--{k}", v)]
     argv += ["--zero", str(zero), "--tp", str(tp), "--ranks", str(ranks), "--dtype", dtype]
     _exit(main(["affected", *argv]))

@@ -89,3 +89,37 @@ def test_update_docs_rewrites_only_the_block(tmp_path, monkeypatch):
     readme.write_text("# no block\n")
     with pytest.raises(affected.UsageError, match="no generated block"):
         affected.update_docs(log=lambda _: None)
+
+
+def test_run_refuses_what_it_cannot_measure_before_writing_anything(tmp_path):
+    out = tmp_path / "run"
+    for argv, said in (
+        (["--arch", "mistral"], "not built yet"),
+        (["--arch", "llama", "--transformers", "4.50.0"], "the suite runs Transformers"),
+        (["--arch", "llama", "--tp", "8"], "at most 4 ranks"),
+    ):
+        done = subprocess.run([sys.executable, "-m", "repro", "affected", *argv, "--run", str(out)], cwd=ROOT,
+                              capture_output=True, text=True)  # fmt: skip
+        assert done.returncode == 2 and said in done.stderr, (argv, done.stderr)
+    assert not out.exists()
+
+
+def test_the_setup_plan_composes_the_scenarios_settings():
+    from repro.host.conformance import my_model
+
+    setup = {"arch": "llama", "zero": 3, "lora": True, "tp": 2, "mpu": False, "pin": True, "left_pad": True,
+             "dtype": "fp16", "transformers": "4.53.0"}  # fmt: skip
+    released, series = my_model.setup_plan(setup)
+    assert (released["build"], series["build"]) == ("released", "whole series")
+    assert released["probe"]["tp"] == 2 and released["probe"]["left_pad"] == 3 and released["probe"]["lora_dim"] == 64
+    assert released["world_size"] == 2 and released["lora"] == "all" and released["dtype"] == "fp16"
+    assert released["transformers"] == "4.53.0" and released["zero_stage"] == 3
+
+
+@pytest.mark.distributed
+def test_run_measures_the_setup_and_agrees_with_the_answer(tmp_path, capsys):
+    """OPT on the Transformers it is injected on, ZeRO-2, no LoRA: correct as released and with the series."""
+    argv = ["affected", "--arch", "opt", "--zero", "2", "--transformers", "4.48.3", "--no-left-pad"]
+    assert main([*argv, "--run", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert "as released correct" in out and "The measurement agrees" in out
