@@ -24,6 +24,7 @@ from .conformance.transformers_env import pinned
 
 CELLS = REPO_ROOT / "results" / "reference" / "conformance" / "conformance.json"
 README = REPO_ROOT / "README.md"
+CONFORMANCE_DOC = REPO_ROOT / "docs" / "conformance.md"
 ARCHS = {**my_model.MODEL_TYPES, **{arch: arch for arch in my_model.MODEL_TYPES.values()}}  # suite names too
 VERSION = re.compile(r"\d+\.\d+(\.\d+)?")
 
@@ -220,21 +221,35 @@ def measure(req: Request, setup: Setup, said: Answer, log: Callable[[str], None]
     return 1
 
 
-def block_in(text: str) -> str | None:
+def block_in(text: str, begin: str = table.BEGIN, end: str = table.END) -> str | None:
     """The generated block of a document, markers included, or None where it has none."""
-    start, end = text.find(table.BEGIN), text.find(table.END)
-    return text[start : end + len(table.END)] if start >= 0 and end > start else None
+    start = text.find(begin[: begin.index("(")] if "(" in begin else begin)
+    stop = text.find(end, start)
+    return text[start : stop + len(end)] if start >= 0 and stop > start else None
+
+
+def generated() -> dict[Path, list[tuple[str, str, str]]]:
+    """Each document's generated blocks: (begin marker, end marker, the block as it should read)."""
+    cells = json.loads(CELLS.read_text())["cells"]
+    return {
+        README: [(table.BEGIN, table.END, table.render(pinned()))],
+        CONFORMANCE_DOC: [(table.EVIDENCE_BEGIN, table.EVIDENCE_END, table.evidence_table(cells))],
+    }
 
 
 def update_docs(log: Callable[[str], None] = print) -> int:
-    """Writes the table into README.md between its markers (CONFORMANCE.md takes it from its renderer)."""
-    text = README.read_text()
-    old = block_in(text)
-    if old is None:
-        raise UsageError(f"{README} has no generated block ({table.BEGIN} ... {table.END})")
-    new = table.render(pinned())
-    README.write_text(text.replace(old, new))
-    log(f"{README}: {'updated' if old != new else 'unchanged'}")
+    """Writes each generated block into its document, between its markers (CONFORMANCE.md takes the table from
+    its renderer)."""
+    for path, blocks in generated().items():
+        text = path.read_text()
+        new_text = text
+        for begin, end, new in blocks:
+            old = block_in(new_text, begin, end)
+            if old is None:
+                raise UsageError(f"{path} has no generated block ({begin} ... {end})")
+            new_text = new_text.replace(old, new)
+        path.write_text(new_text)
+        log(f"{path}: {'updated' if new_text != text else 'unchanged'}")
     return 0
 
 

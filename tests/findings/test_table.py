@@ -1,6 +1,7 @@
 """The "am I affected?" table: the README's first screen and CONFORMANCE.md's opening are the registry's render,
 its Transformers ranges are cut where a scope changes, and every word it answers with is in the glossary."""
 
+import json
 import re
 from pathlib import Path
 
@@ -53,3 +54,12 @@ def test_every_word_the_answers_use_is_in_the_glossary():
     glossary = (ROOT / "docs/glossary.md").read_text()
     for word in (*OUTCOMES, CORRECT, REFUSED, NOT_MEASURED, "mpu", "pinned", "inference_tp_size", "behind it"):
         assert re.search(rf"\*\*{re.escape(word)}\*\*", glossary), word
+
+
+def test_the_conformance_doc_counts_each_findings_cells_from_the_json():
+    cells = json.loads((ROOT / "results/reference/conformance/conformance.json").read_text())["cells"]
+    text = (ROOT / "docs/conformance.md").read_text()
+    assert affected.block_in(text, table.EVIDENCE_BEGIN, table.EVIDENCE_END) == table.evidence_table(cells)
+    bias = next(line for line in table.evidence_table(cells).splitlines() if line.startswith("| zero3-qkv-bias"))
+    independent = sum(any("unwritten QKV bias" in d for d in c["diagnosis"]) for c in cells)
+    assert f"| {independent} | 0 | `0007` |" in bias  # every cell of any build whose diagnosis names it

@@ -82,7 +82,8 @@ def test_it_answers_with_nothing_but_python_installed():
 def test_update_docs_rewrites_only_the_block(tmp_path, monkeypatch):
     readme = tmp_path / "README.md"
     readme.write_text(f"# Title\n\n{table.BEGIN}\nSTALE LINE\n{table.END}\n\n## Rest\n")
-    monkeypatch.setattr(affected, "README", readme)
+    block = (table.BEGIN, table.END, table.render("4.57.6"))
+    monkeypatch.setattr(affected, "generated", lambda: {readme: [block]})
     assert affected.update_docs(log=lambda _: None) == 0
     text = readme.read_text()
     assert text.startswith("# Title\n\n" + table.BEGIN) and text.endswith("\n\n## Rest\n") and "STALE LINE" not in text
