@@ -69,7 +69,8 @@ def answer(setup: Setup, served: bool = True, registry: tuple[Finding, ...] = FI
         if found:
             outcome, deciding = kind, found
             break
-    if not served:  # nothing injected: generate runs natively, and engine.generate() has no _generate (0013's bug)
+    # nothing injected: generate runs natively, and engine.generate() has no _generate (`engine-generate`'s bug)
+    if not served:
         no_containers = next(f for f in registry if f.id == NO_CONTAINERS)
         outcome, deciding = (CRASH, (no_containers,)) if setup.engine_generate else (SILENTLY_OFF, ())
     behind = tuple(f for f in hit if f not in deciding)

@@ -59,7 +59,7 @@ class Setup:
             model_config=cell.get("config") or {},
             order=cell.get("order", DS_CHAT_ORDER),
             engine_generate=True,  # the probe calls engine.generate() (repro.rank.cell_probe)
-            # The suite's GPT-NeoX runs with the Transformers shim (repro.shim): 0000's workaround.
+            # The suite's GPT-NeoX runs with the Transformers shim (repro.shim): `gptneox-hidden-heads`'s workaround.
             worked_around=frozenset({"gptneox-hidden-heads"}) if cell["arch"] == "gpt-neox" else frozenset(),
         )
 

@@ -37,8 +37,8 @@ from .engine import ds_config, greedy
 from .lifecycle import finish, init_distributed, progress
 from .mpu import TensorParallelMpu
 
-# The call orders a caller can use: the first is DeepSpeed-Chat's (and the reproduction's); the others
-# are what a PyTorch loop that calls train() at its top, or a double eval(), does (patch 0004).
+# The call orders a caller can use: the first is DeepSpeed-Chat's (and the reproduction's); the others are what a
+# PyTorch loop that calls train() at its top, or a double eval(), does (patch `qkv-transform-idempotent`).
 ORDERS = {
     "eval-generate-train": ("eval", "generate", "train"),
     "train-first": ("train", "eval", "generate", "train"),
@@ -176,7 +176,8 @@ def run(spec: dict) -> dict:
         "deepspeed": {
             "version": deepspeed.__version__,
             "path": str(Path(deepspeed.__file__).resolve().parent),
-            # #8391's fix, read from the source the ranks imported (0002/0003: the host records them).
+            # #8391's fix, read from the source the ranks imported (`lora-qkv-layout`/`lora-non-pinned`: the host
+            # records them).
             "fix_8391_in_source": fixstatus.is_fixed(
                 fixstatus.fix_status_of_source(Path(importlib.import_module(HYBRID_MEGATRON).__file__).read_text())
             ),

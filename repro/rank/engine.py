@@ -66,6 +66,6 @@ def greedy(
         output_logits=True,
         **({"synced_gpus": True} if synced_gpus else {}),
     )
-    if not hasattr(out, "sequences"):  # positive evidence, named for the diagnosis (0026)
+    if not hasattr(out, "sequences"):  # positive evidence, named for the diagnosis (`tensor-parallel-output`)
         raise TypeError(f"generate(return_dict_in_generate=True) returned {type(out).__name__}, not a ModelOutput")
     return out.sequences[0, ids.shape[1] :].tolist(), [step[0].float().clone() for step in out.logits]

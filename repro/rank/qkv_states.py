@@ -10,7 +10,8 @@ import torch
 from .. import tolerance
 from . import layout, measure, models
 
-# A rank's slice of the heads (an mpu) put in the inference layout as if it held all of the model's (0027).
+# A rank's slice of the heads (an mpu) put in the inference layout as if it held all of the model's
+# (`gptneox-tensor-parallel-heads`).
 BY_MODEL_HEADS = "inference_by_model_heads"
 STATE_TOL = tolerance.weights("fp32")  # a weight "is" a candidate state only within this max abs (fp32; state_tol)
 DTYPE_NAMES = {torch_dtype: name for name, torch_dtype in models.DTYPES.items()}
@@ -66,7 +67,8 @@ class ParamProbe:
 
 def _compare(layer_id, call, name, p, is_qkv, originals, deltas, heads, model_heads=None) -> dict:
     """One weight as a layer saw it, named by the candidate state it equals (within STATE_TOL). `heads`: those
-    the weight holds; `model_heads`: the model's, where a rank holds its slice of them (0027's candidate)."""
+    the weight holds; `model_heads`: the model's, where a rank holds its slice of them (the candidate of
+    `gptneox-tensor-parallel-heads`)."""
     w = originals[name]
     d = deltas.get(name, torch.zeros_like(w))
     rec: dict = {"layer": layer_id, "call": call, "param": name}
@@ -80,12 +82,13 @@ def _compare(layer_id, call, name, p, is_qkv, originals, deltas, heads, model_he
 
     cands = {"correct_fused": to_inf(w + d), "no_lora": to_inf(w)}
     if is_qkv:
-        cands["delta_in_training_layout"] = to_inf(w) + d  # the 0002 bug
+        cands["delta_in_training_layout"] = to_inf(w) + d  # the `lora-qkv-layout` bug
         cands["training_layout_with_lora"] = w + d  # #8391: layout change lost, LoRA fused
         cands["training_layout_no_lora"] = w  # #8391 and LoRA lost
-        cands["permuted_twice_with_lora"] = to_inf(to_inf(w + d))  # eval() twice without 0004
+        cands["permuted_twice_with_lora"] = to_inf(to_inf(w + d))  # eval() twice without `qkv-transform-idempotent`
         cands["permuted_twice_no_lora"] = to_inf(to_inf(w))
-        if model_heads not in (None, heads):  # a rank's slice split by the model's head count (0027)
+        # a rank's slice split by the model's head count (`gptneox-tensor-parallel-heads`)
+        if model_heads not in (None, heads):
             cands[BY_MODEL_HEADS] = layout.to_inference(w + d, model_heads)
     for k, v in cands.items():
         rec[k] = (seen - v.float()).abs().max().item()

@@ -1,33 +1,17 @@
-"""The registry is the one place in repro/ that spells a patch number: code that needs one reads it there.
+"""The registry is the one place in repro/ that spells a patch number: code that needs one reads it there, and prose
+(comments, docstrings) names a finding by its id. The issue scripts are standalone files a maintainer pastes, so
+they are not counted."""
 
-Counted: string literals in code (a docstring or a comment explains, it decides nothing). The issue scripts are
-standalone files a maintainer pastes, so they are not counted."""
-
-import ast
 import re
 from pathlib import Path
 
 REPRO = Path(__file__).resolve().parents[2] / "repro"
-PATCH_NUMBER = re.compile(r"(?<![\d.])00[0-3]\d(?![\d.])")
+PATCH_NUMBER = re.compile(r"(?<!\d)(?<!\d\.)00[0-3]\d(?!\d)(?!\.\d)")  # not inside a number such as 1.0007
 EXEMPT = ("findings/registry.py", "issue_scripts/")
 
 
 def spelled(source: str) -> int:
-    """Patch numbers in the string literals of `source` that are not docstrings."""
-    tree = ast.parse(source)
-    docstrings = {
-        id(node.body[0].value)
-        for node in ast.walk(tree)
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-        and node.body
-        and isinstance(node.body[0], ast.Expr)
-        and isinstance(node.body[0].value, ast.Constant)
-    }
-    return sum(
-        len(PATCH_NUMBER.findall(node.value))
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
-    )
+    return len(PATCH_NUMBER.findall(source))
 
 
 def counts() -> dict[str, int]:
@@ -49,4 +33,5 @@ def test_only_the_registry_spells_patch_numbers():
 def test_the_guard_sees_a_planted_number():
     assert spelled('BUILD = "series without 0007"\n') == 1
     assert spelled('x = f"patch {n} and 0033"\n') == 1
-    assert spelled('"""Docstring naming 0007."""\n# a comment: 0007\nx = 1.0007\n') == 0
+    assert spelled('"""Docstring naming 0007."""\n# a comment: 0012\n') == 2
+    assert spelled("x = 1.0007 + 10007 + 0.0033\n") == 0

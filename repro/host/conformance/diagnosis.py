@@ -38,8 +38,8 @@ BUG_WEIGHTLESS_LAYER_NORM = shows("layer-norm-without-weights")
 # they handed every layer.
 BUG_CACHE_RETURN = shows("cache-return")
 BUG_NEOX_ROPE_SCALING = shows("rotary-base", 1)
-# A native twin the HE reproduces names its bug (repro.rank.archs: each adapter's twins); another twin is a
-# Llama setting the injected layer cannot compute (0010).
+# A native twin the HE reproduces names its bug (repro.rank.archs: each adapter's twins); another twin is a Llama
+# setting the injected layer cannot compute (`llama-unservable-config`).
 TWIN_BUGS = {
     "outer_layer_norm_at_eps_1e-5": BUG_NORM_EPS,
     "parallel_residual": BUG_3453,
@@ -97,11 +97,12 @@ REFUSED_OPT_BIAS = refusal("opt-bias")
 REFUSED_OPT_LAYER_NORM = refusal("opt-layer-norm-affine")
 REFUSED_GPTJ_ACTIVATION = refusal("gptj-activation")
 REFUSED_BLOOM_RESIDUAL = refusal("bloom-residual")
-# How DeepSpeed's refusals begin (0006, 0010, 0014, 0015, 0017, 0023, 0030, 0031).
+# How DeepSpeed's refusals begin (`rotary-base`, `llama-unservable-config`, `gptneox-activation`,
+# `gptneox-attention-bias`, `opt-bias`, `opt-layer-norm-affine`, `gptj-activation`, `bloom-residual`).
 REFUSAL = "DeepSpeed kernel injection cannot serve"
-REFUSAL_TP = "hybrid_engine.inference_tp_size="  # how 0012's refusal begins
-# The containers' refusals, told apart by the file that raised and the setting they name (any other DeepSpeed
-# refusal is 0010's, from llama.py).
+REFUSAL_TP = "hybrid_engine.inference_tp_size="  # how `tensor-parallel`'s refusal begins
+# The containers' refusals, told apart by the file that raised and the setting they name (any other DeepSpeed refusal
+# is `llama-unservable-config`'s, from llama.py).
 CONTAINERS = "deepspeed/module_inject/containers/"
 SOFTMAX = "deepspeed/ops/transformer/inference/op_binding/softmax.py"
 NAMED_REFUSALS = {

@@ -111,8 +111,8 @@ def without(finding: str) -> str:
     return f"series without {findings.by_id(finding).patch}"
 
 
-# Released, the whole series, and the series without one finding's patch where that patch's bug hides behind
-# another on released DeepSpeed (the Llama crash, 0008, comes first there): each such patch shown necessary.
+# Released, the whole series, and the series without one finding's patch where that patch's bug hides behind another on
+# released DeepSpeed (the Llama crash, `llama-layer-tuple`, comes first there): each such patch shown necessary.
 LEAVE_ONE_OUT_OF = (
     "zero3-qkv-bias",
     "llama-lora",
@@ -134,15 +134,18 @@ BUILDS = {
 LEAVE_ONE_OUT = (
     (without("zero3-qkv-bias"), ("reference", "unpinned"), ("gpt-neo", "llama")),
     (without("llama-lora"), ("lora", "unpinned-lora"), ("llama",)),
-    (without("left-padding"), ("left-pad",), ("gpt-neox", "llama")),  # released Llama crashes first (0008)
-    (without("bloom-alibi-offset"), ("reference",), ("bloom",)),  # 0029 alone makes BLOOM's second rank correct
+    # released Llama crashes first (`llama-layer-tuple`)
+    (without("left-padding"), ("left-pad",), ("gpt-neox", "llama")),
+    # `bloom-alibi-offset` alone makes BLOOM's second rank correct
+    (without("bloom-alibi-offset"), ("reference",), ("bloom",)),
 )
 # (build, architecture, configuration) of the leave-one-out cells of one configuration, in the reference scenario:
-# post-LayerNorm OPT's swapped LayerNorms (0019) and its ZeRO-3 q/k/v bias (0020) show once its decode steps stop
-# being taken for prompts (0018), each alone; OPT without LayerNorm weights, once the Hybrid Engine no longer
-# crashes on its final LayerNorm (0022), shows what its layers compute unrefused (0023); GPT-NeoX on the older
-# Transformers, injected once its policy finds the layer class (0021), fails on the cache its layers hand back
-# (0024). A fourth item is the Transformers to run on, where not the architecture's default.
+# post-LayerNorm OPT's swapped LayerNorms (`opt-post-layer-norm`) and its ZeRO-3 q/k/v bias
+# (`post-layer-norm-qkv-bias`) show once its decode steps stop being taken for prompts (`decode-as-prompt`), each
+# alone; OPT without LayerNorm weights, once the Hybrid Engine no longer crashes on its final LayerNorm
+# (`layer-norm-without-weights`), shows what its layers compute unrefused (`opt-layer-norm-affine`); GPT-NeoX on the
+# older Transformers, injected once its policy finds the layer class (`gptneox-layer-class`), fails on the cache its
+# layers hand back (`cache-return`). A fourth item is the Transformers to run on, where not the architecture's default.
 CONFIG_LEAVE_ONE_OUT = ((without("opt-post-layer-norm"), "opt", "post-layer-norm"),
                         (without("post-layer-norm-qkv-bias"), "opt", "post-layer-norm"),
                         (without("opt-layer-norm-affine"), "opt", "layer-norm-not-affine"),
@@ -169,8 +172,8 @@ SCENARIOS: dict[str, dict] = {
     # gathers 8, more than the tiny models have; DeepSpeed-Chat's OPT-66B script gathers 4 of 64).
     "tp2-mpu-slices-gather1": {"order": "eval-generate-train", "lora": "none", "pin": True,
                                "probe": {"tp": 2, "mpu": True, "tp_slices": True, "tp_gather_partition_size": 1}},
-    # The same with the left-padded batch below: generate() all-gathers the prompts of both ranks, so the model
-    # needs both ranks' masks too (0033), here on architectures without ALiBi.
+    # The same with the left-padded batch below: generate() all-gathers the prompts of both ranks, so the model needs
+    # both ranks' masks too (`tensor-parallel-mask`), here on architectures without ALiBi.
     "tp2-mpu-slices-left-pad": {"order": "eval-generate-train", "lora": "none", "pin": True,
                                 "probe": {"tp": 2, "mpu": True, "tp_slices": True, "left_pad": 3}},
     # DeepSpeed-Chat's step 3 as its scripts run it: pinned, LoRA dim 64 (scaling 1) on every Linear of the
@@ -188,7 +191,7 @@ FOCUSED = ("tp2-mpu-slices-left-pad",)
 
 
 # The quick plan's architecture for a scenario, where not GPT-NeoX: the mpu's slices reach separate Q, K, V
-# (0025) and a gated MLP in Llama.
+# (`tensor-parallel-released`) and a gated MLP in Llama.
 QUICK_ARCH = {"tp2-mpu-slices": "llama", "tp2-mpu-slices-gather1": "llama"}
 
 
@@ -258,16 +261,18 @@ def plan(quick: bool = False) -> list[dict]:
     # place in its tensor-parallel group is not its global rank.
     cells += [cell_axes(arch, "default", build, 3, 4, "tp2-mpu-slices")
               for arch in ARCHS for build in ("released", "whole series")]  # fmt: skip
-    # BLOOM's tensor-parallel bugs past its QKV copy (0032), each alone: the attention mask generate() does not
-    # gather (0033), and the ALiBi offset of ranks 2 and 3, whose global rank is not their tensor-parallel one (0029).
+    # BLOOM's tensor-parallel bugs past its QKV copy (`bloom-tensor-parallel`), each alone: the attention mask
+    # generate() does not gather (`tensor-parallel-mask`), and the ALiBi offset of ranks 2 and 3, whose global rank is
+    # not their tensor-parallel one (`bloom-alibi-offset`).
     cells += [cell_axes("bloom", "default", without("tensor-parallel-mask"), 3, 2, "tp2-mpu-slices"),
               cell_axes("bloom", "default", without("bloom-alibi-offset"), 3, 4, "tp2-mpu-slices")]  # fmt: skip
     # The same mask bug on the architectures without ALiBi, where only a left-padded batch shows it, and BLOOM.
     cells += [cell_axes(arch, "default", build, 3, 2, "tp2-mpu-slices-left-pad")
               for arch in ARCHS for build in (without("tensor-parallel-mask"), "whole series") if arch != "bloom" or
               build == "whole series"]  # fmt: skip
-    # The other configurations: the reference scenario, ZeRO-2 on 1 rank and ZeRO-3 on 2;
-    # Llama as released crashes before any configuration matters (0008), so the series without 0010 stands in.
+    # The other configurations: the reference scenario, ZeRO-2 on 1 rank and ZeRO-3 on 2; Llama as released crashes
+    # before any configuration matters (`llama-layer-tuple`), so the series without `llama-unservable-config` stands
+    # in.
     for arch in ARCHS:
         before = without("llama-unservable-config") if arch == "llama" else "released"
         eight_cells = CONFIGS if arch == "gpt-neox" else ("default",)  # those already run above

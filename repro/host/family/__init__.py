@@ -1,5 +1,5 @@
 """`python -m repro family`: the LoRA family table. DeepSpeed-Chat LoRA on the tiny GPT-NeoX under the
-ZeRO-3 Hybrid Engine, for each DeepSpeed build (released, and copies with our patches 0001/0002/0003)
+ZeRO-3 Hybrid Engine, for each DeepSpeed build (released, and copies with the patches of its findings)
 x LoRA targets x world size x pin_parameters, one torchrun cell at a time (repro.rank.cell_probe).
 
 Which bug a cell hits is computed from its measurements only (`diagnose`), never assigned per cell,

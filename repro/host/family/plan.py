@@ -37,8 +37,8 @@ ONE, WITH_ORDER, EVERY = build_of(FIX), build_of(FIX, LORA, ORDER), build_of(FIX
 TARGETS = ("none", "qkv", "others", "all")
 REFERENCE_ORDER = "eval-generate-train"
 ORDERS = (REFERENCE_ORDER, "train-first", "eval-twice")  # repro.rank.cell_probe.ORDERS
-# Two sweeps, each the product of its axes: the LoRA bugs in DeepSpeed-Chat's call order under ZeRO-3, and
-# the call orders (patch 0004) under ZeRO-2 and ZeRO-3, without LoRA and with LoRA on QKV.
+# Two sweeps, each the product of its axes: the LoRA bugs in DeepSpeed-Chat's call order under ZeRO-3, and the call
+# orders (patch `qkv-transform-idempotent`) under ZeRO-2 and ZeRO-3, without LoRA and with LoRA on QKV.
 SWEEPS: dict[str, dict[str, tuple]] = {
     "lora": {
         "build": ("released", ONE, EVERY),
@@ -56,7 +56,8 @@ SWEEPS: dict[str, dict[str, tuple]] = {
         "order": ORDERS,
         "zero_stage": (2, 3),
     },
-    # The same call orders on ZeRO-3's non-pinned path (`_zero3_forward`), where 0004 must hold too.
+    # The same call orders on ZeRO-3's non-pinned path (`_zero3_forward`), where `qkv-transform-idempotent` must hold
+    # too.
     "call-order-unpinned": {
         "build": (ONE, WITH_ORDER, EVERY),
         "targets": ("none", "qkv"),

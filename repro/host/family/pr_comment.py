@@ -55,7 +55,7 @@ def render(data: dict) -> str:
     if first is None:
         return "# PR #8392 comment\n\nNo call-order cell was measured; run `python -m repro family`.\n"
     ds, v = first["deepspeed"]["version"], first["versions"]
-    # Without LoRA, so that the LoRA bugs (patches 0002, 0003) do not blur what this PR does.
+    # Without LoRA, so that the LoRA bugs (patches `lora-qkv-layout`, `lora-non-pinned`) do not blur what this PR does.
     reference_fixed = _pick(cells, build=ONE, order=REFERENCE_ORDER, targets="none")
     released = _pick(cells, build="released", order=REFERENCE_ORDER, zero_stage=3, world_size=2, targets="none")
     broken = [c for c in _pick(cells, build=ONE, zero_stage=3) if c["order"] != REFERENCE_ORDER]

@@ -50,7 +50,7 @@ class Invocation:
 
 
 def invocations(scripts: tuple[IssueScript, ...] = SCRIPTS) -> list[Invocation]:
-    """SCRIPTS with one entry per distinct run (0018 and 0019 share theirs, for instance)."""
+    """SCRIPTS with one entry per distinct run (`decode-as-prompt` and `opt-post-layer-norm` share theirs)."""
     found: dict[tuple, list[IssueScript]] = {}
     for s in scripts:
         found.setdefault((s.script, s.args, s.transformers), []).append(s)

@@ -116,9 +116,9 @@ def prepare_patched_copy(root: Path | None = None, patches: tuple[str, ...] = (F
     copy = dest / "deepspeed"
     if copy.exists() and all(is_applied(dest, n) for n in patches):
         return dest
-    # Each patch is checked on the copy as the patches before it left it (apply_to): a patch may need an
-    # earlier one's lines as its context (0014 sits beside 0006's), so none is checked on the pristine tree alone.
-    # Staged beside its destination, never in the system temp dir: os.replace cannot cross filesystems.
+    # Each patch is checked on the copy as the patches before it left it (apply_to): a patch may need an earlier one's
+    # lines as its context (`gptneox-activation` sits beside `rotary-base`'s), so none is checked on the pristine tree
+    # alone. Staged beside its destination, never in the system temp dir: os.replace cannot cross filesystems.
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=dest.parent))
     try:

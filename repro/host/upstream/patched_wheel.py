@@ -47,7 +47,7 @@ def closure(ids: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def local_version(patches: tuple[str, ...]) -> str:
-    """`+he34` for the whole series; `+he.1.4` for patches 0001 and 0004 (PEP 440 local version labels, whose
+    """`+he34` for the whole series; `+he.1.4` for the patches numbered 1 and 4 (PEP 440 local version labels, whose
     number segments pip writes without leading zeros)."""
     return f"+he{len(patches)}" if patches == findings.SERIES else "+he." + ".".join(str(int(p)) for p in patches)
 
@@ -82,7 +82,8 @@ def build(out: Path, ids: tuple[str, ...] = (), log: Callable[[str], None] = pri
         with tarfile.open(archive) as tar:
             tar.extractall(tmp, filter="data")
         tree = Path(tmp) / f"deepspeed-{RELEASE}"
-        for number in patches:  # each checked on the tree the ones before it left (0014 sits beside 0006)
+        # each checked on the tree the ones before it left (`gptneox-activation` sits beside `rotary-base`)
+        for number in patches:
             patched_copy.apply_to(tree, RELEASE, number, release=RELEASE)
         build_string = local_version(patches)
         env = dict(os.environ, DS_BUILD_OPS="0", DS_BUILD_STRING=build_string)

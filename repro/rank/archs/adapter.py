@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 import torch
 
 Twins = Callable[[torch.nn.Module], dict[str, torch.nn.Module]]
-NORMALIZE_EPS = 1e-5  # deepspeed.module_inject.layers.Normalize's default: the HE's final norm (patch 0011)
+# deepspeed.module_inject.layers.Normalize's default: the HE's final norm (patch `layer-norm-eps`)
+NORMALIZE_EPS = 1e-5
 
 
 def no_twins(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
@@ -107,7 +108,7 @@ def changed_layers(model: torch.nn.Module, layers: str, change: Callable[[torch.
 def outer_norm_default_eps_twin(model: torch.nn.Module, layers: str) -> torch.nn.Module | None:
     """The same weights with every LayerNorm outside the decoder layers (the modules under `layers`) at eps
     1e-5: what the Hybrid Engine computes when it replaces them by Normalize without the model's epsilon
-    (patch 0011). None when they already use it (nothing to tell apart)."""
+    (patch `layer-norm-eps`). None when they already use it (nothing to tell apart)."""
     prefix = layers + "."
     outer = [n for n, m in model.named_modules() if isinstance(m, torch.nn.LayerNorm) and not n.startswith(prefix)]
     if all(model.get_submodule(n).eps == NORMALIZE_EPS for n in outer):
@@ -122,7 +123,7 @@ OUTER_NORM_TWIN = "outer_layer_norm_at_eps_1e-5"
 
 
 def outer_norm_twins(layers: str) -> Twins:
-    """The twin every architecture with LayerNorms outside its layers has (0011)."""
+    """The twin every architecture with LayerNorms outside its layers has (`layer-norm-eps`)."""
 
     def twins(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
         twin = outer_norm_default_eps_twin(model, layers)

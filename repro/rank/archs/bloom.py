@@ -13,7 +13,7 @@ OUTER = outer_norm_twins(LAYERS)
 
 
 def twins(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
-    """The final norms' (0011), and for a model whose residual is the LayerNorm's output
+    """The final norms' (`layer-norm-eps`), and for a model whose residual is the LayerNorm's output
     (`apply_residual_connection_post_layernorm`), the same weights with the residual taken before it, as
     DeepSpeed's residual add takes it."""
     found = OUTER(model)

@@ -1,5 +1,5 @@
 """GPT-NeoX (Pythia): the reproduction's architecture. Its fused QKV is head-interleaved, which is what
-the Hybrid Engine converts in place (#8391, 0001-0004)."""
+the Hybrid Engine converts in place (#8391 and the three findings beside it)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def _rotary_twin(model: torch.nn.Module, **changes) -> torch.nn.Module:
 
 def default_rotary_base_twin(model: torch.nn.Module) -> torch.nn.Module:
     """The same weights rotated with base 10000: what the Hybrid Engine computes when the container does not
-    pass the model's rotary_emb_base to the inference config (patch 0006)."""
+    pass the model's rotary_emb_base to the inference config (patch `rotary-base`)."""
     return _rotary_twin(model, rotary_emb_base=DEFAULT_ROTARY_BASE, rope_theta=DEFAULT_ROTARY_BASE)
 
 

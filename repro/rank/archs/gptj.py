@@ -13,9 +13,9 @@ OUTER = outer_norm_twins(LAYERS)
 
 
 def twins(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
-    """The final norm's (0011), and, for an activation other than GPT-J's own gelu_new, the same weights with
-    gelu_new: DeepSpeed's GPT-J MLP reads the attention's LayerNorm, so it takes `fused_gemm_gelu`, whose GELU
-    is fixed, whatever `mlp_act_func_type` says."""
+    """The final norm's (`layer-norm-eps`), and, for an activation other than GPT-J's own gelu_new, the same
+    weights with gelu_new: DeepSpeed's GPT-J MLP reads the attention's LayerNorm, so it takes `fused_gemm_gelu`,
+    whose GELU is fixed, whatever `mlp_act_func_type` says."""
     from transformers.activations import ACT2FN
 
     found = OUTER(model)

@@ -1,5 +1,5 @@
 """Llama: separate Q, K and V Linears, RMSNorm, gated MLP. DeepSpeed's injected layer computes SiLU gating
-without biases whatever the config says (0010), so those two are its twins."""
+without biases whatever the config says (`llama-unservable-config`), so those two are its twins."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ LAYERS = "model.layers"
 
 
 def twins(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
-    """SiLU gating and no layer biases put back: what the injected layer computes (0010)."""
+    """SiLU gating and no layer biases put back: what the injected layer computes (`llama-unservable-config`)."""
     from transformers.activations import ACT2FN
 
     found = {}

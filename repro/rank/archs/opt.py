@@ -1,7 +1,7 @@
 """OPT, DeepSpeed-Chat's main model family: separate Q, K and V Linears with biases, learned positions, ReLU.
 opt-350m is post-LayerNorm (`do_layer_norm_before=False`), where DeepSpeed's policy hands the layer's two
-LayerNorms to the injected layer's slots in the pre-LayerNorm order (0019): the swapped-LayerNorms twin is what
-it would compute. DeepSpeed 0.19.8 keeps OPT on the native path when the decoder layer takes a Cache
+LayerNorms to the injected layer's slots in the pre-LayerNorm order (`opt-post-layer-norm`): the swapped-LayerNorms
+twin is what it would compute. DeepSpeed 0.19.8 keeps OPT on the native path when the decoder layer takes a Cache
 (`cache_position` or `past_key_values` in its signature: Transformers 4.57 does), so whether the Hybrid Engine
 engaged is measured per cell (repro.rank.cell_probe: `injected_layer_calls`)."""
 
@@ -18,8 +18,8 @@ def twins(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
     """The same weights computed the way the injected layer may compute them instead: a post-LayerNorm model with
     each layer's self_attn_layer_norm and final_layer_norm in each other's place (`HFOPTLayerPolicy.layernorm()`
     returns them in the pre-LayerNorm order whatever the placement) or without its q/k/v biases (under ZeRO-3 the
-    post-LayerNorm linear is told there is none: 0020), and with ReLU when the model's activation is
-    another (`HFOPTLayerPolicy` reads the activation from `TransformerPolicy.hf_model_config`, which only
+    post-LayerNorm linear is told there is none: `post-layer-norm-qkv-bias`), and with ReLU when the model's
+    activation is another (`HFOPTLayerPolicy` reads the activation from `TransformerPolicy.hf_model_config`, which only
     `deepspeed.init_inference` sets, and defaults to ReLU)."""
     from transformers.activations import ACT2FN
 
