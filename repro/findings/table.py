@@ -93,12 +93,12 @@ def rows(newest: str) -> list[str]:
                 merged.append((low, high, said))
         lora = f"LoRA {chat.lora}" if chat.lora else "no LoRA"
         source = f"`{chat.source}`" if chat.source.endswith(".sh") else chat.source
-        where = f"{chat.model}, ZeRO-{chat.zero}, {lora}, tp {chat.tp} ({source})"
+        place = f"{chat.model}, ZeRO-{chat.zero}, {lora}, tp {chat.tp} ({source})"
         for low, high, said in merged:
             out.append(
-                f"| {where} | {_span(low, high)} | {verdict(said)} | {why(said)} | {todo(said)} | {fixed_by(said)} |"
+                f"| {place} | {_span(low, high)} | {verdict(said)} | {why(said)} | {todo(said)} | {fixed_by(said)} |"
             )
-            where = "″"  # the same setup, another Transformers range
+            place = "″"  # the same setup, another Transformers range
     return out
 
 
@@ -144,14 +144,14 @@ def findings_table() -> str:
         "|---|---|---|---|---|---|",
     ]
     for f in FINDINGS:
-        where = "; ".join(_where(scope) for scope in f.scopes)
+        scopes = "; ".join(where(scope) for scope in f.scopes)
         series = f.fix if f.refused_when is None else f"{f.fix} (some settings refused by name)"
         summary = f.summary.replace("|", "\\|")
-        lines.append(f"| `{f.patch}` | {f.id}: {summary} | {f.outcome} | {where} | {f.workaround} | {series} |")
+        lines.append(f"| `{f.patch}` | {f.id}: {summary} | {f.outcome} | {scopes} | {f.workaround} | {series} |")
     return "\n".join(lines)
 
 
-def _where(scope: Scope) -> str:
+def where(scope: Scope) -> str:
     """A scope in words, the axes it names only."""
     parts = [", ".join(scope.archs), "ZeRO-" + "/".join(str(z) for z in scope.zero)]
     flags = {

@@ -222,8 +222,9 @@ def measure(req: Request, setup: Setup, said: Answer, log: Callable[[str], None]
 
 
 def block_in(text: str, begin: str = table.BEGIN, end: str = table.END) -> str | None:
-    """The generated block of a document, markers included, or None where it has none."""
-    start = text.find(begin[: begin.index("(")] if "(" in begin else begin)
+    """The generated block of a document, markers included, or None where it has none. The begin marker is found by
+    its name alone (`<!-- affected:begin`), so a new document may hold just `<!-- affected:begin -->`."""
+    start = text.find(begin.split(" (")[0])
     stop = text.find(end, start)
     return text[start : stop + len(end)] if start >= 0 and stop > start else None
 

@@ -13,6 +13,7 @@ from ...findings.finding import Finding
 from ...paths import REPO_ROOT
 from ..upstream import affected_releases, issue_scripts, patched_copy
 from . import labels
+from .plan import PINNED
 
 PROOF = REPO_ROOT / "results" / "reference" / "patched-deepspeed" / "proof.json"
 MAX_LINES = 80
@@ -48,7 +49,7 @@ def brief(data: dict, bug: str, meta: dict) -> str:
     shown = [c for c in measured if _names(c, finding)]
     if not any(_names(c, finding) for c in data["cells"] if "error" not in c):
         return f"# {bug}\n\nNo measured cell shows it; nothing to report.\n"
-    where = "; ".join(table._where(scope) for scope in finding.scopes)
+    where = "; ".join(table.where(scope) for scope in finding.scopes)
     lines = [
         f"# [BUG] {meta['title']}",
         "",
@@ -61,7 +62,7 @@ def brief(data: dict, bug: str, meta: dict) -> str:
         "```",
     ]
     for inv in invocations:
-        version = inv.script.transformers or data["cells"][0].get("transformers") or "4.57.6"
+        version = inv.script.transformers or PINNED
         lines.append(f'pip install deepspeed==0.19.8 "transformers=={version}"   # and torch for your GPU')
         lines.append(inv.script.command)
     lines += ["```", "", "DeepSpeed 0.19.8 as released prints:", "```"]
