@@ -17,8 +17,9 @@ from ..findings import policies, table
 from ..findings.answer import NOT_MEASURED, Answer, answer, measured, series_measured
 from ..findings.finding import SILENTLY_OFF
 from ..findings.setup import Setup, version_tuple
-from ..options import UsageError
+from ..options import EXIT_BROKEN, UsageError
 from ..paths import REPO_ROOT
+from . import launch
 from .conformance import my_model, transformers_env
 from .conformance.transformers_env import pinned
 
@@ -175,20 +176,30 @@ def main(req: Request, log: Callable[[str], None] = print) -> int:
     setup, model_type, served = resolve(req)
     said = answer(setup, served=served)
     if req.run is not None:
-        check_runnable(setup)  # refused before anything is written
+        check_runnable(setup, served, req.config)  # refused before anything is written
     cells = json.loads(CELLS.read_text())["cells"] if CELLS.is_file() else None
     for line in report(setup, model_type, served, said, cells):
         log(line)
-    return 0 if req.run is None else measure(req, setup, said, log)
+    if req.run is None:
+        return 0
+    return measure(req, setup, said, log) if served else measure_unserved(req, setup, log)
 
 
-def check_runnable(setup: Setup) -> None:
-    """What `--run` can measure here: the suite's architectures, on a Transformers it has an overlay for."""
+def check_runnable(setup: Setup, served: bool, config: Path | None) -> None:
+    """What `--run` can measure here: the suite's architectures, or with --config a model DeepSpeed has no policy
+    for (its tiny twin through the Hybrid Engine as it is), on a Transformers it has an overlay for."""
     versions = (pinned(), *transformers_env.others())
     if setup.transformers not in versions:
         known = ", ".join(sorted(versions, key=version_tuple))
         raise UsageError(f"--run --transformers {setup.transformers}: the suite runs Transformers {known} "
                          "(constraints-transformers-*.txt)")  # fmt: skip
+    if not served:
+        if config is None:
+            raise UsageError(f"--run for {setup.arch!r}: give --config PATH, its tiny twin is what runs")
+        if setup.lora or setup.tp > 1:
+            raise UsageError("--run for a model without a policy measures ZeRO-2/3 without LoRA or tp: nothing is "
+                             "injected, so neither has a path of its own")  # fmt: skip
+        return
     my_model.setup_plan(_setup_dict(setup))  # the architecture and rank count
 
 
@@ -260,3 +271,40 @@ def refresh_policies(log: Callable[[str], None] = print) -> int:
     log(f"{policies.SNAPSHOT}: DeepSpeed {found['deepspeed']}, Transformers {found['transformers']}: "
         f"{', '.join(found['model_types'])}")  # fmt: skip
     return 0
+
+
+UNSERVED_PROBE = "repro.rank.unserved_probe"
+
+
+def measure_unserved(req: Request, setup: Setup, log: Callable[[str], None], timeout_s: float = 600) -> int:
+    """A model without a policy, measured: its tiny twin under the Hybrid Engine on 2 ranks (repro.rank.unserved_probe)
+    against native. 0 when the Hybrid Engine built no container (as answered), 1 when it built some, 3 broken."""
+    out = Path(req.run)
+    if out.exists() and any(out.iterdir()):
+        raise UsageError(f"{out} is not empty: give a new directory (nothing there is overwritten)")
+    out.mkdir(parents=True, exist_ok=True)
+    config, _ = my_model.read(req.config)
+    twin = {"model_type": config["model_type"], **my_model.tiny_twin(config)}
+    root = None if setup.transformers == pinned() else transformers_env.overlay(setup.transformers)
+    result = out / "unserved.json"
+    log(f"[affected] measuring the tiny twin of {req.config} under the Hybrid Engine (ZeRO-{setup.zero}, 2 ranks)")
+    code, output = launch.run_module(UNSERVED_PROBE, ["--config", json.dumps(twin), "--zero", str(setup.zero),
+                                                      "--out", str(result)], root, 2, timeout_s)  # fmt: skip
+    (out / "ranks.log").write_text(output)
+    if code != 0 or not result.is_file():
+        log(f"[affected] the measurement broke ({launch.first_error(output)}); its log: {out / 'ranks.log'}")
+        return EXIT_BROKEN
+    found = json.loads(result.read_text())
+    module, engine = found["module_generate"], found["engine_generate"]
+    log(f"Measured (CPU, tiny twin, {out}): {found['inference_containers']} inference containers; "
+        f"module.generate (DeepSpeed-Chat's call): tokens equal native {module['tokens_equal_native']}, logits "
+        f"within {module['logits_max_abs_vs_native']:.3g}, {module['seconds']} s vs native "
+        f"{found['native_generate_s']} s; engine.generate: "
+        + (f"raised {engine['raised']['type']}: {engine['raised']['message'][:120]}" if "raised" in engine
+           else f"tokens equal native {engine['tokens_equal_native']}"))  # fmt: skip
+    if found["inference_containers"] == 0:
+        log("The measurement agrees with the answer above: not served, Hugging Face's own forward runs.")
+        return 0
+    log("The measurement DISAGREES with the answer above: DeepSpeed built inference containers for a model type its "
+        "policy list lacks; please report it with this directory.")  # fmt: skip
+    return 1

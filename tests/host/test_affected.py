@@ -95,7 +95,7 @@ def test_update_docs_rewrites_only_the_block(tmp_path, monkeypatch):
 def test_run_refuses_what_it_cannot_measure_before_writing_anything(tmp_path):
     out = tmp_path / "run"
     for argv, said in (
-        (["--arch", "mistral"], "not built yet"),
+        (["--arch", "gpt2"], "no adapter for it yet"),
         (["--arch", "llama", "--transformers", "4.50.0"], "the suite runs Transformers"),
         (["--arch", "llama", "--tp", "8"], "at most 4 ranks"),
     ):
@@ -124,3 +124,34 @@ def test_run_measures_the_setup_and_agrees_with_the_answer(tmp_path, capsys):
     assert main([*argv, "--run", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
     assert "as released correct" in out and "The measurement agrees" in out
+
+
+def test_run_for_a_model_without_a_policy_needs_its_config_and_no_lora_or_tp(tmp_path):
+    path = _config(tmp_path, model_type="qwen2", hidden_size=896, num_attention_heads=14, num_key_value_heads=2)
+    for argv, said in (
+        (["--arch", "qwen2"], "give --config PATH"),
+        (["--config", str(path), "--lora"], "without LoRA"),
+    ):
+        done = subprocess.run([sys.executable, "-m", "repro", "affected", *argv, "--run", str(tmp_path / "r")],
+                              cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+        assert done.returncode == 2 and said in done.stderr, done.stderr
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.distributed
+def test_a_model_without_a_policy_is_measured_native(tmp_path, capsys):
+    """Qwen2's tiny twin under the Hybrid Engine: no container, module.generate equals native, engine.generate
+    fails (`engine-generate`), as answered."""
+    path = _config(tmp_path, model_type="qwen2", hidden_size=896, num_attention_heads=14, num_key_value_heads=2,
+                   num_hidden_layers=24, intermediate_size=4864, vocab_size=151936)  # fmt: skip
+    assert main(["affected", "--config", str(path), "--zero", "3", "--run", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert "0 inference containers" in out and "tokens equal native True" in out and "raised AttributeError" in out
+    assert "agrees with the answer" in out
+
+
+def test_the_committed_measurements_of_models_without_a_policy():
+    for model in ("mistral-7b", "qwen2-0.5b", "falcon-7b"):
+        found = json.loads((ROOT / "results/reference/unserved" / model / "unserved.json").read_text())
+        assert found["inference_containers"] == 0 and found["module_generate"]["tokens_equal_native"]
+        assert found["engine_generate"]["raised"]["type"] == "AttributeError"

@@ -137,8 +137,8 @@ def setup_plan(setup: dict, path: Path | None = None) -> list[dict]:
     on the tiny twin of the config at `path`."""
     arch, tp = setup["arch"], setup["tp"]
     if arch not in MODEL_TYPES.values():
-        raise UsageError(f"--run measures the architectures this suite has adapters for ({', '.join(ARCHS)}), not "
-                         f"{arch!r}: measuring a model without a Hybrid Engine policy is not built yet")  # fmt: skip
+        raise UsageError(f"--run measures the injected architectures the suite has adapters for ({', '.join(ARCHS)}), "
+                         f"not {arch!r}: DeepSpeed injects it, but the suite has no adapter for it yet")  # fmt: skip
     if tp > MAX_CPU_RANKS:
         raise UsageError(f"--run --tp {tp}: on CPU at most {MAX_CPU_RANKS} ranks run; measure tp {tp} on GPUs")
     ranks = max(2, tp)  # the bugs of partitioned ZeRO-3 need 2 ranks (one rank hides them)
