@@ -27,7 +27,7 @@ trap cleanup EXIT
 import sys
 from pathlib import Path
 
-from repro.host import apptainer, containers
+from repro.host.images import apptainer, containers
 
 work, base = Path(sys.argv[1]), sys.argv[2]
 args = {**containers.FLAVOURS["cpu"], "BASE_IMAGE": base, "TORCH_REQUIREMENT": "torch==2.13.0",
