@@ -208,10 +208,9 @@ def write(
 
 
 def merge(out: Path, shards: list[Path], log: Callable[[str], None] = print, regenerate: bool = False) -> int:
-    """`--merge DIR...`: the shards' cells as one run's JSON and reports. Refused (exit 2) unless the shards
-    come from one plan, each cell of it present exactly once."""
+    """`--merge DIR...`: the shards' cells as one run's JSON and reports. Refused (exit 2), with nothing written,
+    unless the shards come from one plan, each cell of it present exactly once."""
     out = Path(out)
-    table_dir.claim(out, "conformance.json", "conformance", regenerate=regenerate)
     options = [json.loads((d / table_dir.RUN).read_text()) if (d / table_dir.RUN).exists() else None for d in shards]
     plans = {(o["quick"], tuple(o.get("archs") or ()), o.get("backend", "cpu"), o.get("ranks")) for o in options
              if o is not None}  # fmt: skip
@@ -231,6 +230,8 @@ def merge(out: Path, shards: list[Path], log: Callable[[str], None] = print, reg
         raise UsageError(f"{len(missing)} of {len(planned)} cells are in no shard (first: {missing[0]}); "
                          "run or resume the missing shards first")  # fmt: skip
     cells = [found[key(a)] for a in planned]
+    # OUT is claimed only once the shards are known to make one run: a refusal above writes nothing.
+    table_dir.claim(out, "conformance.json", "conformance", regenerate=regenerate)
     for cell in cells:
         table_dir.record(out, cell)
     evidence = options[0].get("evidence") or devices.CPU_EVIDENCE  # shards from before the backend option: CPU

@@ -138,6 +138,9 @@ def test_a_merge_missing_a_shard_or_holding_one_twice_is_refused(tmp_path, monke
         run.merge(tmp_path / "m1", [tmp_path / "shard1"])
     with pytest.raises(UsageError, match="more than one shard"):
         run.merge(tmp_path / "m2", [tmp_path / "shard1", tmp_path / "shard1", tmp_path / "shard2"])
+    with pytest.raises(UsageError, match="one plan"):
+        run.merge(tmp_path / "m3", [tmp_path / "no-such-shard"])
+    assert not any((tmp_path / m).exists() for m in ("m1", "m2", "m3"))  # a refusal writes nothing
 
 
 def _gpu_machine(monkeypatch, found: dict | None = None):
