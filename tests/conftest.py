@@ -1,5 +1,6 @@
 """Test-wide settings: CPU accelerator for DeepSpeed, caches inside the checkout (never ~/.cache), and
-shared tiny fixtures. tests/upstream/ is collected by tests/host/upstream/test_regression.py, against both DeepSpeeds."""
+shared tiny fixtures. tests/upstream/ is collected by tests/host/upstream/test_regression.py, against both
+DeepSpeeds."""
 
 import os
 from pathlib import Path

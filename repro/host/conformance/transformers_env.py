@@ -10,8 +10,10 @@ import hashlib
 import os
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
+from ...findings import policies
 from ...paths import REPO_ROOT, cache_root
 
 
@@ -20,8 +22,17 @@ class OverlayError(RuntimeError):
 
 
 def pinned() -> str:
-    """The Transformers the project's environment pins (constraints.txt): the one cells run on by default."""
-    for line in (REPO_ROOT / "constraints.txt").read_text().splitlines():
+    """The Transformers the project's environment pins (constraints.txt): the one cells run on by default. Installed
+    as a package, away from the source tree that holds constraints.txt, the environment is the pin (its installed
+    Transformers), and without one the Transformers the package's own findings were read with (the policy snapshot
+    records it)."""
+    constraints = REPO_ROOT / "constraints.txt"
+    if not constraints.is_file():
+        try:
+            return metadata.version("transformers")
+        except metadata.PackageNotFoundError:
+            return policies.snapshot()["transformers"]
+    for line in constraints.read_text().splitlines():
         if line.startswith("transformers=="):
             return line.split("==", 1)[1].strip()
     raise OverlayError("constraints.txt pins no transformers version")

@@ -48,3 +48,20 @@ def test_a_build_and_an_overlay_are_joined_by_links(tmp_path):
     assert sorted(p.name for p in joined.iterdir()) == ["deepspeed", "tokenizers-0.21.4.dist-info", "transformers"]
     assert (joined / "deepspeed").resolve() == (build / "deepspeed").resolve()
     assert transformers_env.joined(build, overlay, base=tmp_path) == joined  # made once
+
+
+def test_installed_away_from_the_source_tree_the_environment_is_the_pin(tmp_path, monkeypatch):
+    from importlib import metadata
+
+    from repro.findings import policies
+    from repro.host.conformance import transformers_env as env
+
+    monkeypatch.setattr(env, "REPO_ROOT", tmp_path)  # no constraints.txt there
+    assert env.pinned() == metadata.version("transformers")
+
+    def missing(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(env.metadata, "version", missing)
+    assert env.pinned() == policies.snapshot()["transformers"]
+    assert env.others() == ()
