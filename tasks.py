@@ -107,15 +107,16 @@ def build(c, backend="", variant="both", engine="auto", build_arg=None, dry_run=
         "backend": "image backend for --in-image (default cpu)",
         "engine": "engine for --in-image (auto, docker, podman, buildah, apptainer)",
         "pytest_args": "extra arguments for pytest (local runs), e.g. '-m \"not distributed\"'",
+        "fast": f'the quick loop: -m "{jobs.FAST}" (no torchrun, no per-patch or per-script proofs)',
         "dry_run": "print the commands, run nothing",
     },
 )
-def test(c, in_image=False, backend="cpu", engine="auto", pytest_args="", dry_run=False):
+def test(c, in_image=False, backend="cpu", engine="auto", pytest_args="", fast=False, dry_run=False):
     """Run the project's tests locally, or the upstream regression test inside both images."""
     if in_image:
         _exit(_run(jobs.test_in_images, backend, engine, dry_run))
     else:
-        _exit(_run(jobs.local_tests, pytest_args, dry_run))
+        _exit(_run(jobs.local_tests, pytest_args, dry_run, fast=fast))
 
 
 @task(help={"dir": "a run directory holding before.json / after.json / summary.json"})

@@ -376,12 +376,20 @@ def clean(images: bool, engine: str, dry_run: bool, log=print) -> None:
             engines.get(engine).remove(backend, v, dry_run, log)
 
 
-def local_tests(pytest_args: str, dry_run: bool, log=print) -> int:
-    """`pytest_args` as a shell would split them: `-m "not distributed"` is one marker expression."""
+FAST = "not distributed and not proof"  # the quick loop: no torchrun, no subprocess proof of a patch or script
+
+
+def local_tests(pytest_args: str, dry_run: bool, log=print, fast: bool = False) -> int:
+    """`pytest_args` as a shell would split them: `-m "not distributed"` is one marker expression. `fast`: the
+    quick loop (FAST), refused beside a marker expression of the caller's."""
     try:
         args = shlex.split(pytest_args)
     except ValueError as exc:
         raise JobError(f"--pytest-args cannot be split as a shell would: {exc}") from None
+    if fast:
+        if "-m" in args:
+            raise JobError('--fast selects the tests itself (-m "' + FAST + '"): give it or a -m expression')
+        args = ["-m", FAST, *args]
     cmd = [sys.executable, "-m", "pytest", "-q", *args]
     return engines.get("local").execute(cmd, dry_run, log)
 

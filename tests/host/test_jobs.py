@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from repro.host import jobs
 from repro.host.images import containers, engines
 
@@ -58,3 +60,12 @@ def test_pytest_args_are_split_as_a_shell_would(monkeypatch):
     monkeypatch.setattr(engines.Local, "execute", lambda self, cmd, dry_run, log: seen.setdefault("cmd", cmd) and 0)
     jobs.local_tests('-m "not distributed" -x', dry_run=True, log=lambda *_: None)
     assert seen["cmd"][-3:] == ["-m", "not distributed", "-x"]
+
+
+def test_the_fast_loop_selects_its_markers_and_refuses_a_second_expression(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(engines.Local, "execute", lambda self, cmd, dry_run, log: seen.setdefault("cmd", cmd) and 0)
+    jobs.local_tests("-x", dry_run=True, log=lambda *_: None, fast=True)
+    assert seen["cmd"][-3:] == ["-m", "not distributed and not proof", "-x"]
+    with pytest.raises(jobs.JobError, match="give it or a -m expression"):
+        jobs.local_tests('-m "not distributed"', dry_run=True, log=lambda *_: None, fast=True)

@@ -72,6 +72,7 @@ def test_the_committed_texts_carry_the_current_scripts():
         assert script.path.read_text().rstrip("\n") in committed, script.text
 
 
+@pytest.mark.proof
 @pytest.mark.distributed
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda s: f"{s.name}-{s.fixed_by}")
 def test_each_script_shows_its_bug_without_its_patch_and_is_correct_with_the_series(script):

@@ -26,6 +26,7 @@ def test_the_version_says_what_the_wheel_carries():
     assert patched_wheel.local_version(("0001", "0004")) == "+he.1.4"
 
 
+@pytest.mark.proof
 def test_a_wheel_with_one_fix_has_it_and_only_it(tmp_path):
     out = tmp_path / "wheel"
     wheel = patched_wheel.build(out, ("zero3-qkv-layout",), log=lambda _: None)

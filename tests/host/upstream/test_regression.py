@@ -125,6 +125,7 @@ def test_every_patch_of_the_series_has_its_tests():
     assert series == sorted(regression.TESTS_BY_PATCH)
 
 
+@pytest.mark.proof
 @pytest.mark.parametrize("number", sorted(regression.TESTS_BY_PATCH))
 def test_fails_without_its_patch_for_the_right_reason(number):
     """On the installed DeepSpeed with only the patch's prerequisites (earlier patches of the series)."""
@@ -135,6 +136,7 @@ def test_fails_without_its_patch_for_the_right_reason(number):
     assert failed == EXPECTED_FAILURES[number], result["tests"]
 
 
+@pytest.mark.proof
 @pytest.mark.parametrize("number", sorted(regression.TESTS_BY_PATCH))
 def test_passes_with_its_patch(number):
     result = _run(number, (*regression.PREREQUISITES.get(number, ()), number))
@@ -142,6 +144,7 @@ def test_passes_with_its_patch(number):
     assert set(result["tests"].values()) == {"passed"}
 
 
+@pytest.mark.proof
 def test_every_test_passes_with_the_whole_series():
     """All the series' tests in one pytest, as in DeepSpeed's tree. Forked ranks once stalled here in libgomp
     (OMP_NUM_THREADS unset); run_upstream_test now gives pytest one OpenMP thread."""
