@@ -6,6 +6,8 @@ import sys
 import venv
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -13,6 +15,7 @@ def _subpackages(top: Path) -> set[str]:
     return {p.parent.relative_to(top).as_posix() for p in top.rglob("__init__.py") if "__pycache__" not in p.parts}
 
 
+@pytest.mark.proof
 def test_the_wheel_installs_and_runs_outside_the_source_tree(tmp_path):
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "dist"),
                             str(ROOT)], capture_output=True, text=True)  # fmt: skip

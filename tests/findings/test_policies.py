@@ -1,9 +1,12 @@
 """DeepSpeed's own policy list decides which model types the Hybrid Engine can inject: the committed snapshot the
 answers read is the installed DeepSpeed's list, read from DeepSpeed itself."""
 
+import pytest
+
 from repro.findings import policies
 
 
+@pytest.mark.proof
 def test_the_snapshot_is_what_the_installed_deepspeed_builds():
     assert policies.live() == policies.snapshot()
 
