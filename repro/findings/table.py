@@ -137,17 +137,37 @@ def render(newest: str, root: str = "") -> str:
     )
 
 
-def findings_table() -> str:
+def ds_chat_hits(newest: str) -> dict[str, list[str]]:
+    """Per finding, the DeepSpeed-Chat setups (the table's rows) it decides or stands behind, on any Transformers."""
+    found: dict[str, list[str]] = {}
+    for chat in SETUPS:
+        for low, _ in transformers_ranges(chat.arch, newest):
+            said = answer(setup_of(chat, low))
+            for f in (*said.deciding, *said.behind):
+                label = (
+                    f"{chat.model} (`{chat.source.rsplit('/', 1)[-1]}`)" if chat.source.endswith(".sh") else chat.model
+                )
+                if isinstance(f, Finding) and label not in found.setdefault(f.id, []):
+                    found[f.id].append(label)
+    return found
+
+
+def findings_table(newest: str) -> str:
     """Every finding in one table: what 0.19.8 does where it shows, who is hit, what to do, what the series does."""
+    hit = ds_chat_hits(newest)
     lines = [
-        "| patch | finding | 0.19.8 as released | where | what to do today | with the series |",
-        "|---|---|---|---|---|---|",
+        "| patch | finding | 0.19.8 as released | where | DeepSpeed-Chat setups hit | what to do today "
+        "| with the series |",
+        "|---|---|---|---|---|---|---|",
     ]
     for f in FINDINGS:
         scopes = "; ".join(where(scope) for scope in f.scopes)
         series = f.fix if f.refused_when is None else f"{f.fix} (some settings refused by name)"
         summary = f.summary.replace("|", "\\|")
-        lines.append(f"| `{f.patch}` | {f.id}: {summary} | {f.outcome} | {scopes} | {f.workaround} | {series} |")
+        chat = ", ".join(hit.get(f.id, ())) or "none"
+        lines.append(
+            f"| `{f.patch}` | {f.id}: {summary} | {f.outcome} | {scopes} | {chat} | {f.workaround} | {series} |"
+        )
     return "\n".join(lines)
 
 

@@ -63,3 +63,10 @@ def test_the_conformance_doc_counts_each_findings_cells_from_the_json():
     bias = next(line for line in table.evidence_table(cells).splitlines() if line.startswith("| zero3-qkv-bias"))
     independent = sum(any("unwritten QKV bias" in d for d in c["diagnosis"]) for c in cells)
     assert f"| {independent} | 0 | `0007` |" in bias  # every cell of any build whose diagnosis names it
+
+
+def test_the_findings_name_the_deepspeed_chat_setups_they_hit():
+    hit = table.ds_chat_hits(pinned())
+    assert "Llama-2-7b (`run_llama2_7b.sh`)" in hit["zero3-qkv-bias"]
+    assert "Llama-2-70b" in hit["llama-unservable-config"] and "Llama-2-7b" not in str(hit["llama-unservable-config"])
+    assert "OPT-13b (`run_13b.sh`)" in hit["tensor-parallel"] and "gptneox-hidden-heads" not in hit

@@ -206,7 +206,7 @@ def render(data: dict) -> str:
         "",
         "## The findings",
         "",
-        affected_table.findings_table(),
+        affected_table.findings_table(pinned()),
         "",
         "## The evidence",
         "",
