@@ -13,7 +13,7 @@ from .finding import CRASH, FIXED, REFUSED, SILENTLY_OFF, SILENTLY_WRONG, Findin
 from .registry import ALL_ARCHS, FINDINGS, LIMITS, NO_WORKAROUND
 from .setup import Setup, covers, hits, version_tuple
 
-CORRECT = "correct"
+CORRECT = FIXED  # the same word for a run as released and for the series
 NOT_MEASURED = "not measured"  # DeepSpeed injects the model, but no cell of the suite has run it
 BELOW = "Transformers < "  # a workaround that caps Transformers
 ORDER = (SILENTLY_OFF, CRASH, SILENTLY_WRONG)  # the first of these a run meets decides what the user sees

@@ -14,7 +14,7 @@ from importlib import metadata
 from pathlib import Path
 
 from ..findings import policies, table
-from ..findings.answer import NOT_MEASURED, Answer, answer, measured, series_measured
+from ..findings.answer import CORRECT, NOT_MEASURED, Answer, answer, measured, series_measured
 from ..findings.finding import SILENTLY_OFF
 from ..findings.setup import Setup, version_tuple
 from ..options import EXIT_BROKEN, UsageError
@@ -156,7 +156,7 @@ def report(setup: Setup, model_type: str, served: bool, said: Answer, cells: lis
     if said.fixing:
         patches = " ".join(f.patch for f in said.fixing)
         lines.append(f"With the series (repro/patches: {patches}): {said.with_series}.")
-    elif said.outcome != "correct":
+    elif said.outcome != CORRECT:
         lines.append(f"With the series: {said.with_series} (no patch changes it).")
     if version_tuple(setup.transformers) > version_tuple(pinned()):
         lines.append(f"Not measured: Transformers {setup.transformers} is newer than any cell here "
