@@ -27,6 +27,7 @@ case "$cmd" in
     [ $# -ge 3 ] || usage
     base=$3 series=${4:-$repo/repro/patches}
     mkdir -p "$series"
+    series=$(cd "$series" && pwd)  # format-patch runs in the checkout: a relative SERIES_DIR would land there
     rm -f "$series"/[0-9][0-9][0-9][0-9]-*.patch
     # Numbered from 0000 in the file names (0000 is the GPT-NeoX prerequisite; 0001 is PR #8392's fix), and
     # "[PATCH]" subjects, since "[PATCH 00/11]" reads as a cover letter.

@@ -263,14 +263,14 @@ FINDINGS: tuple[Finding, ...] = (
         "slice of the heads but handed the whole (ZeRO-2) or released (ZeRO-3) weights: generate fails on the shapes "
         "(CPU; a GPU kernel may read them silently instead).",
         outcome=CRASH,
-        fix=REFUSED,
         scope=Scope(archs=ALL_ARCHS, tp=True, mpu=False, min_ranks=2),
+        # its test runs a GPT-NeoX (0000) through eval and train on ZeRO-3 partitions (0001)
+        needs=("gptneox-hidden-heads", "zero3-qkv-layout"),
         workaround=TP_1,
         tests=("unit/hybrid_engine/test_hybrid_engine_tensor_parallel.py",),
         text="ISSUE-tensor-parallel.md",
         scripts=(Script("tensor_parallel_generate.py", 2),),
         shows=("tensor-parallel generation hands the injected layers unsliced weights ({patch})",),
-        refusal="refused by name: tensor-parallel generation without an mpu ({patch})",
     ),
     Finding(
         id="engine-generate",
@@ -511,6 +511,8 @@ FINDINGS: tuple[Finding, ...] = (
         outcome=CRASH,
         scope=Scope(archs=ALL_ARCHS, zero=(3,), tp=True, mpu=True, pin=True, min_ranks=2),
         workaround="no `return_dict_in_generate` (DeepSpeed-Chat passes none)",
+        # its lines sit in the tensor-parallel generate path that the no-mpu fix moves into its own method
+        needs=("tensor-parallel",),
         tests=("unit/hybrid_engine/test_hybrid_engine_tensor_parallel_generate.py",),
         text="ISSUE-tensor-parallel-output.md",
         scripts=(Script("tensor_parallel_mpu.py", 2, ("--arch", "gpt-neo")),),
@@ -627,6 +629,8 @@ FINDINGS: tuple[Finding, ...] = (
         outcome=CRASH,
         scope=Scope(archs=ALL_ARCHS, zero=(3,), tp=True, pin=True, min_ranks=2),
         workaround=TP_1,
+        # its lines sit in the tensor-parallel generate path that the no-mpu fix moves into its own method
+        needs=("tensor-parallel", "tensor-parallel-output"),
         tests=("unit/hybrid_engine/test_hybrid_engine_tensor_parallel_mask.py",),
         upstream=("#3998", "#4345", "#5656", "DeepSpeedExamples#628"),
         text="ISSUE-tensor-parallel-mask.md",

@@ -7,10 +7,16 @@ import pytest
 import torch
 
 import deepspeed
-from deepspeed.module_inject.containers import gptneo
+from deepspeed.module_inject.containers import gptneox
+from deepspeed.runtime.zero import GatheredParameters
 from unit.common import DistributedTest
 
 transformers = pytest.importorskip("transformers")
+
+TP = 2
+HEADS = 4
+HEAD_SIZE = 8
+HIDDEN = HEADS * HEAD_SIZE
 
 
 class InferenceLayerStub(torch.nn.Module):
@@ -23,21 +29,22 @@ class InferenceLayerStub(torch.nn.Module):
         self.mlp = torch.nn.Module()
 
 
-def gpt_neo():
-    config = transformers.GPTNeoConfig(vocab_size=64,
-                                       hidden_size=32,
-                                       num_layers=1,
-                                       num_heads=4,
-                                       max_position_embeddings=64,
-                                       attention_types=[[["global"], 1]])
-    return transformers.GPTNeoForCausalLM(config)
+def gpt_neox():
+    config = transformers.GPTNeoXConfig(vocab_size=64,
+                                        hidden_size=HIDDEN,
+                                        num_hidden_layers=2,
+                                        num_attention_heads=HEADS,
+                                        intermediate_size=4 * HIDDEN,
+                                        max_position_embeddings=64)
+    return transformers.GPTNeoXForCausalLM(config)
 
 
-def initialize(model, zero_stage, pin_parameters=True):
+def initialize(model, zero_stage, pin_parameters):
     ds_config = {
         "train_micro_batch_size_per_gpu": 1,
         "zero_optimization": {
-            "stage": zero_stage
+            "stage": zero_stage,
+            "stage3_param_persistence_threshold": 0
         },
         "optimizer": {
             "type": "Adam",
@@ -48,34 +55,90 @@ def initialize(model, zero_stage, pin_parameters=True):
         },
         "hybrid_engine": {
             "enabled": True,
-            "inference_tp_size": 2,
-            "pin_parameters": pin_parameters
+            "inference_tp_size": TP,
+            "pin_parameters": pin_parameters,
+            "tp_gather_partition_size": 1
         },
     }
     return deepspeed.initialize(model=model, config=ds_config, model_parameters=model.parameters())
 
 
+def rank_qkv(x, rank):
+    """A rank's share of GPT-NeoX's head-interleaved QKV rows in the inference layout: its heads' Q, then K, then V."""
+    heads = x.reshape(HEADS, 3, HEAD_SIZE, *x.shape[1:])[rank * HEADS // TP:(rank + 1) * HEADS // TP]
+    return heads.transpose(0, 1).reshape(-1, *x.shape[1:])
+
+
+def rank_slice(x, dim, rank):
+    size = x.shape[dim] // TP
+    return x.narrow(dim, rank * size, size)
+
+
+def layer_weights(layer):
+    """The weights of a GPT-NeoX layer and this rank's share of each under tensor parallelism."""
+    return {
+        "qkv": (layer.attention.query_key_value.weight, rank_qkv),
+        "qkv_bias": (layer.attention.query_key_value.bias, rank_qkv),
+        "out": (layer.attention.dense.weight, lambda x, rank: rank_slice(x, 1, rank)),
+        "fc": (layer.mlp.dense_h_to_4h.weight, lambda x, rank: rank_slice(x, 0, rank)),
+        "fc_bias": (layer.mlp.dense_h_to_4h.bias, lambda x, rank: rank_slice(x, 0, rank)),
+        "proj": (layer.mlp.dense_4h_to_h.weight, lambda x, rank: rank_slice(x, 1, rank)),
+    }
+
+
+def held_weights(module):
+    """What an injected layer holds in place of each weight of layer_weights()."""
+    return {
+        "qkv": module.attention.attn_qkvw,
+        "qkv_bias": module.attention.attn_qkvb,
+        "out": module.attention.attn_ow,
+        "fc": module.mlp.inter_w,
+        "fc_bias": module.mlp.inter_b,
+        "proj": module.mlp.output_w
+    }
+
+
+@pytest.mark.parametrize("zero_stage, pin_parameters", [(2, True), (3, True), (3, False)])
 class TestHybridEngineTensorParallelWithoutMpu(DistributedTest):
     world_size = 2
 
-    # Without an mpu the training weights are whole: tensor-parallel generation would have to hand each rank its
-    # slice, and generate() slices none (ZeRO-2 and unpinned ZeRO-3 have no tensor-parallel path; pinned ZeRO-3
-    # slices only with an mpu). The layers, built for a rank's share of the heads, must not be built at all.
-    @pytest.mark.parametrize("zero_stage, pin_parameters", [(2, True), (3, True), (3, False)])
-    def test_inference_tp_size_is_refused(self, zero_stage, pin_parameters):
+    # DeepSpeed-Chat sets inference_tp_size and passes no mpu: the training weights are whole, and each rank's
+    # injected layers, built for its share of the heads, must generate with its slice of them.
+    def test_each_rank_generates_with_its_slice(self, zero_stage, pin_parameters):
+        model = gpt_neox()
+        expected = [{
+            name: (weight.detach().clone(), share)
+            for name, (weight, share) in layer_weights(layer).items()
+        } for layer in model.gpt_neox.layers]
         with pytest.MonkeyPatch.context() as monkeypatch:  # in the rank: the ranks may be spawned, not forked
-            monkeypatch.setattr(gptneo, "DeepSpeedGPTInference", InferenceLayerStub)
-            refusal = None
-            try:
-                initialize(gpt_neo(), zero_stage, pin_parameters)
-            except ValueError as exc:
-                refusal = str(exc)
+            monkeypatch.setattr(gptneox, "DeepSpeedGPTInference", InferenceLayerStub)
+            engine, *_ = initialize(model, zero_stage, pin_parameters)
+        rank = deepspeed.comm.get_rank()
+        held = []
 
-        assert refusal is not None and "inference_tp_size" in refusal
+        def model_generate(input_ids, attention_mask=None, **kwargs):
+            for container in engine._inference_containers:
+                held.append({name: weight.detach().clone() for name, weight in held_weights(container.module).items()})
+            return torch.cat([input_ids, input_ids[:, -1:]], dim=1)
 
-    # A model the Hybrid Engine has no inference container for keeps its own generate(): nothing to refuse.
-    @pytest.mark.parametrize("zero_stage", [2, 3])
-    def test_model_without_inference_containers_is_accepted(self, zero_stage):
-        engine, *_ = initialize(torch.nn.Sequential(torch.nn.Linear(8, 8)), zero_stage)
+        engine._generate = model_generate
+        engine.eval()
+        prompt = torch.full((1, 3), rank, dtype=torch.long, device=engine.device)
+        out = engine.generate(prompt, attention_mask=torch.ones_like(prompt))
 
-        assert engine._inference_containers == []
+        assert out.tolist() == [[rank] * 4]
+        assert len(held) == len(expected)
+        for layer_held, layer_expected in zip(held, expected):
+            for name, (weight, share) in layer_expected.items():
+                assert torch.equal(layer_held[name], share(weight, rank).to(layer_held[name].device)), name
+
+        # The training weights are given back as they were, and the layers hold them again, not the slices.
+        engine.train()
+        for layer, layer_expected in zip(engine.module.gpt_neox.layers, expected):
+            weights = layer_weights(layer)
+            with GatheredParameters([weight for weight, _ in weights.values()]):
+                for name, (weight, _) in weights.items():
+                    assert torch.equal(weight.detach(), layer_expected[name][0].to(weight.device)), name
+        for container in engine._inference_containers:
+            assert container.module.attention.attn_ow is container.dense_w
+            assert container.module.mlp.output_w is container._4hh_w

@@ -23,7 +23,7 @@ class GPTNeoXLikeContainer(HybridMegatronContainer):
         self.qkvb = qkvb
         self.dense_w = dense_w
         self.num_attention_heads = NUM_HEADS
-        self.mp_size = 1
+        self.hidden_size = HIDDEN
         self.qkv_lora = qkv_lora
         self.dense_lora = dense_lora
 

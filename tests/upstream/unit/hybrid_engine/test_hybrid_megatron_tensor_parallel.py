@@ -14,11 +14,12 @@ HIDDEN = NUM_HEADS * HEAD_SIZE
 
 
 class GPTNeoXLikeContainer(HybridMegatronContainer):
-    """A GPT-NeoX container of a model with NUM_HEADS heads, holding one rank's QKV under tensor parallelism."""
+    """A GPT-NeoX container of a model with NUM_HEADS heads, holding its QKV whole or one rank's slice of it."""
 
     def __init__(self, qkvw, qkvb, mp_size):
         self.qkvw = qkvw
         self.qkvb = qkvb
+        self.hidden_size = HIDDEN
         self.num_attention_heads = NUM_HEADS
         self.mp_size = mp_size
 
@@ -35,11 +36,12 @@ def inference_layout(x, heads):
 
 
 # With an mpu, each rank trains its slice of the heads: its QKV weight holds NUM_HEADS / mp_size heads, each
-# head's q, k and v rows next to each other. The inference layout is all of its Q rows, then K, then V.
-@pytest.mark.parametrize("mp_size", [1, 2, 4])
-def test_transforms_split_this_ranks_heads(mp_size):
+# head's q, k and v rows next to each other. Without one (DeepSpeed-Chat) the weight holds every head, whatever
+# inference_tp_size is. The inference layout is all of the weight's Q rows, then K, then V.
+@pytest.mark.parametrize("mp_size, sliced", [(1, False), (2, True), (4, True), (2, False)])
+def test_transforms_split_the_heads_the_weight_holds(mp_size, sliced):
     torch.manual_seed(0)
-    heads = NUM_HEADS // mp_size
+    heads = NUM_HEADS // mp_size if sliced else NUM_HEADS
     weight = torch.randn(3 * HEAD_SIZE * heads, HIDDEN)
     bias = torch.randn(3 * HEAD_SIZE * heads)
     container = GPTNeoXLikeContainer(weight.clone(), bias.clone(), mp_size)

@@ -22,7 +22,7 @@ class GPTNeoXLikeContainer(HybridMegatronContainer):
         self.qkvw = qkvw
         self.qkvb = qkvb
         self.num_attention_heads = NUM_HEADS
-        self.mp_size = 1
+        self.hidden_size = HIDDEN
 
     def set_lora_params(self):
         pass
