@@ -224,7 +224,9 @@ def run(spec: dict) -> dict:
         for i, call in enumerate(calls):
             if call == "generate":
                 layers_saw = (
-                    qkv_states.ParamProbe(containers, names, originals, deltas, held, model_heads=heads)
+                    qkv_states.ParamProbe(
+                        containers, names, originals, deltas, held, model_heads=heads, tp_share=_tp_share(spec)
+                    )
                     if arch.fused_qkv
                     else None
                 )
@@ -291,6 +293,14 @@ def prompt_batch(left_pad: int, vocab_size: int, device: torch.device) -> tuple[
     ids, mask = ids.repeat(2, 1), torch.ones_like(ids).repeat(2, 1)
     ids[0, :left_pad], mask[0, :left_pad] = 0, 0
     return ids, mask
+
+
+def _tp_share(spec: dict) -> tuple[int, int] | None:
+    """(rank in its tensor-parallel group, tp) where generation copies each rank's share out of whole training
+    weights: inference_tp_size > 1 without an mpu (the groups are `tp` consecutive ranks)."""
+    if spec["tp"] == 1 or spec["mpu"]:
+        return None
+    return int(os.environ["RANK"]) % spec["tp"], spec["tp"]
 
 
 def _tp_slices(spec: dict, arch, model: torch.nn.Module, world: int) -> list[str]:

@@ -36,6 +36,7 @@ class ParamProbe:
         heads: int,
         max_calls: int = 3,
         model_heads: int | None = None,
+        tp_share: tuple[int, int] | None = None,
     ):
         self.records: list[dict] = []
         self.handles = []
@@ -47,15 +48,27 @@ class ParamProbe:
             if not any(is_qkv for *_, is_qkv in pairs):  # QKV without LoRA: its layout is still evidence
                 pairs.append((names[id(c.qkvw)], c.qkvw, True))
             calls = [0]
+            # Without an mpu, tensor-parallel generation hands the layer its rank's copy of every split weight:
+            # where the layer reads each (and along which dimension it was split; "thirds": the fused QKV's).
+            copies = {id(c.qkvw): (c.module.attention, "attn_qkvw", "thirds"),
+                      id(c.dense_w): (c.module.attention, "attn_ow", 1),
+                      id(c._h4h_w): (c.module.mlp, "inter_w", 0),
+                      id(c._4hh_w): (c.module.mlp, "output_w", 1)}  # fmt: skip
 
-            def hook(module, args, layer_id=layer_id, pairs=pairs, calls=calls):  # a forward pre-hook
+            def hook(module, args, layer_id=layer_id, pairs=pairs, calls=calls, copies=copies):  # forward pre-hook
                 if calls[0] < max_calls:
                     for name, p, is_qkv in pairs:
+                        split = None
                         if is_qkv and getattr(module, "attn_qkvw", None) is not None:
                             p = module.attn_qkvw  # what the attention reads: its copy under tensor parallelism
+                            split = "thirds"
+                        elif tp_share is not None and id(p) in copies:
+                            owner, attr, split = copies[id(p)]
+                            p = getattr(owner, attr)
                         self.records.append(
-                            _compare(layer_id, calls[0], name, p, is_qkv, originals, deltas, heads, model_heads)
-                        )
+                            _compare(layer_id, calls[0], name, p, is_qkv, originals, deltas, heads, model_heads,
+                                     (*tp_share, split) if tp_share is not None and split is not None else None)
+                        )  # fmt: skip
                 calls[0] += 1
 
             self.handles.append(c.module.attention.register_forward_pre_hook(hook))
@@ -65,17 +78,29 @@ class ParamProbe:
             h.remove()
 
 
-def _compare(layer_id, call, name, p, is_qkv, originals, deltas, heads, model_heads=None) -> dict:
+def share(x: torch.Tensor, rank: int, tp: int, split: int | str = "thirds") -> torch.Tensor:
+    """What tensor-parallel generation copies out of a whole weight for a rank: its part along dimension `split`,
+    or of a fused QKV ("thirds", DeepSpeed's strided copy) its part of each third, which in the inference layout
+    is its heads' Q, K and V."""
+    if split == "thirds":
+        return torch.cat([third.chunk(tp)[rank] for third in x.chunk(3)])
+    return x.chunk(tp, dim=split)[rank]
+
+
+def _compare(layer_id, call, name, p, is_qkv, originals, deltas, heads, model_heads=None, tp_share=None) -> dict:
     """One weight as a layer saw it, named by the candidate state it equals (within STATE_TOL). `heads`: those
     the weight holds; `model_heads`: the model's, where a rank holds its slice of them (the candidate of
-    `gptneox-tensor-parallel-heads`)."""
+    `gptneox-tensor-parallel-heads`); `tp_share`: (rank, tp, split) where the layer holds its rank's copy of whole
+    training weights (tensor-parallel generation without an mpu), each candidate compared as that copy."""
     w = originals[name]
     d = deltas.get(name, torch.zeros_like(w))
     rec: dict = {"layer": layer_id, "call": call, "param": name}
-    if p.numel() != w.numel():
+    shared = tp_share is not None and p.numel() * tp_share[1] == w.numel()
+    if p.numel() != w.numel() and not shared:
         rec["state"] = f"not gathered (numel {p.numel()})"
         return rec
-    seen, tol = p.detach().float().reshape(w.shape), state_tol(p)
+    rec["tp_share"] = list(tp_share[:2]) if shared else None
+    seen, tol = p.detach().float(), state_tol(p)
 
     def to_inf(x: torch.Tensor) -> torch.Tensor:
         return layout.to_inference(x, heads) if is_qkv else x
@@ -91,7 +116,8 @@ def _compare(layer_id, call, name, p, is_qkv, originals, deltas, heads, model_he
         if model_heads not in (None, heads):
             cands[BY_MODEL_HEADS] = layout.to_inference(w + d, model_heads)
     for k, v in cands.items():
-        rec[k] = (seen - v.float()).abs().max().item()
+        v = share(v, *tp_share) if shared else v
+        rec[k] = (seen - v.float().reshape(seen.shape)).abs().max().item()
     best = min(cands, key=lambda k: rec[k])
     rec["state"] = best if rec[best] <= tol else f"none (nearest {best} {rec[best]:.3g})"
     return rec

@@ -43,7 +43,7 @@ def test_named_in_does_not_match_a_longer_word_or_an_unknown_sentence():
     assert findings.named_in(sentence + "x") is None
     assert findings.named_in("correct") is None
     assert findings.named_in("crash in the Hybrid Engine: KeyError: 'x' (somewhere)") is None
-    assert findings.named_in(findings.refusal("tensor-parallel"))[1] == "refused"
+    assert findings.named_in(findings.refusal("rotary-base"))[1] == "refused"
 
 
 def test_an_outcome_outside_the_vocabulary_is_refused():

@@ -89,7 +89,6 @@ BUG_TP_OUTPUT = shows("tensor-parallel-output")
 BUG_PADDING_MASK = shows("left-padding")
 OUTSIDE_CONTRACT = "outside the Hybrid Engine's contract: an mpu over whole Hugging Face weights"
 REFUSED = refusal("llama-unservable-config")
-REFUSED_TP = refusal("tensor-parallel")
 REFUSED_ROPE = refusal("rotary-base")
 REFUSED_NEOX_ACTIVATION = refusal("gptneox-activation")
 REFUSED_NEOX_ATTENTION_BIAS = refusal("gptneox-attention-bias")
@@ -100,7 +99,6 @@ REFUSED_BLOOM_RESIDUAL = refusal("bloom-residual")
 # How DeepSpeed's refusals begin (`rotary-base`, `llama-unservable-config`, `gptneox-activation`,
 # `gptneox-attention-bias`, `opt-bias`, `opt-layer-norm-affine`, `gptj-activation`, `bloom-residual`).
 REFUSAL = "DeepSpeed kernel injection cannot serve"
-REFUSAL_TP = "hybrid_engine.inference_tp_size="  # how `tensor-parallel`'s refusal begins
 # The containers' refusals, told apart by the file that raised and the setting they name (any other DeepSpeed refusal
 # is `llama-unservable-config`'s, from llama.py).
 CONTAINERS = "deepspeed/module_inject/containers/"
@@ -116,7 +114,7 @@ NAMED_REFUSALS = {
 }
 # DeepSpeed 0.19.8's own refusal (released; not ours): DS_BloomContainer raises for Transformers from 4.44.
 REFUSED_BLOOM_TRANSFORMERS = "refused by name: BLOOM on Transformers newer than 4.43.4 (DeepSpeed's own check)"
-REFUSALS = (REFUSED, REFUSED_TP, *NAMED_REFUSALS.values(), REFUSED_BLOOM_TRANSFORMERS)
+REFUSALS = (REFUSED, *NAMED_REFUSALS.values(), REFUSED_BLOOM_TRANSFORMERS)
 # Positive evidence (a rank's own crash, repro.rank.cell_probe.peer_crash_path): BloomSelfAttention hands the softmax
 # `head_offset = dist.get_rank() * heads per partition`, the global rank whatever the tensor-parallel group, and
 # the softmax adds `alibi[head_offset:head_offset + heads]`: on data-parallel rank 1 of a 4-head model that is
@@ -343,8 +341,6 @@ def _crash(cell: dict) -> str:
                  if c["at"].startswith(CONTAINERS + file) and setting in c["message"]]  # fmt: skip
         if len(named) == 1:
             return named[0]
-    if c["type"] == "ValueError" and c["message"].startswith(REFUSAL_TP) and c["at"].startswith("deepspeed/runtime/"):
-        return REFUSED_TP
     if cell.get("grouped_query_attention") and c["at"].startswith("deepspeed/"):  # accepted, then failed on
         return f"{BUG_UNSERVABLE}: grouped-query attention crashes ({c['type']} at {c['at']})"
     return f"crash in the Hybrid Engine: {c['type']}: {c['message']} ({c['at']})"

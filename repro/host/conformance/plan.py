@@ -94,6 +94,8 @@ ARCH_CONFIGS: dict[str, dict[str, dict]] = {
         "default": {},
         "layer-norm-eps-1e-3": {"layer_norm_epsilon": 1e-3},
         "residual-post-layernorm": {"apply_residual_connection_post_layernorm": True},
+        # Two heads per rank at inference_tp_size 4 (the default's 4 heads leave one, below).
+        "heads-8": {"n_head": 8},
     },
 }
 # Configurations added for field coverage, not in the quick plan (not an axis; the quick plan's 3 minutes).
@@ -102,6 +104,7 @@ COVERAGE_ONLY = {
     "gpt-neo": ("all-local-window-4",),
     "llama": ("head-dim-32",),
     "gpt-j": ("tied-embeddings",),
+    "bloom": ("heads-8",),
 }
 SERIES = findings.SERIES
 
@@ -185,9 +188,22 @@ SCENARIOS: dict[str, dict] = {
     # A batch whose first prompt is left-padded (3 of 8 tokens, mask 0 there), as DeepSpeed-Chat's prompt
     # batches are; the reference scenario otherwise. Every measurement reads the padded prompt.
     "left-pad": {"order": "eval-generate-train", "lora": "none", "pin": True, "probe": {"left_pad": 3}},
+    # DeepSpeed-Chat's tensor-parallel generation as its OPT-13B / OPT-66B scripts run it: its step-3 settings
+    # above, inference_tp_size 2 or 4 and no mpu, left-padded prompts, layers gathered a few at a time
+    # (`tp_gather_partition_size`: 4 of OPT-66B's 64 layers there, 1 of the tiny models' 2 here).
+    "ds-chat-tp2": {"order": "eval-generate-train", "lora": "all", "pin": True,
+                    "probe": {"threshold": 10_000, "max_live": 30_000_000, "lora_dim": 64, "lora_alpha": 64.0,
+                              "synced_gpus": True, "tp": 2, "tp_gather_partition_size": 1, "left_pad": 3}},
+    "ds-chat-tp4": {"order": "eval-generate-train", "lora": "all", "pin": True,
+                    "probe": {"threshold": 10_000, "max_live": 30_000_000, "lora_dim": 64, "lora_alpha": 64.0,
+                              "synced_gpus": True, "tp": 4, "tp_gather_partition_size": 1, "left_pad": 3}},
 }  # fmt: skip
 # Scenarios run only in the cells named for them below (and the quick plan), not on every architecture x build.
-FOCUSED = ("tp2-mpu-slices-left-pad",)
+FOCUSED = ("tp2-mpu-slices-left-pad", "ds-chat-tp2", "ds-chat-tp4")
+# The configuration an architecture's inference_tp_size 4 cells run, where not its default (see plan()).
+TP4_CONFIG = {"bloom": "heads-8"}
+# The world size of a scenario's cells in the quick plan, where not 2.
+QUICK_WORLD = {"ds-chat-tp4": 4}
 
 
 # The quick plan's architecture for a scenario, where not GPT-NeoX: the mpu's slices reach separate Q, K, V
@@ -237,7 +253,7 @@ def plan(quick: bool = False) -> list[dict]:
             ),
             cell_axes("gpt-neox", "sequential-residual", "released", 2, 1, "reference"),  # #3453, on ZeRO-2 and 1 rank
             *(
-                cell_axes(QUICK_ARCH.get(s, "gpt-neox"), "default", series, 3, 2, s)
+                cell_axes(QUICK_ARCH.get(s, "gpt-neox"), "default", series, 3, QUICK_WORLD.get(s, 2), s)
                 for s in SCENARIOS
                 if s != "reference"
             ),
@@ -261,6 +277,15 @@ def plan(quick: bool = False) -> list[dict]:
     # place in its tensor-parallel group is not its global rank.
     cells += [cell_axes(arch, "default", build, 3, 4, "tp2-mpu-slices")
               for arch in ARCHS for build in ("released", "whole series")]  # fmt: skip
+    # DeepSpeed-Chat's tensor-parallel generation (no mpu): 2 ranks, 2 groups of 2 beside data parallelism, and 4.
+    # BLOOM at inference_tp_size 4 runs its 8-head configuration: with one head per rank, Transformers 4.43.4's BLOOM
+    # takes the injected layers' cache ([batch x heads, ...], heads = 1) for its standard format, whose first
+    # dimension is the batch too, and fails converting it ("not enough values to unpack (expected 4, got 3)",
+    # modeling_bloom.py:487, measured with the series); real BLOOMs have 16 heads or more.
+    cells += [cell_axes(arch, TP4_CONFIG.get(arch, "default") if tp == 4 else "default", build, 3, world,
+                        f"ds-chat-tp{tp}")
+              for arch in ARCHS for build in ("released", "whole series")
+              for tp, world in ((2, 2), (2, 4), (4, 4))]  # fmt: skip
     # BLOOM's tensor-parallel bugs past its QKV copy (`bloom-tensor-parallel`), each alone: the attention mask
     # generate() does not gather (`tensor-parallel-mask`), and the ALiBi offset of ranks 2 and 3, whose global rank is
     # not their tensor-parallel one (`bloom-alibi-offset`).

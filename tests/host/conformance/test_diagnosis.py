@@ -402,14 +402,6 @@ def test_with_an_mpu_whole_weights_are_outside_the_contract_and_a_released_parti
     assert dx.diagnose(without)[0].startswith(dx.BUG_TP_UNSLICED)
 
 
-def test_0012s_refusal_is_named_only_when_deepspeed_raises_it():
-    refusal = {"type": "ValueError", "at": "deepspeed/runtime/hybrid_engine.py:383",
-               "message": "hybrid_engine.inference_tp_size=2 without an mpu is not supported: ..."}  # fmt: skip
-    assert dx.diagnose({"crash": refusal}) == [dx.REFUSED_TP]
-    assert dx.diagnose({"crash": {**refusal, "at": "repro/rank/cell_probe.py:10"}})[0].startswith("crash in")
-    assert dx.diagnose({"crash": {**refusal, "type": "RuntimeError"}})[0].startswith("crash in")
-
-
 def test_lora_present_at_the_prompt_and_gone_at_every_decode_step_is_0003_for_any_architecture():
     lost = arch_cell(arch="opt", tokens_equal_native=False, per_step_logits_vs_native=[5e-7, 1.16, 1.27],
                      per_step_logits_vs_without_lora=[0.9, 6e-7, 5e-7])  # fmt: skip

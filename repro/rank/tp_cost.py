@@ -1,0 +1,93 @@
+"""What tensor-parallel generation without an mpu costs a rank (`python -m repro.rank.tp_cost OUT TP`, under
+torchrun; host side: repro.host.upstream.tp_cost): DeepSpeed-Chat's settings (pinned ZeRO-3, no mpu) on a
+GPT-NeoX twin, timing each `generate()` and counting the bytes of layer weights a rank holds while the model
+generates (the slices the fix copies out, or at inference_tp_size 1 the gathered layers themselves).
+
+CPU evidence only: DeepSpeed's kernels are our PyTorch stand-ins (`fallbacks`) and the ranks talk over gloo."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from . import fallbacks
+from .lifecycle import init_distributed, shutdown
+
+MODEL = {"hidden_size": 1024, "num_attention_heads": 8, "num_hidden_layers": 4, "intermediate_size": 4096}
+PROMPT, NEW_TOKENS, REPEATS = 32, 8, 5
+HELD = (("attention", "attn_qkvw"), ("attention", "attn_qkvb"), ("attention", "attn_ow"), ("attention", "attn_ob"),
+        ("mlp", "inter_w"), ("mlp", "inter_b"), ("mlp", "output_w"), ("mlp", "output_b"))  # fmt: skip
+
+
+def held_bytes(containers) -> int:
+    """Bytes of the attention and MLP weights the injected layers hold (a released ZeRO-3 partition holds 0)."""
+    total = 0
+    for c in containers:
+        for owner, name in HELD:
+            t = getattr(getattr(c.module, owner), name, None)
+            if t is not None:
+                total += t.numel() * t.element_size()
+    return total
+
+
+def main(out: Path, tp: int) -> None:
+    import deepspeed
+    import transformers
+
+    init_distributed("gloo")
+    fallbacks.install()
+    torch.manual_seed(0)
+    config = transformers.GPTNeoXConfig(vocab_size=1024, max_position_embeddings=128, **MODEL)
+    model = transformers.GPTNeoXForCausalLM(config)
+    layer_bytes = sum(p.numel() * p.element_size() for p in model.gpt_neox.layers.parameters())
+    ds_config = {
+        "train_batch_size": int(os.environ["WORLD_SIZE"]),
+        "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 10_000},
+        "optimizer": {"type": "SGD", "params": {"lr": 0.0}},
+        "zero_allow_untested_optimizer": True,
+        "hybrid_engine": {"enabled": True, "max_out_tokens": 128, "inference_tp_size": tp, "pin_parameters": True,
+                          "tp_gather_partition_size": 4},
+    }  # fmt: skip
+    engine, *_ = deepspeed.initialize(model=model, config=ds_config, model_parameters=model.parameters())
+    seen = []
+    generate = engine._generate
+
+    def measured_generate(*args, **kwargs):
+        seen.append(held_bytes(engine._inference_containers))
+        return generate(*args, **kwargs)
+
+    engine._generate = measured_generate
+    engine.eval()
+    ids = torch.arange(10, 10 + PROMPT).unsqueeze(0)
+    times = []
+    with torch.no_grad():
+        for _ in range(REPEATS + 1):  # the first is a warm-up
+            started = time.perf_counter()
+            engine.module.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
+                                   min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)  # fmt: skip
+            times.append(time.perf_counter() - started)
+    engine.train()
+    if int(os.environ["RANK"]) == 0:
+        result = {
+            "inference_tp_size": tp,
+            "ranks": int(os.environ["WORLD_SIZE"]),
+            "model": MODEL,
+            "prompt_tokens": PROMPT,
+            "new_tokens": NEW_TOKENS,
+            "layer_weight_bytes": layer_bytes,
+            "held_during_generate_bytes": max(seen),
+            "generate_s": [round(t, 4) for t in times[1:]],
+            "generate_median_s": round(statistics.median(times[1:]), 4),
+        }
+        out.write_text(json.dumps(result, indent=2) + "\n")
+    shutdown()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), int(sys.argv[2]))
