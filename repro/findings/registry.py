@@ -264,8 +264,8 @@ FINDINGS: tuple[Finding, ...] = (
         "(CPU; a GPU kernel may read them silently instead).",
         outcome=CRASH,
         scope=Scope(archs=ALL_ARCHS, tp=True, mpu=False, min_ranks=2),
-        # its test runs a GPT-NeoX (0000) through eval and train on ZeRO-3 partitions (0001)
-        needs=("gptneox-hidden-heads", "zero3-qkv-layout"),
+        # its test runs a GPT-NeoX through eval and train on ZeRO-3 partitions (0001)
+        needs=("zero3-qkv-layout",),
         workaround=TP_1,
         tests=("unit/hybrid_engine/test_hybrid_engine_tensor_parallel.py",),
         text="ISSUE-tensor-parallel.md",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from ..findings import policies, table
+from ..findings import policies, prs, table
 from ..findings.answer import CORRECT, NOT_MEASURED, Answer, answer, measured, series_measured
 from ..findings.finding import SILENTLY_OFF
 from ..findings.setup import Setup, version_tuple
@@ -26,6 +26,7 @@ from .conformance.transformers_env import pinned
 CELLS = REPO_ROOT / "results" / "reference" / "conformance" / "conformance.json"
 README = REPO_ROOT / "README.md"
 CONFORMANCE_DOC = REPO_ROOT / "docs" / "conformance.md"
+UPSTREAM_DOC = REPO_ROOT / "docs" / "upstream.md"
 ARCHS = {**my_model.MODEL_TYPES, **{arch: arch for arch in my_model.MODEL_TYPES.values()}}  # suite names too
 VERSION = re.compile(r"\d+\.\d+(\.\d+)?")
 
@@ -246,6 +247,7 @@ def generated() -> dict[Path, list[tuple[str, str, str]]]:
     return {
         README: [(table.BEGIN, table.END, table.render(pinned()))],
         CONFORMANCE_DOC: [(table.EVIDENCE_BEGIN, table.EVIDENCE_END, table.evidence_table(cells))],
+        UPSTREAM_DOC: [(prs.PRS_BEGIN, prs.PRS_END, prs.table())],
     }
 
 

@@ -110,5 +110,3 @@ def test_four_ranks_split_tensor_and_data_parallelism_for_every_architecture():
     for arch in plan.ARCHS:
         runs = {(c["scenario"], c["probe"]["tp"], c["probe"].get("mpu", False)) for c in four if c["arch"] == arch}
         assert runs == {("tp2-mpu-slices", 2, True), ("ds-chat-tp2", 2, False), ("ds-chat-tp4", 4, False)}
-
-

@@ -36,7 +36,12 @@ def gpt_neox():
                                         num_attention_heads=HEADS,
                                         intermediate_size=4 * HIDDEN,
                                         max_position_embeddings=64)
-    return transformers.GPTNeoXForCausalLM(config)
+    model = transformers.GPTNeoXForCausalLM(config)
+    for layer in model.gpt_neox.layers:
+        # What GPTNEOXLayerPolicy.get_hidden_heads() reads, which GPTNeoXAttention lost in Transformers 4.48.
+        layer.attention.hidden_size = HIDDEN
+        layer.attention.num_attention_heads = HEADS
+    return model
 
 
 def initialize(model, zero_stage, pin_parameters):

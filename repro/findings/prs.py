@@ -1,0 +1,165 @@
+"""The series as pull requests a maintainer can take one at a time: each groups findings of one component, in
+one order of value to users (DeepSpeed-Chat's setups first). `requires`: the pull requests whose lines a pull
+request's patches sit next to or whose code they change (measured: without them `git am` fails, or its tests).
+repro.host.upstream.pr_split writes each one's patches and PR.md under repro/patches/prs/."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import FINDINGS, by_id
+
+
+@dataclass(frozen=True)
+class PullRequest:
+    slug: str
+    title: str
+    findings: tuple[str, ...]  # by registry id, in the series' order
+    value: str  # why a maintainer takes it, in one sentence
+    requires: tuple[str, ...] = ()  # slugs
+
+    @property
+    def patches(self) -> tuple[str, ...]:
+        return tuple(sorted(by_id(f).patch for f in self.findings))
+
+
+PRS: tuple[PullRequest, ...] = (
+    PullRequest(
+        "zero3-qkv-layout",
+        "Hybrid Engine: keep GPT-NeoX's QKV layout changes under ZeRO-3 (#8391, with #8392)",
+        ("zero3-qkv-layout", "lora-qkv-layout", "qkv-transform-idempotent"),
+        "Pythia / GPT-NeoX under ZeRO-3 generates from a scrambled QKV: the upstream report, #8392's fix made safe",
+    ),
+    PullRequest(
+        "llama-lora",
+        "Hybrid Engine: accept DeepSpeed-Chat's LoRA modules in the Llama containers",
+        ("llama-lora",),
+        "every DeepSpeed-Chat Llama-2 LoRA script crashes at initialize",
+    ),
+    PullRequest(
+        "current-transformers",
+        "Kernel injection: Llama and GPT-NeoX layers on current Transformers (tensor returns, Cache, bool masks)",
+        ("llama-layer-tuple", "cache-return", "left-padding"),
+        "Llama crashes on Transformers >= 4.54; left-padded prompts attend to their padding from 4.53",
+    ),
+    PullRequest(
+        "zero3-qkv-bias",
+        "Hybrid Engine: no QKV bias for bias-free models under ZeRO-3 (#4788)",
+        ("zero3-qkv-bias", "post-layer-norm-qkv-bias"),
+        "Llama-2 under ZeRO-3 (DeepSpeed-Chat's Llama-2 scripts) generates silently wrong",
+    ),
+    PullRequest(
+        "tensor-parallel",
+        "Hybrid Engine: tensor-parallel generation without an mpu (DeepSpeed-Chat's inference_tp_size)",
+        (
+            "tensor-parallel",
+            "tensor-parallel-released",
+            "tensor-parallel-output",
+            "gptneox-tensor-parallel-heads",
+            "bloom-tensor-parallel",
+            "tensor-parallel-mask",
+        ),
+        "DeepSpeed-Chat's OPT-13B and OPT-66B scripts (inference_tp_size 2 and 8) cannot generate",
+        requires=("zero3-qkv-layout",),
+    ),
+    PullRequest(
+        "bloom-alibi",
+        "Inference: offset BLOOM's ALiBi by the tensor-parallel rank",
+        ("bloom-alibi-offset",),
+        "BLOOM with more than one data-parallel rank computes every rank but 0 with the wrong heads' ALiBi",
+    ),
+    PullRequest(
+        "engine-generate",
+        "Hybrid Engine: engine.generate() without containers; LoRA on the non-pinned ZeRO-3 path",
+        ("lora-non-pinned", "engine-generate"),
+        "OPT on Transformers >= 4.49 crashes in engine.generate(); non-pinned ZeRO-3 LoRA fusion is lost",
+    ),
+    PullRequest(
+        "opt",
+        "Kernel injection: OPT's activation, biases and post-LayerNorm layers",
+        ("opt-activation", "opt-bias", "opt-post-layer-norm", "opt-layer-norm-affine"),
+        "opt-350m (post-LayerNorm) and GELU OPTs compute the wrong model",
+        requires=("zero3-qkv-bias",),
+    ),
+    PullRequest(
+        "gptneox",
+        "Kernel injection: GPT-NeoX on current Transformers and its config fields",
+        (
+            "gptneox-hidden-heads",
+            "3453",
+            "rotary-base",
+            "gptneox-layer-class",
+            "gptneox-activation",
+            "gptneox-attention-bias",
+        ),
+        "GPT-NeoX injection fails on current Transformers; sequential residual, rotary base and activation ignored",
+    ),  # fmt: skip
+    PullRequest(
+        "layer-norm",
+        "Hybrid Engine: the model's own LayerNorms outside the layers (epsilon, no weights)",
+        ("layer-norm-eps", "layer-norm-without-weights"),
+        "a model whose epsilon is not 1e-5 drifts; OPT without LayerNorm weights fails at initialize",
+    ),
+    PullRequest(
+        "refusals",
+        "Kernel injection: refuse by name the Llama, GPT-J and BLOOM settings the kernel cannot compute",
+        ("llama-unservable-config", "gptj-activation", "bloom-residual"),
+        "Llama-3 / Llama-2-70B (grouped-query attention) and rarer settings compute silently wrong",
+        requires=("current-transformers",),
+    ),
+    PullRequest(
+        "decode-as-prompt",
+        "DeepSpeedSelfAttention: read is_prompt from the input (DeepSpeed's PyTorch path)",
+        ("decode-as-prompt",),
+        "only DeepSpeed's PyTorch attention path is hit (the CUDA kernel recomputes it): lowest value",
+    ),
+)
+
+
+def by_slug(slug: str) -> PullRequest:
+    for pr in PRS:
+        if pr.slug == slug:
+            return pr
+    raise KeyError(f"no pull request {slug!r}")
+
+
+def required(pr: PullRequest) -> list[PullRequest]:
+    """The pull requests `pr` needs first, transitively, each once, in the order they apply."""
+    found: list[PullRequest] = []
+    for slug in pr.requires:
+        for needed in (*required(by_slug(slug)), by_slug(slug)):
+            if needed not in found:
+                found.append(needed)
+    return found
+
+
+def directory(pr: PullRequest) -> str:
+    """Its directory under repro/patches/prs/: its place in the order, then its slug."""
+    return f"{PRS.index(pr) + 1:02d}-{pr.slug}"
+
+
+def pr_of(finding_id: str) -> PullRequest:
+    for pr in PRS:
+        if finding_id in pr.findings:
+            return pr
+    raise KeyError(f"finding {finding_id!r} is in no pull request")
+
+
+UNGROUPED = sorted({f.id for f in FINDINGS} - {f for pr in PRS for f in pr.findings})
+
+PRS_BEGIN = "<!-- pull-requests:begin (generated by `python -m repro affected --update-docs`; do not edit) -->"
+PRS_END = "<!-- pull-requests:end -->"
+
+
+def table() -> str:
+    """docs/upstream.md's pull request table, in the order a maintainer takes them."""
+    lines = [
+        PRS_BEGIN,
+        "| order | pull request (`repro/patches/prs/`) | findings (patches) | requires | why take it |",
+        "|---|---|---|---|---|",
+    ]
+    for pr in PRS:
+        found = ", ".join(f"{f} (`{by_id(f).patch}`)" for f in pr.findings)
+        needs = ", ".join(f"`{directory(p)}`" for p in required(pr)) or "nothing"
+        lines.append(f"| {PRS.index(pr) + 1} | `{directory(pr)}`: {pr.title} | {found} | {needs} | {pr.value} |")
+    return "\n".join([*lines, PRS_END])

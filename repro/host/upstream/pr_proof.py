@@ -1,0 +1,91 @@
+"""Proves each pull request of repro/patches/prs/ alone on the installed DeepSpeed (0.19.8): its tests fail with
+only what it requires applied, each for its own reason, and pass with the pull request on top
+(`python -m repro.host.upstream.pr_proof OUT` writes OUT/prs.json). Run on CPU with DeepSpeed's PyTorch paths and
+our kernel stand-ins where a test needs a kernel: CPU evidence."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ... import findings
+from ...findings.prs import PRS, PullRequest, directory, required
+from ...paths import write_json
+from . import patched_copy, regression
+from .pr_split import RELEASE, pr_patches
+
+
+class ProofError(RuntimeError):
+    pass
+
+
+def patched(dest: Path, patches: list[Path]) -> Path:
+    """dest/deepspeed: the installed DeepSpeed with `patches` (their deepspeed/ part) applied in order."""
+    package_dir, _ = patched_copy.installed_deepspeed()
+    shutil.copytree(package_dir, dest / "deepspeed", ignore=shutil.ignore_patterns("__pycache__"))
+    for patch in patches:
+        done = subprocess.run(
+            ["patch", "-p1", "--forward", "--silent", "--no-backup-if-mismatch"],
+            input=patched_copy.deepspeed_part(patch.read_text()),
+            cwd=dest,
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            raise ProofError(f"{patch.parent.name}/{patch.name} does not apply: {(done.stdout + done.stderr)[-400:]}")
+    return dest
+
+
+def prove(pr: PullRequest, timeout_s: float = 900) -> dict:
+    tests = tuple(t for f in pr.findings for t in findings.by_id(f).tests)
+    errors = tuple(e for f in pr.findings for e in findings.by_id(f).bug_errors)
+    before = [p for needed in required(pr) for p in pr_patches(needed, RELEASE)]
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.time()
+        without = regression.run_upstream_test(patched(Path(tmp) / "without", before), timeout_s, tests, errors)
+        with_pr = regression.run_upstream_test(
+            patched(Path(tmp) / "with", before + pr_patches(pr, RELEASE)), timeout_s, tests
+        )
+    failing = {name for name, kind in without["tests"].items() if kind != "passed"}
+    return {
+        "pr": directory(pr),
+        "requires": [directory(p) for p in required(pr)],
+        "tests": list(tests),
+        "without": {"outcome": without["outcome"], "right_reason": without["failed_for_the_right_reason"],
+                    "failed": sorted(failing), "passed": sum(k == "passed" for k in without["tests"].values())},
+        "with": {"outcome": with_pr["outcome"], "passed": sum(k == "passed" for k in with_pr["tests"].values()),
+                 "tests": len(with_pr["tests"])},
+        "proven": without["outcome"] == "fail" and without["failed_for_the_right_reason"]
+        and with_pr["outcome"] == "pass",
+        "duration_s": round(time.time() - started, 1),
+    }  # fmt: skip
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m repro.host.upstream.pr_proof OUT", file=sys.stderr)
+        return 2
+    out = Path(argv[0])
+    if (out / "prs.json").exists():
+        print(f"error: {out / 'prs.json'} exists; choose another OUT", file=sys.stderr)
+        return 2
+    results = []
+    for pr in PRS:
+        try:
+            result = prove(pr)
+        except ProofError as exc:
+            result = {"pr": directory(pr), "proven": False, "error": str(exc)}
+        results.append(result)
+        said = result.get("error") or f"{result['without']['outcome']} without, {result['with']['outcome']} with"
+        print(f"{result['pr']}: {'proven' if result['proven'] else 'NOT proven'} ({said})")
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "prs.json", {"deepspeed": RELEASE, "evidence": "CPU", "prs": results})
+    return 0 if all(r["proven"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

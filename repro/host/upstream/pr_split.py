@@ -1,0 +1,185 @@
+"""Writes the series as pull requests (repro.findings.prs) under repro/patches/prs/<NN>-<slug>/: each one's
+`git format-patch` series for DeepSpeed master, its 0.19.8 form in 0.19.8/ only where the context differs, its
+REQUIRES and its PR.md. Each pull request is taken alone by `git am -3` onto a checkout (with what it requires
+first), so its patches carry that base's context, not the whole series'.
+
+    python -m repro.host.upstream.pr_split MASTER_CHECKOUT MASTER_BASE RELEASE_CHECKOUT RELEASE_BASE
+
+The checkouts are git trees of DeepSpeed master and of the 0.19.8 sdist (with master's tests/), at the given base
+commits; the series comes from repro/patches and repro/patches/0.19.8. A pull request that does not apply alone
+is an error naming it: its `requires` is wrong."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ... import findings
+from ...findings.prs import PRS, PullRequest, directory, required
+from ...paths import REPO_ROOT
+from . import patched_copy, tp_cost
+
+PRS_DIR = REPO_ROOT / "repro" / "patches" / "prs"
+# What the tensor-parallel pull request costs a rank, measured (repro.host.upstream.tp_cost).
+TP_COST = REPO_ROOT / "results" / "reference" / "tp-cost" / "tp-cost.json"
+RELEASE = "0.19.8"
+AUTHOR = (
+    "-c",
+    "user.name=deepspeed-he-zero3-repro",
+    "-c",
+    "user.email=deepspeed-he-zero3-repro@users.noreply.github.com",
+)
+
+
+class SplitError(RuntimeError):
+    pass
+
+
+def _git(tree: Path, *args: str) -> str:
+    done = subprocess.run(["git", *AUTHOR, "-C", str(tree), *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SplitError(f"git {' '.join(args[:2])} in {tree}: {done.stderr.strip()[-600:]}")
+    return done.stdout
+
+
+def _series_patch(number: str, release: str | None) -> Path:
+    return patched_copy.patch_file(number, release or "master")
+
+
+def pr_patches(pr: PullRequest, release: str | None) -> list[Path]:
+    """A pull request's exported patches for master (release None) or for `release`: its own form where it has
+    one, else master's."""
+    folder = PRS_DIR / directory(pr)
+    own = folder / release if release else folder
+    return sorted((own if release and own.is_dir() else folder).glob("[0-9][0-9][0-9][0-9]-*.patch"))
+
+
+def _take(tree: Path, base: str, pr: PullRequest, release: str | None) -> str:
+    """Checks out `base`, applies what `pr` requires and then its series patches; returns the commit before its own."""
+    _git(tree, "checkout", "-q", "-f", "-B", "pr-split", base)
+    for needed in required(pr):
+        patches = pr_patches(needed, release)
+        if not patches:
+            raise SplitError(f"{directory(pr)} requires {directory(needed)}, which is not written yet")
+        _git(tree, "am", "-q", "-3", *map(str, patches))
+    start = _git(tree, "rev-parse", "HEAD").strip()
+    for number in pr.patches:
+        try:
+            _git(tree, "am", "-q", "-3", str(_series_patch(number, release)))
+        except SplitError as exc:
+            subprocess.run(["git", "-C", str(tree), "am", "--abort"], capture_output=True)
+            before = [directory(n) for n in required(pr)] or "nothing"
+            raise SplitError(f"{directory(pr)}: patch {number} does not apply on {release or 'master'} with only "
+                             f"{before} before it: {exc}") from None  # fmt: skip
+    return start
+
+
+def _export(tree: Path, start: str, dest: Path) -> list[Path]:
+    dest.mkdir(parents=True, exist_ok=True)
+    for old in dest.glob("[0-9][0-9][0-9][0-9]-*.patch"):
+        old.unlink()
+    _git(tree, "format-patch", "-q", "-N", "--zero-commit", "--no-signature", "-o", str(dest), f"{start}..HEAD")
+    return sorted(dest.glob("[0-9][0-9][0-9][0-9]-*.patch"))
+
+
+def _body(patch: Path) -> str:
+    """A patch's diff without what differs between bases for the same change: blob ids and hunk positions."""
+    text = patch.read_text()
+    text = re.sub(r"^index [0-9a-f]+\.\.[0-9a-f]+.*$", "", text, flags=re.MULTILINE)
+    return re.sub(r"^@@ -\d+(,\d+)? \+\d+(,\d+)? @@", "@@", text, flags=re.MULTILINE)
+
+
+def split(master: Path, master_base: str, release: Path, release_base: str) -> list[str]:
+    written = []
+    for pr in PRS:
+        folder = PRS_DIR / directory(pr)
+        if folder.exists():
+            shutil.rmtree(folder)
+        start = _take(master, master_base, pr, None)
+        ours = _export(master, start, folder)
+        start = _take(release, release_base, pr, RELEASE)
+        with tempfile.TemporaryDirectory() as tmp:
+            theirs = _export(release, start, Path(tmp))
+            if [_body(p) for p in theirs] != [_body(p) for p in ours]:
+                shutil.copytree(tmp, folder / RELEASE)
+        if pr.requires:
+            (folder / "REQUIRES").write_text("".join(directory(p) + "\n" for p in required(pr)))
+        (folder / "PR.md").write_text(render(pr, ours))
+        written.append(
+            f"{directory(pr)}: {len(ours)} patches" + (f", own {RELEASE} form" if (folder / RELEASE).exists() else "")
+        )
+    return written
+
+
+def _subject(patch: Path) -> str:
+    """A patch's subject line, without `[PATCH]` (format-patch folds it: the continuation lines are joined)."""
+    text = patch.read_text()
+    subject = re.search(r"^Subject: \[PATCH\] (.*?)\n(?! )", text, flags=re.MULTILINE | re.DOTALL)
+    return " ".join(subject.group(1).split()) if subject else patch.name
+
+
+def _changed_lines(patches: list[Path]) -> int:
+    return sum(
+        1 for p in patches for line in p.read_text().splitlines()
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    )  # fmt: skip
+
+
+def render(pr: PullRequest, patches: list[Path]) -> str:
+    """PR.md: what breaks for whom, the fix, the tests, the issues it closes, and what is CPU evidence."""
+    found = [findings.by_id(f) for f in pr.findings]
+    lines = [f"# {pr.title}", "", f"**Why take it:** {pr.value}.", ""]
+    if pr.requires:
+        lines += [f"**Requires:** {', '.join(directory(p) for p in required(pr))} (applied first).", ""]
+    lines += ["## What breaks, for whom", ""]
+    lines += [f"- **{f.id}** (`{f.patch}`): {f.summary} As released: {f.outcome}. Workaround: {f.workaround}."
+              for f in found]  # fmt: skip
+    lines += ["", "## The fix", ""]
+    lines += [f"- {_subject(p)}" for p in patches]
+    lines += ["", "Each commit's message says the cause, the fix and its test in full."]
+    lines += ["", "## Tests", ""]
+    lines += [f"- `tests/{t}` (`{f.patch}`)" for f in found for t in f.tests]
+    if pr.slug == "tensor-parallel" and TP_COST.exists():
+        lines += ["", "## What it costs", "", "Pinned ZeRO-3 on 2 ranks, a 4-layer GPT-NeoX of hidden size 1024, "
+                  "prompt 32 and 8 new tokens, with the whole series (`python -m repro.host.upstream.tp_cost OUT`; "
+                  "CPU evidence: our kernel stand-ins, gloo). At tp 2 each rank holds its half of every layer's "
+                  "weights while it generates, where tp 1 holds every layer gathered:", "",
+                  tp_cost.render(json.loads(TP_COST.read_text()))]  # fmt: skip
+    refs = sorted({r for f in found for r in f.upstream})
+    lines += ["", "## Closes or answers", "", ", ".join(refs) if refs else "no upstream issue names these bugs", ""]
+    lines += [
+        "## Evidence",
+        "",
+        f"{len(patches)} commits, {_changed_lines(patches)} changed lines. Each commit's test fails on DeepSpeed "
+        "without the commit and passes with it (run on CPU with DeepSpeed's PyTorch paths, and with our PyTorch "
+        "stand-ins for the `transformer_inference` kernels where a test needs a kernel: CPU evidence). No GPU "
+        "or AMD run has been made. The figures in the commit messages come from the same CPU runs.",
+        "",
+        "Apply: `git am repro/patches/prs/" + directory(pr) + "/*.patch` on master"
+        + (f" (on {RELEASE}: its `{RELEASE}/` form)" if (PRS_DIR / directory(pr) / RELEASE).exists() else "")
+        + (", after what it requires." if pr.requires else "."),
+        "",
+    ]  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 4:
+        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        return 2
+    try:
+        for line in split(Path(argv[0]), argv[1], Path(argv[2]), argv[3]):
+            print(line)
+    except SplitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

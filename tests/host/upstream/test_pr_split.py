@@ -1,0 +1,49 @@
+"""The pull requests under repro/patches/prs/ are the series' commits, grouped (same subjects), each with its
+PR.md and REQUIRES, and each applies alone (with what it requires) to the installed DeepSpeed."""
+
+import re
+
+import pytest
+
+from repro import findings
+from repro.findings.prs import PRS, directory, required
+from repro.host.upstream import patched_copy, pr_proof, pr_split
+
+
+def subjects(patches):
+    return [pr_split._subject(p) for p in patches]
+
+
+@pytest.mark.parametrize("pr", PRS, ids=directory)
+def test_a_pull_request_carries_its_findings_commits_and_says_what_it_needs(pr):
+    folder = pr_split.PRS_DIR / directory(pr)
+    series = [patched_copy.patch_file(n, "master") for n in pr.patches]
+    assert subjects(pr_split.pr_patches(pr, None)) == subjects(series)
+    if (folder / pr_split.RELEASE).is_dir():
+        assert subjects(pr_split.pr_patches(pr, pr_split.RELEASE)) == subjects(series)
+    text = (folder / "PR.md").read_text()
+    assert all(f"**{f}**" in text and findings.by_id(f).patch in text for f in pr.findings)
+    needs = (folder / "REQUIRES").read_text().split() if (folder / "REQUIRES").exists() else []
+    assert needs == [directory(p) for p in required(pr)]
+
+
+@pytest.mark.parametrize("pr", PRS, ids=directory)
+def test_a_pull_request_applies_alone_to_the_release(pr, tmp_path):
+    before = [p for needed in required(pr) for p in pr_split.pr_patches(needed, pr_split.RELEASE)]
+    pr_proof.patched(tmp_path, before + pr_split.pr_patches(pr, pr_split.RELEASE))
+
+
+def test_a_patch_that_does_not_apply_is_named(tmp_path):
+    broken = tmp_path / "0001-broken.patch"
+    text = pr_split.pr_patches(PRS[0], None)[0].read_text()
+    broken.write_text(re.sub(r"(?m)^-(\s+)(\S)", r"-\1XX\2", text, count=1))
+    with pytest.raises(pr_proof.ProofError, match="0001-broken.patch does not apply"):
+        pr_proof.patched(tmp_path / "tree", [broken])
+
+
+def test_subjects_are_read_across_folded_lines(tmp_path):
+    patch = tmp_path / "0001-x.patch"
+    patch.write_text(
+        "From 0\nSubject: [PATCH] Serve tensor-parallel generation without an mpu in the\n Hybrid Engine\n\nbody\n"
+    )
+    assert pr_split._subject(patch) == "Serve tensor-parallel generation without an mpu in the Hybrid Engine"
