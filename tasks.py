@@ -184,25 +184,23 @@ def bench(c, full=False, out=""):
         Path(out).write_text(json.dumps(result, indent=2) + "\n")
 
 
+def _cli_help(command: str) -> dict[str, str]:
+    """A command's option help from the CLI's own parser (repro.cli), the one definition of the options."""
+    from repro.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices[command]
+    return {a.option_strings[-1].removeprefix("--"): a.help for a in sub._actions if a.help and a.dest != "help"}
+
+
 @task(
     auto_shortflags=False,
     help={
-        "out": "new directory for conformance.json, CONFORMANCE.md and conformance.png (refused if it holds results)",
-        "quick": "one cell per axis value",
-        "resume": "run only the cells this OUT's journal lacks, with the options it was started with",
-        "regenerate": "run every cell again, replacing OUT's results",
-        "isolated": "one torchrun per cell instead of the warm pools (the yardstick)",
-        "shard": "K/N: run the K-th of N deterministic shards",
-        "arch": "only this architecture's cells (gpt-neox, gpt-neo, llama, opt)",
-        "config": "check my model: a Hugging Face config.json or model directory; its tiny twin is run",
-        "weights": "with --config DIR: the model itself with its model.safetensors",
-        "allow-pickle": "with --weights: a pickled pytorch_model.bin may be loaded",
-        "backend": "cpu (default: DeepSpeed's PyTorch fallbacks), rocm (the ROCm image, or this host's ROCm torch) "
-        "or cuda (this host's CUDA torch): DeepSpeed's compiled kernels, refused (exit 2) where the GPUs are missing",
+        # the CLI's own definition (--merge, which takes several directories: python -m repro conformance --merge);
+        # below, what only the task adds (images, GPUs)
+        **{k: v for k, v in _cli_help("conformance").items() if k != "merge"},
         "engine": "auto (cpu, cuda: local; rocm: docker, then podman, else local), docker, podman, buildah, "
         "apptainer or local",
         "gpus": "GPUs to use, e.g. 0,1 (HIP_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES)",
-        "ranks": "only the cells of this world size, 1 or 2 (a machine with one GPU: 1)",
         "dry-run": "print the commands (build and run), run nothing",
     },
 )
@@ -210,6 +208,8 @@ def conformance(
     c,
     out="",
     quick=False,
+    render=False,
+    rediagnose=False,
     resume="",
     regenerate=False,
     isolated=False,
@@ -227,20 +227,13 @@ def conformance(
     """The Hybrid Engine against native Hugging Face, cell by cell (python -m repro conformance), here or in
     the ROCm image. Exit status: 0 every cell measured, 2 usage/environment, 3 a cell broken, 130 interrupted."""
     suite = ["--quick"] * quick + ["--regenerate"] * regenerate + ["--isolated"] * isolated
+    suite += ["--render"] * render + ["--rediagnose"] * rediagnose
     suite += (["--shard", shard] if shard else []) + (["--arch", arch] if arch else [])
     suite += ["--ranks", str(ranks)] if int(ranks) else []
     suite += (["--config", config] if config else []) + ["--weights"] * weights + ["--allow-pickle"] * allow_pickle
     request = jobs.ConformanceRequest(out=out, resume=resume, backend=backend, engine=engine, gpus=gpus,
                                       dry_run=dry_run, suite=suite)  # fmt: skip
     _exit(_run(jobs.conformance, request))
-
-
-def _cli_help(command: str) -> dict[str, str]:
-    """A command's option help from the CLI's own parser (repro.cli), the one definition of the options."""
-    from repro.cli import build_parser
-
-    sub = next(a for a in build_parser()._actions if a.dest == "command").choices[command]
-    return {a.option_strings[-1].removeprefix("--"): a.help for a in sub._actions if a.help and a.dest != "help"}
 
 
 @task(auto_shortflags=False, help=_cli_help("affected"))

@@ -1,5 +1,5 @@
-"""Command line: `python -m repro run|affected|audit|report|matrix|family|conformance|issue-scripts|fix-status|
-regression|shim`."""
+"""Command line: `python -m repro run|affected|audit|report|matrix|family|conformance|issue-scripts|
+patched-deepspeed|fix-status|regression|shim`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from .host.conformance import plan as conformance_plan
 from .host.family import plan as family_plan
 from .options import EXIT_BROKEN, EXIT_INTERRUPTED, EXIT_MEANING, EXIT_USAGE, LAUNCHERS, RunOptions, UsageError
 
@@ -144,7 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--isolated", action="store_true", help="one torchrun per cell (no warm pool): the yardstick"
     )
     conformance.add_argument("--shard", type=_shard, metavar="K/N", help="run the K-th of N deterministic shards")
-    conformance.add_argument("--arch", action="append", help="only this architecture's cells (repeatable)")
+    conformance.add_argument(
+        "--arch",
+        action="append",
+        help=f"only this architecture's cells ({', '.join(conformance_plan.ARCHS)}; repeatable)",
+    )
     conformance.add_argument("--merge", type=Path, nargs="+", metavar="DIR", help="join shard outputs into --out")
     conformance.add_argument(
         "--ranks", type=int, choices=(1, 2, 4), help="only the cells of this world size (a machine with one GPU: 1)"

@@ -113,3 +113,21 @@ def test_the_runs_defaults_are_spelled_once():
         assert signature[name].default == getattr(RunOptions(), name)
     for name in ("model", "cycles", "new_tokens", "seed"):
         assert getattr(run, name) == getattr(RunOptions(), name)
+
+
+def test_the_conformance_tasks_option_help_is_the_clis():
+    """One definition of the options: the task's help for every option it shares with the CLI is the CLI's."""
+    import tasks
+
+    cli, task_help = tasks._cli_help("conformance"), tasks.conformance.help
+    shared = set(cli) & set(task_help)
+    assert shared >= {"arch", "ranks", "out", "quick", "config"}
+    assert {k: task_help[k] for k in shared} == {k: cli[k] for k in shared}
+
+
+def test_the_clis_description_names_every_command():
+    from repro.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if a.dest == "command").choices
+    assert all(name in parser.description for name in commands)
