@@ -122,7 +122,7 @@ def test(c, in_image=False, backend="cpu", engine="auto", pytest_args="", fast=F
 @task(help={"dir": "a run directory holding before.json / after.json / summary.json"})
 def report(c, dir):
     """Regenerate a run's REPORT.md and plot from its JSON (no re-measuring)."""
-    from repro.host import report as report_mod
+    from repro.host import run_report as report_mod
 
     if dir in ("-h", "--help"):  # invoke hands a positional argument its help flag
         c.run(f"{sys.executable} -m invoke --help report", pty=False)

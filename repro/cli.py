@@ -152,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     conformance.add_argument("--merge", type=Path, nargs="+", metavar="DIR", help="join shard outputs into --out")
     conformance.add_argument(
-        "--ranks", type=int, choices=(1, 2, 4), help="only the cells of this world size (a machine with one GPU: 1)"
+        "--ranks", type=int, choices=(1, 2, 4, 8), help="only the cells of this world size (a machine with one GPU: 1)"
     )
     conformance.add_argument(
         "--backend",
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return audit.main(args.json)
         if args.command == "report":
-            from .host import report
+            from .host import run_report as report
 
             return report.main(args.dir)
         if args.command == "matrix":
@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
             return matrix.main(versions, args.out, args.repeats, regenerate=args.regenerate)
         if args.command == "family":
             from .host.family import plan, report
-            from .host.family import run as family
+            from .host.family import sweeps as family
 
             if args.render:
                 return report.render_only(args.out)
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
                 regenerate=args.regenerate,
             )
         if args.command == "conformance":
-            from .host.conformance import run as conformance
+            from .host.conformance import suite as conformance
 
             if args.backend and (args.render or args.rediagnose or args.merge or args.resume):
                 raise UsageError("--backend chooses where a new run measures (--out); --resume, --merge and "
@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
                 return affected_releases.main(releases, args.out, regenerate=args.regenerate, only=only)
             if args.regenerate:
                 raise UsageError("--regenerate replaces an earlier --releases run: give --out DIR")
-            from .host.upstream import issue_scripts
+            from .host.upstream import script_runs as issue_scripts
 
             return issue_scripts.main()
         if args.command == "affected":
@@ -414,7 +414,7 @@ def _environment_errors() -> tuple[type[Exception], ...]:
 
 def _run(args: argparse.Namespace, argv: list[str]) -> int:
     from .host.preflight import validate
-    from .host.run import run_pair, stderr_log
+    from .host.reproduction import run_pair, stderr_log
 
     opts = RunOptions(
         variant=args.variant,

@@ -14,12 +14,12 @@ import sys
 import time
 from pathlib import Path
 
-from repro.host.conformance import plan, run
+from repro.host.conformance import plan, suite
 
 
 def _run(out: Path, quick: bool, isolated: bool) -> tuple[float, list[dict]]:
     started = time.monotonic()
-    status = run.main(out, quick=quick, isolated=isolated, log=lambda line: None)
+    status = suite.main(out, quick=quick, isolated=isolated, log=lambda line: None)
     if status not in (0, 3):
         raise SystemExit(f"conformance run into {out} ended with status {status}")
     return time.monotonic() - started, json.loads((out / "conformance.json").read_text())["cells"]

@@ -213,7 +213,7 @@ def _setup_dict(setup: Setup) -> dict:
 def measure(req: Request, setup: Setup, said: Answer, log: Callable[[str], None]) -> int:
     """Runs the setup released and with the series (conformance cells in REQ.run), and sets what they measured
     beside the answer: 0 they agree, 1 they do not (the registry is wrong here: report it), else the run's status."""
-    from .conformance import run as conformance
+    from .conformance import suite as conformance
 
     model = {"config": str(req.config) if req.config else None, "weights": False, "allow_pickle": False,
              "setup": _setup_dict(setup)}  # fmt: skip

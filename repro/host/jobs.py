@@ -141,7 +141,7 @@ def repro(req: ReproRequest, log=print) -> int:
     else:
         code = _repro_in_images(req, choice, variants, out, common, gpu_list, log)
     if not req.dry_run and (out / "summary.json").exists():
-        from . import report
+        from . import run_report as report
 
         report.main(out)
     return code

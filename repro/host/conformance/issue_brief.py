@@ -11,7 +11,8 @@ from ... import findings
 from ...findings import table
 from ...findings.finding import Finding
 from ...paths import REPO_ROOT
-from ..upstream import affected_releases, issue_scripts, patched_copy
+from ..upstream import affected_releases, patched_copy
+from ..upstream import script_runs as issue_scripts
 from . import labels
 from .plan import PINNED
 

@@ -10,7 +10,8 @@ from pathlib import Path
 from ... import findings, tolerance
 from ...findings import prose
 from ..tables import num
-from ..upstream import affected_releases, issue_scripts
+from ..upstream import affected_releases
+from ..upstream import script_runs as issue_scripts
 from . import evidence, issue_brief, labels
 from .diagnosis import (
     BUG_3453,

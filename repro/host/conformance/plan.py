@@ -36,6 +36,7 @@ NEOX_MORE: dict[str, dict] = {
     "no-attention-bias": {"attention_bias": False},
     "rope-scaling-linear-2": {"rope_scaling": {"rope_type": "linear", "factor": 2.0}},
     "tied-embeddings": {"tie_word_embeddings": True},
+    "heads-16": {"num_attention_heads": 16},
 }
 # The dtypes a cell runs in. DeepSpeed-Chat trains in fp16, which DeepSpeed's CPU accelerator does not offer (its
 # supported_dtypes() are fp32 and bf16): on CPU the ranks lift that check and PyTorch's half kernels compute
@@ -55,6 +56,7 @@ ARCH_CONFIGS: dict[str, dict[str, dict]] = {
         # default's second layer and on both layers.
         "window-4": {"window_size": 4},
         "all-local-window-4": {"attention_types": [[["local"], 2]], "window_size": 4},
+        "heads-16": {"num_heads": 16},
     },
     "llama": {
         "default": {},
@@ -65,6 +67,7 @@ ARCH_CONFIGS: dict[str, dict[str, dict]] = {
         "mlp-bias": {"mlp_bias": True},
         "grouped-query": {"num_key_value_heads": 2},
         "head-dim-32": {"head_dim": 32},
+        "heads-16": {"num_attention_heads": 16, "num_key_value_heads": 16},
     },
     # Every OPTConfig field that changes the forward math, one value besides the tiny default's (post-LayerNorm
     # is opt-350m's; the projection dim is opt-350m's shape, word embeddings narrower than the layers).
@@ -76,6 +79,7 @@ ARCH_CONFIGS: dict[str, dict[str, dict]] = {
         "ffn-dim-512": {"ffn_dim": 512},
         "projection-dim-128": {"word_embed_proj_dim": 128},
         "layer-norm-not-affine": {"layer_norm_elementwise_affine": False},
+        "heads-16": {"num_attention_heads": 16},
     },
     # Every GPTJConfig field that changes the forward math, one value besides the tiny default's: the rotary
     # over the whole head, the activation (gelu_new by default), the FFN size, the epsilon, tied embeddings.
@@ -87,6 +91,7 @@ ARCH_CONFIGS: dict[str, dict[str, dict]] = {
         "ffn-512": {"n_inner": 512},
         "layer-norm-eps-1e-3": {"layer_norm_epsilon": 1e-3},
         "tied-embeddings": {"tie_word_embeddings": True},
+        "heads-16": {"n_head": 16},
     },
     # Every BloomConfig field that changes the forward math: the epsilon (inside and outside the layers) and the
     # residual taken after the LayerNorm; the ALiBi slopes follow from the head count.
@@ -94,17 +99,17 @@ ARCH_CONFIGS: dict[str, dict[str, dict]] = {
         "default": {},
         "layer-norm-eps-1e-3": {"layer_norm_epsilon": 1e-3},
         "residual-post-layernorm": {"apply_residual_connection_post_layernorm": True},
-        # Two heads per rank at inference_tp_size 4 (the default's 4 heads leave one, below).
-        "heads-8": {"n_head": 8},
+        "heads-16": {"n_head": 16},
     },
 }
 # Configurations added for field coverage, not in the quick plan (not an axis; the quick plan's 3 minutes).
 COVERAGE_ONLY = {
     "gpt-neox": tuple(NEOX_MORE),
-    "gpt-neo": ("all-local-window-4",),
-    "llama": ("head-dim-32",),
-    "gpt-j": ("tied-embeddings",),
-    "bloom": ("heads-8",),
+    "gpt-neo": ("all-local-window-4", "heads-16"),
+    "llama": ("head-dim-32", "heads-16"),
+    "opt": ("heads-16",),
+    "gpt-j": ("tied-embeddings", "heads-16"),
+    "bloom": ("heads-16",),
 }
 SERIES = findings.SERIES
 
@@ -197,11 +202,16 @@ SCENARIOS: dict[str, dict] = {
     "ds-chat-tp4": {"order": "eval-generate-train", "lora": "all", "pin": True,
                     "probe": {"threshold": 10_000, "max_live": 30_000_000, "lora_dim": 64, "lora_alpha": 64.0,
                               "synced_gpus": True, "tp": 4, "tp_gather_partition_size": 1, "left_pad": 3}},
+    "ds-chat-tp8": {"order": "eval-generate-train", "lora": "all", "pin": True,
+                    "probe": {"threshold": 10_000, "max_live": 30_000_000, "lora_dim": 64, "lora_alpha": 64.0,
+                              "synced_gpus": True, "tp": 8, "tp_gather_partition_size": 1, "left_pad": 3}},
 }  # fmt: skip
 # Scenarios run only in the cells named for them below (and the quick plan), not on every architecture x build.
-FOCUSED = ("tp2-mpu-slices-left-pad", "ds-chat-tp2", "ds-chat-tp4")
+FOCUSED = ("tp2-mpu-slices-left-pad", "ds-chat-tp2", "ds-chat-tp4", "ds-chat-tp8")
+# Scenarios left out of the quick plan: 8 ranks on the 2 cores the quick plan is sized for.
+NOT_QUICK = ("ds-chat-tp8",)
 # The configuration an architecture's inference_tp_size 4 cells run, where not its default (see plan()).
-TP4_CONFIG = {"bloom": "heads-8"}
+TP4_CONFIG = {"bloom": "heads-16"}
 # The world size of a scenario's cells in the quick plan, where not 2.
 QUICK_WORLD = {"ds-chat-tp4": 4}
 
@@ -255,7 +265,7 @@ def plan(quick: bool = False) -> list[dict]:
             *(
                 cell_axes(QUICK_ARCH.get(s, "gpt-neox"), "default", series, 3, QUICK_WORLD.get(s, 2), s)
                 for s in SCENARIOS
-                if s != "reference"
+                if s != "reference" and s not in NOT_QUICK
             ),
             *(cell_axes(a, "default", series, 3, 2, "reference", _other(a)) for a in ARCHS),
             *(cell_axes("gpt-neox", "default", series, 3, 2, "ds-chat", dtype=d) for d in DTYPES if d != "fp32"),
@@ -278,14 +288,17 @@ def plan(quick: bool = False) -> list[dict]:
     cells += [cell_axes(arch, "default", build, 3, 4, "tp2-mpu-slices")
               for arch in ARCHS for build in ("released", "whole series")]  # fmt: skip
     # DeepSpeed-Chat's tensor-parallel generation (no mpu): 2 ranks, 2 groups of 2 beside data parallelism, and 4.
-    # BLOOM at inference_tp_size 4 runs its 8-head configuration: with one head per rank, Transformers 4.43.4's BLOOM
-    # takes the injected layers' cache ([batch x heads, ...], heads = 1) for its standard format, whose first
+    # BLOOM at inference_tp_size 4 runs its 16-head configuration: with one head per rank, Transformers 4.43.4's
+    # BLOOM takes the injected layers' cache ([batch x heads, ...], heads = 1) for its standard format, whose first
     # dimension is the batch too, and fails converting it ("not enough values to unpack (expected 4, got 3)",
-    # modeling_bloom.py:487, measured with the series); real BLOOMs have 16 heads or more.
+    # modeling_bloom.py:487, measured with the series); real BLOOMs have 16 heads or more. At inference_tp_size 8 on
+    # 8 ranks every architecture runs its 16-head configuration (2 heads per rank).
     cells += [cell_axes(arch, TP4_CONFIG.get(arch, "default") if tp == 4 else "default", build, 3, world,
                         f"ds-chat-tp{tp}")
               for arch in ARCHS for build in ("released", "whole series")
               for tp, world in ((2, 2), (2, 4), (4, 4))]  # fmt: skip
+    cells += [cell_axes(arch, "heads-16", build, 3, 8, "ds-chat-tp8")
+              for arch in ARCHS for build in ("released", "whole series")]  # fmt: skip
     # BLOOM's tensor-parallel bugs past its QKV copy (`bloom-tensor-parallel`), each alone: the attention mask
     # generate() does not gather (`tensor-parallel-mask`), and the ALiBi offset of ranks 2 and 3, whose global rank is
     # not their tensor-parallel one (`bloom-alibi-offset`).

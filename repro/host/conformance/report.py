@@ -49,6 +49,8 @@ CONFIG_NOTES = {
     "rope_scaling": "none (Pythia) vs linear x2: DeepSpeed's inference config has no field for a scaled rotary",
     "tie_word_embeddings": "separate (Pythia) vs tied input/output embeddings: outside the layers the HE "
     "replaces, one weight ZeRO-3 partitions once",
+    "num_attention_heads": "4 (tiny default) vs 16: 2 per rank at inference_tp_size 8 (DeepSpeed-Chat's OPT-66B "
+    "setting)",
 }
 LEFT_OUT = {
     "hidden_dropout / attention_dropout / classifier_dropout": "training only: 0 in the tiny default, so train() "
@@ -92,8 +94,10 @@ ARCH_CONFIG_NOTES = {
     f"them, the final one and the word embeddings' ({P['layer-norm-eps']})",
     "bloom `apply_residual_connection_post_layernorm`": "the residual taken from the LayerNorm's output, not its "
     "input",
-    "bloom `n_head`": "8 heads (default 4): two per rank at inference_tp_size 4, where the default's one per rank "
-    "trips Transformers 4.43's cache-format check; the ALiBi slopes follow from the head count",
+    "bloom `n_head`": "16 heads (default 4): 4 per rank at inference_tp_size 4, where the default's one per rank "
+    "trips Transformers 4.43's cache-format check, and 2 at 8; the ALiBi slopes follow from the head count",
+    "gpt-neo `num_heads` / llama `num_attention_heads` / opt `num_attention_heads` / gpt-j `n_head`": "16 heads "
+    "(default 4): 2 per rank at inference_tp_size 8 (DeepSpeed-Chat's OPT-66B setting)",
     "gpt-j `tie_word_embeddings`": "separate (GPT-J 6B) vs tied: outside the layers, one weight ZeRO-3 partitions",
 }
 LEFT_OUT_ARCHS = {

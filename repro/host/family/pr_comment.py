@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from ... import findings
 from ..tables import num
-from ..upstream import issue_scripts, patched_copy
+from ..upstream import patched_copy
+from ..upstream import script_runs as issue_scripts
 from .diagnosis import BUG_8391, BUG_ORDER, CORRECT
 from .plan import EVERY, ONE, ORDER, REFERENCE_ORDER, WITH_ORDER
 

@@ -1,6 +1,6 @@
 """`python -m repro issue-scripts --releases V1,V2 --out DIR`: which DeepSpeed releases show each finding, run.
 
-Each issue text's standalone script (`issue_scripts.SCRIPTS`) runs as released, no patch, in each release's own
+Each issue text's standalone script (`script_runs.SCRIPTS`) runs as released, no patch, in each release's own
 virtualenv (the matrix's: same torch and Transformers as here, so only DeepSpeed varies; a script pinned to an
 older Transformers gets that overlay), with our completed PyTorch fallbacks standing in for the kernels, as
 `python -m repro issue-scripts` runs it on 0.19.8. Releases before 0.19.8 can read an unfilled ZeRO-3 gather
@@ -28,7 +28,7 @@ from ...paths import REPO_ROOT, cache_root, write_json
 from .. import launch, matrix, table_dir
 from ..conformance import transformers_env
 from ..conformance.transformers_env import version_order
-from .issue_scripts import RUNNER, SCRIPTS, IssueScript, Outcome, judge
+from .script_runs import RUNNER, SCRIPTS, IssueScript, Outcome, judge
 
 # Every release whose inference ops have a CPU fallback (0.14.5 has none; 0.9.3 to 0.13.5 need IPEX on CPU).
 DEFAULT = ("0.15.4", "0.16.9", "0.17.6", "0.18.3", "0.19.7", "0.19.8")
@@ -190,7 +190,7 @@ def main(
         invs = [inv for inv in invs if set(inv.fixed_by) & set(only)]
         missing = sorted(set(only) - {p for inv in invs for p in inv.fixed_by})
         if missing:
-            raise UsageError(f"no issue script shows {', '.join(missing)} (issue_scripts.SCRIPTS)")
+            raise UsageError(f"no issue script shows {', '.join(missing)} (script_runs.SCRIPTS)")
         if previous is None:
             raise UsageError(f"--only re-runs findings of an earlier run: {out / RESULTS} does not exist")
         earlier = [r["release"] for r in previous["releases"]]

@@ -46,11 +46,11 @@ def test_opt_engages_on_4_48_3_where_a_gelu_model_is_computed_with_relu_and_stay
     """Transformers 4.48.3 (an overlay from constraints-transformers-4.48.3.txt): the HE injects OPT and computes
     a GELU model as its ReLU twin. The pinned Transformers: DeepSpeed builds no container, generate runs natively,
     and the tokens it matches prove nothing."""
-    from repro.host.conformance import run
+    from repro.host.conformance import suite
 
     gelu = plan.cell_axes("opt", "gelu", "released", 2, 1, "reference", "4.48.3")
     native = plan.cell_axes("opt", "default", "released", 2, 1, "reference", plan.PINNED)
-    roots = run.prepare([gelu, native])
+    roots = suite.prepare([gelu, native])
     result = cells.run_cell(tmp_path, roots[("released", "4.48.3")][0], gelu, timeout_s=240)
     assert result["versions"]["transformers"] == "4.48.3" and result["injected_layer_calls"] > 0
     assert diagnosis.diagnose({**gelu, **result}) == [diagnosis.BUG_OPT_ACTIVATION]
@@ -67,11 +67,11 @@ def test_bloom_on_two_data_parallel_ranks_offsets_alibi_by_the_global_rank(tmp_p
     """Transformers 4.43.4 (the newest DeepSpeed's BLOOM container accepts), ZeRO-2, 2 ranks without tensor
     parallelism: rank 1 slices ALiBi from head 4 of 4 and crashes first; rank 0 fails in the collective it left.
     The cell is diagnosed from rank 1's own crash, which the host joins (peer_crashes), and leaves no file."""
-    from repro.host.conformance import run
+    from repro.host.conformance import suite
 
     axes = plan.cell_axes("bloom", "default", "released", 2, 2, "reference")
     assert axes["transformers"] == "4.43.4"
-    roots = run.prepare([axes])
+    roots = suite.prepare([axes])
     result = cells.run_cell(tmp_path, roots[("released", "4.43.4")][0], axes, timeout_s=240)
     assert [p["rank"] for p in result["peer_crashes"]] == [1]
     assert diagnosis.diagnose({**axes, **result})[0].startswith(diagnosis.BUG_BLOOM_ALIBI_OFFSET + " (rank 1:")
@@ -113,7 +113,7 @@ def test_check_my_model_runs_a_locally_saved_model_with_its_own_weights(tmp_path
     saved model's), and the Hybrid Engine reproduces it."""
     import torch
 
-    from repro.host.conformance import my_model, run
+    from repro.host.conformance import my_model, suite
     from repro.model_registry import DEFAULT_PROMPT_IDS
     from repro.rank.archs import adapter
     from repro.rank.engine import greedy
@@ -124,7 +124,7 @@ def test_check_my_model_runs_a_locally_saved_model_with_its_own_weights(tmp_path
     with torch.no_grad():
         expected, _ = greedy(saved, ids, 8)
     axes = my_model.plan(tmp_path / "model", weights=True)[0]  # the reference scenario, ZeRO-2, 1 rank
-    root = run.prepare([axes])[(axes["build"], axes["transformers"])][0]
+    root = suite.prepare([axes])[(axes["build"], axes["transformers"])][0]
     result = cells.run_cell(tmp_path / "work", root, axes, timeout_s=240)
     assert result["settings"]["model"] == str(tmp_path / "model" / "model.safetensors")
     assert result["native_tokens"] == expected

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from repro.host.family import diagnosis, plan, report, run
+from repro.host.family import diagnosis, plan, report, sweeps
 from repro.options import UsageError
 
 REFERENCE = "eval-generate-train"
@@ -171,11 +171,11 @@ def test_main_records_a_failed_cell_and_runs_the_others(tmp_path, monkeypatch):
             raise RuntimeError("rank 1 crashed")
         return {k: v for k, v in cell(ws=1, pin=axes["pin_parameters"]).items() if k not in plan.AXES + ("diagnosis",)}
 
-    monkeypatch.setattr(run, "run_cell", fake_run_cell)
-    monkeypatch.setattr(run, "applied_patches", lambda root: NONE)
+    monkeypatch.setattr(sweeps, "run_cell", fake_run_cell)
+    monkeypatch.setattr(sweeps, "applied_patches", lambda root: NONE)
     monkeypatch.setitem(plan.SWEEPS, "lora", {**plan.SWEEPS["lora"], "targets": ("qkv",)})
     lines = []
-    code = run.main(tmp_path / "out", sweeps=("lora",), builds=("released",), log=lines.append)
+    code = sweeps.main(tmp_path / "out", sweeps=("lora",), builds=("released",), log=lines.append)
     assert code == 3 and len(calls) == 4
     data = json.loads((tmp_path / "out" / "family.json").read_text())
     errors = [c for c in data["cells"] if "error" in c]
@@ -187,9 +187,9 @@ def test_main_records_a_failed_cell_and_runs_the_others(tmp_path, monkeypatch):
 
 
 def test_main_refuses_an_unknown_build_before_running(tmp_path, monkeypatch):
-    monkeypatch.setattr(run, "run_cell", lambda *a, **k: pytest.fail("ran a cell"))
-    assert run.main(tmp_path, builds=("0002",), log=lambda _: None) == 2
-    assert run.main(tmp_path, sweeps=("no-such-sweep",), log=lambda _: None) == 2
+    monkeypatch.setattr(sweeps, "run_cell", lambda *a, **k: pytest.fail("ran a cell"))
+    assert sweeps.main(tmp_path, builds=("0002",), log=lambda _: None) == 2
+    assert sweeps.main(tmp_path, sweeps=("no-such-sweep",), log=lambda _: None) == 2
 
 
 def test_the_sweeps_cover_every_call_order_across_zero_stages_and_world_sizes():
@@ -206,7 +206,7 @@ def test_a_real_released_qkv_cell_shows_the_qkv_delta_bug(tmp_path):
     """Released DeepSpeed, QKV LoRA, one rank, pinned: the delta is fused in the training layout."""
     axes = {"build": "released", "targets": "qkv", "world_size": 1, "pin_parameters": True,
             "order": "eval-generate-train", "zero_stage": 3}  # fmt: skip
-    result = run.run_cell(tmp_path, None, axes, timeout_s=240)
+    result = sweeps.run_cell(tmp_path, None, axes, timeout_s=240)
     assert result["settings"]["world_size"] == 1 and result["lora_changes_native_tokens"]
     assert result["qkv_after_eval_vs_inference_layout_max_abs"] == 0  # #8391 needs 2 ranks
     assert diagnosis.diagnose({**axes, **result}) == [diagnosis.BUG_QKV_DELTA]
@@ -225,7 +225,7 @@ def test_a_real_zero2_cell_that_trains_first(tmp_path, build, expected):
     root = patched_copy.prepare_patched_copy(patches=plan.BUILDS[build]) if plan.BUILDS[build] else None
     axes = {"build": build, "targets": "none", "world_size": 1, "pin_parameters": True, "order": "train-first",
             "zero_stage": 2}  # fmt: skip
-    result = run.run_cell(tmp_path, root, axes, timeout_s=240)
+    result = sweeps.run_cell(tmp_path, root, axes, timeout_s=240)
     assert result["settings"]["zero_stage"] == 2 and result["settings"]["calls"][0] == "train"
     assert diagnosis.diagnose({**axes, **result}) == [expected]
 
@@ -255,18 +255,18 @@ def test_a_sweep_run_on_its_own_keeps_the_other_sweeps_cells(tmp_path, monkeypat
     def fake_run_cell(work, root, axes, timeout_s=600):
         return {k: v for k, v in cell(ws=1).items() if k not in plan.AXES + ("diagnosis",)}
 
-    monkeypatch.setattr(run, "run_cell", fake_run_cell)
-    monkeypatch.setattr(run, "applied_patches", lambda root: NONE)
-    monkeypatch.setattr(run.patched_copy, "prepare_patched_copy", lambda patches: None)
+    monkeypatch.setattr(sweeps, "run_cell", fake_run_cell)
+    monkeypatch.setattr(sweeps, "applied_patches", lambda root: NONE)
+    monkeypatch.setattr(sweeps.patched_copy, "prepare_patched_copy", lambda patches: None)
     monkeypatch.setitem(plan.SWEEPS, "lora", {**plan.SWEEPS["lora"], "build": ("released",), "targets": ("qkv",)})
     small = {"build": ("0001",), "targets": ("none",), "order": (REFERENCE,), "world_size": (1,)}
     monkeypatch.setitem(plan.SWEEPS, "call-order-unpinned", {**plan.SWEEPS["call-order-unpinned"], **small})
-    assert run.main(tmp_path, sweeps=("lora",), log=lambda _: None) == 0
-    assert run.main(tmp_path, sweeps=("call-order-unpinned",), log=lambda _: None) == 0
+    assert sweeps.main(tmp_path, sweeps=("lora",), log=lambda _: None) == 0
+    assert sweeps.main(tmp_path, sweeps=("call-order-unpinned",), log=lambda _: None) == 0
     data = json.loads((tmp_path / "family.json").read_text())
     assert [c["sweep"] for c in data["cells"]] == ["lora"] * 4 + ["call-order-unpinned"]
     assert set(data["sweeps"]) == {"lora", "call-order-unpinned"}
     with pytest.raises(UsageError, match="already holds the lora sweep's cells: pass `--regenerate`"):
-        run.main(tmp_path, sweeps=("lora",), log=lambda _: None)
-    assert run.main(tmp_path, sweeps=("lora",), log=lambda _: None, regenerate=True) == 0  # replaces, never doubles
+        sweeps.main(tmp_path, sweeps=("lora",), log=lambda _: None)
+    assert sweeps.main(tmp_path, sweeps=("lora",), log=lambda _: None, regenerate=True) == 0  # replaces, never doubles
     assert len(json.loads((tmp_path / "family.json").read_text())["cells"]) == 5

@@ -5,7 +5,7 @@ import pytest
 from repro.cli import main as cli_main
 from repro.host import launch
 from repro.host.upstream import affected_releases as ar
-from repro.host.upstream.issue_scripts import SCRIPTS
+from repro.host.upstream.script_runs import SCRIPTS
 from repro.options import EXIT_BROKEN, EXIT_OK, UsageError
 
 
@@ -53,7 +53,7 @@ def test_run_one_judges_from_the_scripts_own_lines_and_a_crash_or_timeout_is_bro
     assert broken["verdict"] == "broken" and "AttributeError" in broken["error"]
 
     def hangs(*args, **kwargs):
-        raise launch.LaunchError("repro.rank.issue_script: ranks did not finish within 300 s")
+        raise launch.LaunchError("repro.rank.script_runner: ranks did not finish within 300 s")
 
     monkeypatch.setattr(launch, "run_module", hangs)
     timed_out = ar.run_one(inv, tmp_path, "0.16.9")

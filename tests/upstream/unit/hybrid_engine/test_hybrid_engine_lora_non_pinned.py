@@ -88,7 +88,7 @@ def non_pinned_zero3_engine():
         _total_batch_size=1,
         _decode_graphs=None,
         _gather_latency=0,
-        _config=SimpleNamespace(hybrid_engine=SimpleNamespace(release_inference_cache=False)))
+        _config=SimpleNamespace(hybrid_engine=SimpleNamespace(release_inference_cache=False, inference_tp_size=1)))
     return engine, expected
 
 

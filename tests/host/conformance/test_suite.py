@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from repro.host.conformance import plan, report, run
+from repro.host.conformance import plan, report, suite
 
 
 def test_main_records_a_build_that_cannot_be_prepared_on_each_of_its_cells(tmp_path, monkeypatch):
@@ -25,18 +25,18 @@ def test_main_records_a_build_that_cannot_be_prepared_on_each_of_its_cells(tmp_p
             "deepspeed": {"version": "0.19.8"}, "versions": {"torch": "2", "transformers": axes["transformers"]},
         }  # fmt: skip
 
-    monkeypatch.setattr(run.patched_copy, "prepare_patched_copy", no_copy)
-    monkeypatch.setattr(run.transformers_env, "overlay", lambda version: None)
-    monkeypatch.setattr(run, "run_cell", fake_cell)
+    monkeypatch.setattr(suite.patched_copy, "prepare_patched_copy", no_copy)
+    monkeypatch.setattr(suite.transformers_env, "overlay", lambda version: None)
+    monkeypatch.setattr(suite, "run_cell", fake_cell)
     monkeypatch.setattr(report, "heatmap", lambda data, path: None)
     lines = []
-    assert run.main(tmp_path, quick=True, log=lines.append) == 3  # a cell that could not run: broken
+    assert suite.main(tmp_path, quick=True, log=lines.append) == 3  # a cell that could not run: broken
     data = json.loads((tmp_path / "conformance.json").read_text())
     series = [c for c in data["cells"] if c["build"] == "whole series"]
     assert series and all(c["diagnosis"] == ["crash: PatchError: 0005 does not apply"] for c in series)
     assert lines[-1].startswith(f"[conformance] {len(plan.plan(quick=True))} cells in")
-    monkeypatch.setattr(run, "BUILDS", {**plan.BUILDS, "whole series": ()})  # no copy needed
-    assert run.main(tmp_path / "ok", quick=True, log=lines.append) == 0
+    monkeypatch.setattr(suite, "BUILDS", {**plan.BUILDS, "whole series": ()})  # no copy needed
+    assert suite.main(tmp_path / "ok", quick=True, log=lines.append) == 0
     ok = json.loads((tmp_path / "ok" / "conformance.json").read_text())
     assert {d for c in ok["cells"] for d in c["diagnosis"]} == {"correct"}
 
@@ -53,11 +53,11 @@ def test_a_cell_whose_ranks_ran_another_transformers_is_broken_and_an_uninstalla
     def fake_cell(work, root, axes, timeout_s=600, probe=None, backend="cpu"):
         return {"versions": {"transformers": "4.40.0"}, "deepspeed": {"version": "0.19.8"}}
 
-    monkeypatch.setattr(run.transformers_env, "overlay", overlay)
-    monkeypatch.setattr(run.patched_copy, "prepare_patched_copy", lambda patches: None)
-    monkeypatch.setattr(run, "run_cell", fake_cell)
+    monkeypatch.setattr(suite.transformers_env, "overlay", overlay)
+    monkeypatch.setattr(suite.patched_copy, "prepare_patched_copy", lambda patches: None)
+    monkeypatch.setattr(suite, "run_cell", fake_cell)
     monkeypatch.setattr(report, "heatmap", lambda data, path: None)
-    assert run.main(tmp_path, quick=True, log=lambda line: None) == 3
+    assert suite.main(tmp_path, quick=True, log=lambda line: None) == 3
     cells = json.loads((tmp_path / "conformance.json").read_text())["cells"]
     older = [c for c in cells if c["transformers"] != plan.PINNED]
     assert older and all("pip could not install Transformers" in c["diagnosis"][0] for c in older)
@@ -79,10 +79,10 @@ def _fake_suite(monkeypatch, interrupt_at: int | None = None) -> list[tuple]:
         progress.end("x: correct (0 s)")
         return {**axes, "diagnosis": ["correct"], "duration_s": 0.0, "seed_of": str(plan.key(axes))}
 
-    monkeypatch.setattr(run, "_measure", fake_measure)
-    monkeypatch.setattr(run, "ds_report_text", lambda accelerator: "ds_report")
-    monkeypatch.setattr(run, "write_reports", lambda out, data: (out / "CONFORMANCE.md").write_text("r"))
-    monkeypatch.setattr(run.patched_copy, "prepare_patched_copy", lambda patches: None)
+    monkeypatch.setattr(suite, "_measure", fake_measure)
+    monkeypatch.setattr(suite, "ds_report_text", lambda accelerator: "ds_report")
+    monkeypatch.setattr(suite, "write_reports", lambda out, data: (out / "CONFORMANCE.md").write_text("r"))
+    monkeypatch.setattr(suite.patched_copy, "prepare_patched_copy", lambda patches: None)
     return measured
 
 
@@ -94,13 +94,13 @@ def test_an_interrupted_run_keeps_its_finished_cells_and_resume_runs_only_the_re
     planned = [plan.key(c) for c in plan.plan(quick=True)]
     lines = []
     measured = _fake_suite(monkeypatch, interrupt_at=4)
-    assert run.main(tmp_path / "cut", quick=True, log=lines.append) == 130
+    assert suite.main(tmp_path / "cut", quick=True, log=lines.append) == 130
     assert measured == planned[:3] and "--resume" in lines[-1] and f"3 of {len(planned)} cells finished" in lines[-1]
     assert not (tmp_path / "cut" / "conformance.json").exists()
     measured = _fake_suite(monkeypatch)
-    assert run.main(tmp_path / "cut", resume=True, log=lines.append) == 0  # the plan comes from run.json
+    assert suite.main(tmp_path / "cut", resume=True, log=lines.append) == 0  # the plan comes from run.json
     assert measured == planned[3:]
-    assert run.main(tmp_path / "whole", quick=True, log=lines.append) == 0
+    assert suite.main(tmp_path / "whole", quick=True, log=lines.append) == 0
     assert _cells(tmp_path / "cut") == _cells(tmp_path / "whole")
 
 
@@ -108,23 +108,23 @@ def test_an_out_with_results_is_refused_unless_resumed_or_regenerated(tmp_path, 
     from repro.options import UsageError
 
     _fake_suite(monkeypatch)
-    assert run.main(tmp_path, quick=True, log=print) == 0
+    assert suite.main(tmp_path, quick=True, log=print) == 0
     with pytest.raises(UsageError, match="--resume .*--regenerate"):
-        run.main(tmp_path, quick=True)
+        suite.main(tmp_path, quick=True)
     measured = _fake_suite(monkeypatch)
-    assert run.main(tmp_path, quick=True, regenerate=True, log=print) == 0
+    assert suite.main(tmp_path, quick=True, regenerate=True, log=print) == 0
     assert len(measured) == len(plan.plan(quick=True))  # every cell again
     measured = _fake_suite(monkeypatch)
-    assert run.main(tmp_path, resume=True, log=print) == 0 and measured == []  # nothing missing
+    assert suite.main(tmp_path, resume=True, log=print) == 0 and measured == []  # nothing missing
 
 
 def test_two_shards_merged_give_the_cells_of_one_run(tmp_path, monkeypatch):
     _fake_suite(monkeypatch)
-    assert run.main(tmp_path / "one", quick=True, log=print) == 0
+    assert suite.main(tmp_path / "one", quick=True, log=print) == 0
     for k in (1, 2):
-        assert run.main(tmp_path / f"shard{k}", quick=True, shard=(k, 2), log=print) == 0
+        assert suite.main(tmp_path / f"shard{k}", quick=True, shard=(k, 2), log=print) == 0
     assert len(_cells(tmp_path / "shard1")) == (len(plan.plan(quick=True)) + 1) // 2
-    assert run.merge(tmp_path / "merged", [tmp_path / "shard1", tmp_path / "shard2"], log=print) == 0
+    assert suite.merge(tmp_path / "merged", [tmp_path / "shard1", tmp_path / "shard2"], log=print) == 0
     assert _cells(tmp_path / "merged") == _cells(tmp_path / "one")
 
 
@@ -133,13 +133,13 @@ def test_a_merge_missing_a_shard_or_holding_one_twice_is_refused(tmp_path, monke
 
     _fake_suite(monkeypatch)
     for k in (1, 2):
-        run.main(tmp_path / f"shard{k}", quick=True, shard=(k, 2), log=print)
+        suite.main(tmp_path / f"shard{k}", quick=True, shard=(k, 2), log=print)
     with pytest.raises(UsageError, match="in no shard"):
-        run.merge(tmp_path / "m1", [tmp_path / "shard1"])
+        suite.merge(tmp_path / "m1", [tmp_path / "shard1"])
     with pytest.raises(UsageError, match="more than one shard"):
-        run.merge(tmp_path / "m2", [tmp_path / "shard1", tmp_path / "shard1", tmp_path / "shard2"])
+        suite.merge(tmp_path / "m2", [tmp_path / "shard1", tmp_path / "shard1", tmp_path / "shard2"])
     with pytest.raises(UsageError, match="one plan"):
-        run.merge(tmp_path / "m3", [tmp_path / "no-such-shard"])
+        suite.merge(tmp_path / "m3", [tmp_path / "no-such-shard"])
     assert not any((tmp_path / m).exists() for m in ("m1", "m2", "m3"))  # a refusal writes nothing
 
 
@@ -148,8 +148,8 @@ def _gpu_machine(monkeypatch, found: dict | None = None):
     facts = {"torch": "2.9.1+cu128", "hip": None, "cuda": "12.8", "accelerator": "cuda", "device_count": 4,
              "devices": ["NVIDIA H200"] * 4, "dtypes": {"fp32": True, "bf16": True, "fp16": True},
              "inference_op_error": None, **(found or {})}  # fmt: skip
-    monkeypatch.setattr(run.devices.preflight, "detect_backend", lambda: "cuda")
-    monkeypatch.setattr(run.devices, "device_facts", lambda backend: facts)
+    monkeypatch.setattr(suite.devices.preflight, "detect_backend", lambda: "cuda")
+    monkeypatch.setattr(suite.devices, "device_facts", lambda backend: facts)
 
 
 def test_a_gpu_run_measures_every_cell_in_a_torchrun_of_its_own_on_that_backend(tmp_path, monkeypatch):
@@ -162,14 +162,14 @@ def test_a_gpu_run_measures_every_cell_in_a_torchrun_of_its_own_on_that_backend(
         return {"versions": {"transformers": axes["transformers"]}, "deepspeed": {"version": "0.19.8"}}
 
     _gpu_machine(monkeypatch)
-    monkeypatch.setattr(run, "run_cell", fake_cell)
-    monkeypatch.setattr(run, "ds_report_text", lambda accelerator: f"ds_report {accelerator}")
-    monkeypatch.setattr(run.patched_copy, "prepare_patched_copy", lambda patches: None)
-    monkeypatch.setattr(run.transformers_env, "overlay", lambda version: None)
+    monkeypatch.setattr(suite, "run_cell", fake_cell)
+    monkeypatch.setattr(suite, "ds_report_text", lambda accelerator: f"ds_report {accelerator}")
+    monkeypatch.setattr(suite.patched_copy, "prepare_patched_copy", lambda patches: None)
+    monkeypatch.setattr(suite.transformers_env, "overlay", lambda version: None)
     monkeypatch.setattr(report, "heatmap", lambda data, path: None)
     lines = []
-    run.main(tmp_path, quick=True, backend="cuda", log=lines.append)
-    assert seen and all(p is run.launch.run_probe and b == "cuda" for p, b in seen)
+    suite.main(tmp_path, quick=True, backend="cuda", log=lines.append)
+    assert seen and all(p is suite.launch.run_probe and b == "cuda" for p, b in seen)
     assert "one torchrun per cell" in lines[0]
     data = json.loads((tmp_path / "conformance.json").read_text())
     assert data["backend"] == "cuda" and data["ds_report"] == "ds_report cuda"
@@ -197,20 +197,20 @@ def test_a_gpu_run_the_machine_cannot_serve_is_refused_before_out_is_touched(tmp
     (tmp_path / "conformance.json").write_text("{}")
     (tmp_path / "cells.jsonl").write_text("{}\n")
     _gpu_machine(monkeypatch, found)
-    monkeypatch.setattr(run, "run_cell", lambda *a, **k: pytest.fail("ran a cell"))
+    monkeypatch.setattr(suite, "run_cell", lambda *a, **k: pytest.fail("ran a cell"))
     with pytest.raises(UsageError, match=refusal):
-        run.main(tmp_path, quick=True, regenerate=True, backend="cuda")
+        suite.main(tmp_path, quick=True, regenerate=True, backend="cuda")
     assert (tmp_path / "conformance.json").read_text() == "{}" and (tmp_path / "cells.jsonl").exists()
 
 
 def test_a_gpu_run_without_the_gpu_is_refused_not_run_on_the_cpu(tmp_path, monkeypatch):
     from repro.options import UsageError
 
-    monkeypatch.setattr(run.devices.preflight, "detect_backend", lambda: "cpu")
-    monkeypatch.setattr(run.devices, "device_facts", lambda backend: pytest.fail("asked DeepSpeed"))
+    monkeypatch.setattr(suite.devices.preflight, "detect_backend", lambda: "cpu")
+    monkeypatch.setattr(suite.devices, "device_facts", lambda backend: pytest.fail("asked DeepSpeed"))
     for backend, missing in (("cuda", "no CUDA GPU"), ("rocm", "no ROCM GPU")):
         with pytest.raises(UsageError, match=f"asks for {backend} but torch sees {missing}"):
-            run.main(tmp_path / backend, quick=True, backend=backend)
+            suite.main(tmp_path / backend, quick=True, backend=backend)
         assert not (tmp_path / backend).exists()
 
 
@@ -219,19 +219,19 @@ def test_ranks_keeps_only_the_cells_of_that_world_size_through_a_resume(tmp_path
     from repro.options import UsageError
 
     measured = _fake_suite(monkeypatch, interrupt_at=3)
-    assert run.main(tmp_path, ranks=1, log=print) == 130
+    assert suite.main(tmp_path, ranks=1, log=print) == 130
     rest = _fake_suite(monkeypatch)
-    assert run.main(tmp_path, resume=True, log=print) == 0
+    assert suite.main(tmp_path, resume=True, log=print) == 0
     ones = [plan.key(c) for c in plan.plan() if c["world_size"] == 1]
     assert ones and measured + rest == ones and {c["world_size"] for c in _cells(tmp_path)} == {1}
     with pytest.raises(UsageError, match="no cell of this plan runs on 3 ranks"):
-        run.main(tmp_path / "none", quick=True, ranks=3)
+        suite.main(tmp_path / "none", quick=True, ranks=3)
 
 
 def test_rediagnose_recomputes_every_diagnosis_from_the_measurements(tmp_path):
     import json as _json
 
-    from repro.host.conformance import run as conformance_run
+    from repro.host.conformance import suite as conformance_run
     from repro.paths import REPO_ROOT
 
     reference = _json.loads((REPO_ROOT / "results/reference/conformance/conformance.json").read_text())
@@ -248,7 +248,7 @@ def test_rediagnose_recomputes_every_diagnosis_from_the_measurements(tmp_path):
 
 
 def test_rediagnose_refuses_a_directory_without_results(tmp_path):
-    from repro.host.conformance import run as conformance_run
+    from repro.host.conformance import suite as conformance_run
     from repro.options import UsageError
 
     with pytest.raises(UsageError, match="does not exist"):

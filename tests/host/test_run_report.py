@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.host import report
+from repro.host import run_report as report
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = sorted(p.parent for p in (ROOT / "results").rglob("REPORT.md") if "runs" not in p.parts)

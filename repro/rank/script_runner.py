@@ -1,4 +1,4 @@
-"""Runs an issue text's standalone script on this CPU (`python -m repro.rank.issue_script SCRIPT ARGS`, under
+"""Runs an issue text's standalone script on this CPU (`python -m repro.rank.script_runner SCRIPT ARGS`, under
 torchrun): DeepSpeed's CPU build has no `transformer_inference` kernels, so the completed PyTorch fallbacks
 stand in for them (`fallbacks.install`), and the CPU shm comm op is not JIT-built. The script itself is run
 unchanged, as `__main__`, and its exit status is the rank's.

@@ -3,7 +3,7 @@
 Each script imports only torch, deepspeed and transformers, so a maintainer can run it as pasted. On CPU,
 DeepSpeed has no `transformer_inference` kernels (`deepspeed.initialize` fails: "This op had not been
 implemented on CPU backend"), so here the completed PyTorch fallbacks stand in for them
-(`repro.rank.issue_script`). A script exits 1 and prints a `BUG:` line when it shows its bug, 0 and `OK:` when
+(`repro.rank.script_runner`). A script exits 1 and prints a `BUG:` line when it shows its bug, 0 and `OK:` when
 the Hybrid Engine computes the model (or refuses a configuration by name). `python -m repro issue-scripts`
 runs every one on two builds: the whole series, and the series without the script's patch (and the patches
 that need it), so the bug is shown alone, not behind another one.
@@ -25,7 +25,7 @@ from . import patched_copy
 from .regression import PREREQUISITES, TESTS_BY_PATCH
 
 SCRIPTS_DIR = Path(__file__).resolve().parents[2] / "issue_scripts"
-RUNNER = "repro.rank.issue_script"
+RUNNER = "repro.rank.script_runner"
 SERIES = findings.SERIES  # every patch of the series comes with its upstream test
 # Where the bug shows before DeepSpeed needs a kernel, so the script shows it on a plain CPU install too.
 BEFORE_KERNELS = {f.patch: f.kernels_needed for f in findings.FINDINGS if f.kernels_needed}

@@ -8,8 +8,8 @@ import pytest
 
 from repro.host.conformance import issue_brief, issue_texts, plan
 from repro.host.family import pr_comment
-from repro.host.upstream import issue_scripts
-from repro.host.upstream.issue_scripts import SCRIPTS, judge, series_without
+from repro.host.upstream import script_runs as issue_scripts
+from repro.host.upstream.script_runs import SCRIPTS, judge, series_without
 from repro.paths import REPO_ROOT
 
 ALLOWED = {"torch", "deepspeed", "transformers"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from repro.rank import issue_script
+from repro.rank import script_runner as issue_script
 
 
 @pytest.fixture
