@@ -63,18 +63,23 @@ def deepspeed_part(patch_text: str) -> str:
     return "".join(b for b in blocks[1:] if b.startswith("diff --git a/deepspeed/"))
 
 
-def _patch(
-    args: list[str], cwd: Path, number: str = FIX_8391, release: str | None = None
-) -> subprocess.CompletedProcess:
+def run_patch(args: list[str], cwd: Path, patch_text: str) -> subprocess.CompletedProcess:
+    """`patch -p1` of a `git format-patch` text's deepspeed/ part under `cwd` (a dir holding `deepspeed/`)."""
     if shutil.which("patch") is None:
         raise PatchError("the `patch` program is missing (apt-get install patch)")
     return subprocess.run(
         ["patch", "-p1", "--forward", "--silent", "--no-backup-if-mismatch", *args],
-        input=deepspeed_part(patch_file(number, release).read_text()),
+        input=deepspeed_part(patch_text),
         cwd=cwd,
         capture_output=True,
         text=True,
     )
+
+
+def _patch(
+    args: list[str], cwd: Path, number: str = FIX_8391, release: str | None = None
+) -> subprocess.CompletedProcess:
+    return run_patch(args, cwd, patch_file(number, release).read_text())
 
 
 def check_applies(root: Path, ds_version: str, number: str = FIX_8391, release: str | None = None) -> None:

@@ -6,7 +6,6 @@ our kernel stand-ins where a test needs a kernel: CPU evidence."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,13 +27,7 @@ def patched(dest: Path, patches: list[Path]) -> Path:
     package_dir, _ = patched_copy.installed_deepspeed()
     shutil.copytree(package_dir, dest / "deepspeed", ignore=shutil.ignore_patterns("__pycache__"))
     for patch in patches:
-        done = subprocess.run(
-            ["patch", "-p1", "--forward", "--silent", "--no-backup-if-mismatch"],
-            input=patched_copy.deepspeed_part(patch.read_text()),
-            cwd=dest,
-            capture_output=True,
-            text=True,
-        )
+        done = patched_copy.run_patch([], dest, patch.read_text())
         if done.returncode != 0:
             raise ProofError(f"{patch.parent.name}/{patch.name} does not apply: {(done.stdout + done.stderr)[-400:]}")
     return dest
