@@ -106,17 +106,22 @@ def build(c, backend="", variant="both", engine="auto", build_arg=None, dry_run=
         "on its assertions, after passes)",
         "backend": "image backend for --in-image (default cpu)",
         "engine": "engine for --in-image (auto, docker, podman, buildah, apptainer)",
-        "pytest_args": "extra arguments for pytest (local runs), e.g. '-m \"not distributed\"'",
-        "fast": f'the quick loop: -m "{jobs.FAST}" (no torchrun, no per-patch or per-script proofs)',
+        "pytest_args": "extra arguments for pytest (local runs); a -m expression replaces the default tier's",
+        "fast": f'the quick loop: -m "{jobs.TIERS["fast"]}" (no torchrun, no per-patch or per-script proofs)',
+        "proofs": f'only the proofs: -m "{jobs.TIERS["proofs"]}" (each patch without and with it, each issue '
+        "script, the wheels); without a tier flag: everything else",
+        "all": "every test, proofs included",
         "dry_run": "print the commands, run nothing",
     },
 )
-def test(c, in_image=False, backend="cpu", engine="auto", pytest_args="", fast=False, dry_run=False):
-    """Run the project's tests locally, or the upstream regression test inside both images."""
+def test(c, in_image=False, backend="cpu", engine="auto", pytest_args="", fast=False, proofs=False, all=False,
+         dry_run=False):  # fmt: skip
+    """Run the project's tests locally (everything but the proofs), or the upstream regression test inside both
+    images."""
     if in_image:
         _exit(_run(jobs.test_in_images, backend, engine, dry_run))
-    else:
-        _exit(_run(jobs.local_tests, pytest_args, dry_run, fast=fast))
+    tier = _run(jobs.tier_of, fast=fast, proofs=proofs, all=all)
+    _exit(_run(jobs.local_tests, pytest_args, dry_run, tier=tier))
 
 
 @task(help={"dir": "a run directory holding before.json / after.json / summary.json"})

@@ -376,20 +376,42 @@ def clean(images: bool, engine: str, dry_run: bool, log=print) -> None:
             engines.get(engine).remove(backend, v, dry_run, log)
 
 
-FAST = "not distributed and not proof"  # the quick loop: no torchrun, no subprocess proof of a patch or script
+# The test tiers, by marker (pyproject.toml): the README's command runs everything but the proofs, CI runs it and
+# then the proofs. Times measured on 2 cores are in docs/measurements.md.
+TIERS = {
+    "fast": "not distributed and not proof",  # the quick loop: no torchrun, no subprocess proof of a patch or script
+    "default": "not proof",  # the README's command: the logic and the multi-rank tests
+    "proofs": "proof",  # each patch's upstream tests without and with it, each issue script, the wheels
+    "all": "",
+}
+FAST = TIERS["fast"]
+DURATIONS = "--durations=25"  # where a tier's time goes, printed at its end (CI's log keeps it)
 
 
-def local_tests(pytest_args: str, dry_run: bool, log=print, fast: bool = False) -> int:
-    """`pytest_args` as a shell would split them: `-m "not distributed"` is one marker expression. `fast`: the
-    quick loop (FAST), refused beside a marker expression of the caller's."""
+def tier_of(**flags: bool) -> str:
+    """The tier `invoke test`'s flags name (--fast, --proofs, --all; none: the default)."""
+    chosen = [name for name, on in flags.items() if on]
+    if len(chosen) > 1:
+        raise JobError(f"choose one test tier, not {' and '.join('--' + name for name in chosen)}")
+    return chosen[0] if chosen else "default"
+
+
+def local_tests(pytest_args: str, dry_run: bool, log=print, tier: str = "default") -> int:
+    """`pytest_args` as a shell would split them: `-m "not distributed"` is one marker expression, used instead
+    of the default tier's; a named tier beside a marker expression of the caller's is refused."""
     try:
         args = shlex.split(pytest_args)
     except ValueError as exc:
         raise JobError(f"--pytest-args cannot be split as a shell would: {exc}") from None
-    if fast:
-        if "-m" in args:
-            raise JobError('--fast selects the tests itself (-m "' + FAST + '"): give it or a -m expression')
-        args = ["-m", FAST, *args]
+    if tier not in TIERS:
+        raise JobError(f"no test tier {tier!r}: one of {', '.join(TIERS)}")
+    if "-m" in args or any(a.startswith("-m=") for a in args):
+        if tier != "default":
+            raise JobError(f'--{tier} selects the tests itself (-m "{TIERS[tier]}"): give it or a -m expression')
+    elif TIERS[tier]:
+        args = ["-m", TIERS[tier], *args]
+    if tier != "fast" and not any(a.startswith("--durations") for a in args):
+        args = [DURATIONS, *args]
     cmd = [sys.executable, "-m", "pytest", "-q", *args]
     return engines.get("local").execute(cmd, dry_run, log)
 

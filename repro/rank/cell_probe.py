@@ -12,7 +12,7 @@ the one train() leaves. An exception the Hybrid Engine raises is the cell's find
 where), not a failed run.
 
 Usage: `python -m repro.rank.cell_probe OUT.json` under torchrun or a warm pool (repro.host.launch.run_probe,
-repro.host.conformance.pool); the cell's settings are read from OUT.spec.json beside it (the host writes it),
+repro.host.pool); the cell's settings are read from OUT.spec.json beside it (the host writes it),
 because run_probe passes only the output path. Rank 0 writes OUT.json.
 """
 

@@ -1,4 +1,4 @@
-"""The warm parent of a pool (`python -m repro.rank.pool_worker`, started by repro.host.conformance.pool): it imports
+"""The warm parent of a pool (`python -m repro.rank.pool_worker`, started by repro.host.pool): it imports
 torch, DeepSpeed, Transformers and the probes once, then forks one child per rank of each cell. Nothing runs
 in the parent besides imports, so each child starts from DeepSpeed's and Transformers' import-time state: no
 class-wide state (layer counters, the inference workspace, policy state) can leak from one cell into the next.

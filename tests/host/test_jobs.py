@@ -59,13 +59,34 @@ def test_pytest_args_are_split_as_a_shell_would(monkeypatch):
     seen = {}
     monkeypatch.setattr(engines.Local, "execute", lambda self, cmd, dry_run, log: seen.setdefault("cmd", cmd) and 0)
     jobs.local_tests('-m "not distributed" -x', dry_run=True, log=lambda *_: None)
-    assert seen["cmd"][-3:] == ["-m", "not distributed", "-x"]
+    assert seen["cmd"][-3:] == ["-m", "not distributed", "-x"] and "not proof" not in seen["cmd"]
 
 
-def test_the_fast_loop_selects_its_markers_and_refuses_a_second_expression(monkeypatch):
+@pytest.mark.parametrize(
+    ("tier", "marker", "durations"),
+    [("fast", "not distributed and not proof", False), ("default", "not proof", True), ("proofs", "proof", True)],
+)
+def test_each_tier_selects_its_markers_and_refuses_a_second_expression(monkeypatch, tier, marker, durations):
     seen = {}
     monkeypatch.setattr(engines.Local, "execute", lambda self, cmd, dry_run, log: seen.setdefault("cmd", cmd) and 0)
-    jobs.local_tests("-x", dry_run=True, log=lambda *_: None, fast=True)
-    assert seen["cmd"][-3:] == ["-m", "not distributed and not proof", "-x"]
-    with pytest.raises(jobs.JobError, match="give it or a -m expression"):
-        jobs.local_tests('-m "not distributed"', dry_run=True, log=lambda *_: None, fast=True)
+    jobs.local_tests("-x", dry_run=True, log=lambda *_: None, tier=tier)
+    assert seen["cmd"][-3:] == ["-m", marker, "-x"]
+    assert (jobs.DURATIONS in seen["cmd"]) == durations
+    if tier != "default":
+        with pytest.raises(jobs.JobError, match="give it or a -m expression"):
+            jobs.local_tests('-m "not distributed"', dry_run=True, log=lambda *_: None, tier=tier)
+
+
+def test_every_test_is_in_exactly_one_of_the_readme_tier_and_the_proofs():
+    """CI runs the README's command and then the proofs: between them, every test once."""
+    default, proofs = jobs.TIERS["default"], jobs.TIERS["proofs"]
+    assert default == f"not {proofs}"
+
+
+def test_two_tier_flags_are_refused_and_none_is_the_default():
+    assert jobs.tier_of(fast=False, proofs=False, all=False) == "default"
+    assert jobs.tier_of(fast=False, proofs=True, all=False) == "proofs"
+    with pytest.raises(jobs.JobError, match="choose one test tier, not --fast and --proofs"):
+        jobs.tier_of(fast=True, proofs=True, all=False)
+    with pytest.raises(jobs.JobError, match="no test tier"):
+        jobs.local_tests("", dry_run=True, log=lambda *_: None, tier="slow")

@@ -44,6 +44,48 @@ def run_upstream_test(
     """Runs `tests` (default: the #8391 ones) in a fresh interpreter; `deepspeed_root` (a dir holding
     `deepspeed/`) goes first on PYTHONPATH. A failure counts as the bug when it is one of the tests' own
     assertions or one of `bug_errors`."""
+    ran = _pytest(deepspeed_root, timeout_s, tests)
+    if isinstance(ran, dict):
+        return ran
+    returncode, cases, output = ran
+    return _result(returncode, _keyed(cases), output, bug_errors)
+
+
+def run_batch(deepspeed_root: Path | None, patches: tuple[str, ...], timeout_s: float = 900) -> dict[str, dict]:
+    """The upstream tests of several patches in one pytest on one build (one interpreter start, one DeepSpeed
+    import), each patch's result as `run_upstream_test` gives it, read from its own test files' cases only: a
+    patch whose files ran no test has none, and never passes."""
+    tests = tuple(dict.fromkeys(t for p in patches for t in TESTS_BY_PATCH[p]))
+    ran = _pytest(deepspeed_root, timeout_s, tests)
+    if isinstance(ran, dict):
+        return {p: ran for p in patches}
+    returncode, cases, output = ran
+    results = {}
+    for p in patches:
+        modules = {_module_of(t) for t in TESTS_BY_PATCH[p]}
+        own = _keyed([c for c in cases if c[0] in modules])
+        # pytest's own status is the batch's; the patch's is its cases' (1 when one of them did not pass)
+        code = 0 if own and all(kind == "passed" for kind in own.values()) else max(returncode, 1)
+        results[p] = _result(code, own, output, BUG_ERRORS.get(p, ()))
+    return results
+
+
+def jobs_by_build() -> dict[tuple[str, ...], tuple[str, ...]]:
+    """Each build the per-patch proofs run on -> the patches whose tests run there: a patch's tests run on its
+    prerequisites alone (where they must fail) and with the patch (where they must pass), so one build serves
+    one patch's failure and another's pass, and the builds of patches without prerequisites are one."""
+    jobs: dict[tuple[str, ...], list[str]] = {}
+    for number in TESTS_BY_PATCH:
+        before = tuple(sorted(PREREQUISITES.get(number, ())))
+        for build in (before, tuple(sorted((*before, number)))):
+            jobs.setdefault(build, []).append(number)
+    return {build: tuple(numbers) for build, numbers in sorted(jobs.items(), key=lambda kv: (len(kv[0]), kv[0]))}
+
+
+def _pytest(
+    deepspeed_root: Path | None, timeout_s: float, tests: tuple[str, ...]
+) -> tuple[int, list[tuple[str, str, str]], str] | dict:
+    """pytest on `tests`: its exit status, its cases (module, name, outcome) and its output; or a broken result."""
     # One OpenMP thread: the ranks are forked from pytest (tests/upstream/unit/common.py), and a rank forked after
     # pytest ran a parallel torch op waits forever in libgomp (gomp_team_barrier_wait_end: seen with the 46 tests
     # in one pytest, two ranks stuck from the 13th second).
@@ -73,6 +115,10 @@ def run_upstream_test(
             cases = _cases(xml)
         except (OSError, ET.ParseError) as exc:
             return _broken(f"pytest's junit result cannot be read ({type(exc).__name__}: {exc})", output)
+    return returncode, cases, output
+
+
+def _result(returncode: int, cases: dict[str, str], output: str, bug_errors: tuple[str, ...]) -> dict:
     failed = {name: kind for name, kind in cases.items() if kind != "passed"}
     passed = returncode == 0 and bool(cases) and not failed
     return {
@@ -103,16 +149,30 @@ def _broken(why: str, output: str) -> dict:
     }
 
 
-def _cases(xml: Path) -> dict[str, str]:
-    """test name -> "passed", or the failure/error type (AssertionError, ImportError, ...)."""
-    cases = {}
+def _cases(xml: Path) -> list[tuple[str, str, str]]:
+    """Each test case: its module (`unit.hybrid_engine.test_x`), its name, and "passed" or the failure/error
+    type (AssertionError, ImportError, ...)."""
+    cases = []
     for case in ET.parse(xml).getroot().iter("testcase"):
         problem = case.find("failure") if case.find("failure") is not None else case.find("error")
-        name = _case_name(case)
-        if name in cases:  # the same test name in another file (the series' tests in one run): keep both
-            name = f"{case.get('classname', '?')}::{name}"
-        cases[name] = "passed" if problem is None else _exception_type(problem)
+        classname = case.get("classname", "?")
+        module = classname.rsplit(".", 1)[0] if classname.rsplit(".", 1)[-1].startswith("Test") else classname
+        cases.append((module, _case_name(case), "passed" if problem is None else _exception_type(problem)))
     return cases
+
+
+def _keyed(cases: list[tuple[str, str, str]]) -> dict[str, str]:
+    """test name -> outcome; the same test name in another file (the series' tests in one run) is kept twice,
+    the second under its module's name."""
+    keyed: dict[str, str] = {}
+    for module, name, kind in cases:
+        keyed[f"{module}::{name}" if name in keyed else name] = kind
+    return keyed
+
+
+def _module_of(test: str) -> str:
+    """`unit/hybrid_engine/test_x.py` (or `...py::TestX`) -> `unit.hybrid_engine.test_x`, as junit names it."""
+    return test.split("::", 1)[0].removesuffix(".py").replace("/", ".")
 
 
 def _case_name(case: ET.Element) -> str:

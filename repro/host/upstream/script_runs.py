@@ -12,6 +12,7 @@ that need it), so the bug is shown alone, not behind another one.
 from __future__ import annotations
 
 import re
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from ...findings.finding import REFUSED
 from ...options import EXIT_BROKEN, EXIT_EXPECTATION, EXIT_OK
 from .. import launch
 from ..conformance import transformers_env
+from ..pool import Pools
 from . import patched_copy
 from .regression import PREREQUISITES, TESTS_BY_PATCH
 
@@ -100,11 +102,13 @@ def judge(returncode: int, output: str) -> Outcome:
     return Outcome(returncode, "broken", lines)
 
 
-def run(script: IssueScript, patches: tuple[str, ...], timeout_s: float = 300) -> Outcome:
+def run(script: IssueScript, patches: tuple[str, ...], timeout_s: float = 300, pools: Pools | None = None) -> Outcome:
+    """On `pools` (warm parents, one per build: no torchrun, no imports per run) or under torchrun."""
     root = patched_copy.prepare_patched_copy(patches=patches) if patches else None
     if script.transformers is not None:
         root = transformers_env.joined(root, transformers_env.overlay(script.transformers))
-    returncode, output = launch.run_module(RUNNER, [str(script.path), *script.args], root, script.ranks, timeout_s)
+    runner = pools.run_module if pools is not None else launch.run_module
+    returncode, output = runner(RUNNER, [str(script.path), *script.args], root, script.ranks, timeout_s)
     return judge(returncode, output)
 
 
@@ -153,13 +157,18 @@ def section(text: str, versions: str) -> list[str]:
 def main(log: Callable[[str], None] = print) -> int:
     """Each script with and without its patch: exit 0 when every one shows its bug without it and is correct
     with the whole series, 1 when one is not, 3 when one broke."""
+    with tempfile.TemporaryDirectory(prefix="repro-issue-scripts-") as work, Pools(Path(work)) as pools:
+        return _run_all(pools, log)
+
+
+def _run_all(pools: Pools, log: Callable[[str], None]) -> int:
     worst = EXIT_OK
     for script in SCRIPTS:
         for label, patches, expected in (
             (f"series without {script.fixed_by}", series_without(script.fixed_by), "bug"),
             ("whole series", SERIES, "ok"),
         ):
-            outcome = run(script, patches)
+            outcome = run(script, patches, pools=pools)
             log(f"[issue-scripts] {script.name} on the {label}: {outcome.verdict} (expected {expected})")
             for line in outcome.lines:
                 log(f"    {line}")

@@ -1,6 +1,7 @@
 """Each upstream-style regression test proves its patch both ways: it fails on the installed DeepSpeed
 on its assertions (the bug), and passes with that patch alone; all pass with every patch applied."""
 
+import functools
 import json
 import os
 import subprocess
@@ -112,11 +113,15 @@ EXPECTED_FAILURES = {
 }
 
 
+@functools.cache
+def _on_build(build: tuple[str, ...]) -> dict[str, dict]:
+    """Every patch's tests that run on `build`, in one pytest (regression.jobs_by_build), once per session."""
+    root = patched_copy.prepare_patched_copy(patches=build) if build else None
+    return regression.run_batch(root, regression.jobs_by_build()[build])
+
+
 def _run(number: str, patches: tuple[str, ...]) -> dict:
-    root = patched_copy.prepare_patched_copy(patches=patches) if patches else None
-    return regression.run_upstream_test(
-        root, tests=regression.TESTS_BY_PATCH[number], bug_errors=regression.BUG_ERRORS.get(number, ())
-    )
+    return _on_build(tuple(sorted(patches)))[number]
 
 
 def test_every_patch_of_the_series_has_its_tests():
@@ -153,6 +158,56 @@ def test_every_test_passes_with_the_whole_series():
     result = regression.run_upstream_test(root, timeout_s=900, tests=tests)
     assert result["outcome"] == "pass", result.get("error", "") + result["output_tail"]
     assert len(result["tests"]) == 95 and set(result["tests"].values()) == {"passed"}
+
+
+def test_each_patch_is_proven_on_its_prerequisites_without_and_with_it_and_builds_are_shared():
+    builds = regression.jobs_by_build()
+    for number in regression.TESTS_BY_PATCH:
+        before = tuple(sorted(regression.PREREQUISITES.get(number, ())))
+        assert number in builds[before] and number in builds[tuple(sorted((*before, number)))]
+    assert sum(map(len, builds.values())) == 2 * len(regression.TESTS_BY_PATCH)
+    assert len(builds[()]) == sum(1 for n in regression.TESTS_BY_PATCH if n not in regression.PREREQUISITES)
+
+
+def _junit_of(cases: str):
+    def run(cmd, env, timeout_s):
+        xml = next(a for a in cmd if a.startswith("--junitxml=")).split("=", 1)[1]
+        Path(xml).write_text(f"<testsuite>{cases}</testsuite>")
+        return 1, "1 failed"
+
+    return run
+
+
+def test_a_batch_gives_each_patch_its_own_files_cases_and_a_patch_without_any_never_passes(monkeypatch):
+    monkeypatch.setattr(
+        regression,
+        "TESTS_BY_PATCH",
+        {"0001": ("unit/a/test_one.py",), "0002": ("unit/a/test_two.py",), "0003": ("unit/a/test_three.py",)},
+    )
+    failure = '<failure message="assert 1 == 2">E   AssertionError: assert 1 == 2</failure>'
+    monkeypatch.setattr(
+        regression,
+        "_run_pytest",
+        _junit_of(
+            '<testcase classname="unit.a.test_one.TestOne" name="test_x"/>'
+            f'<testcase classname="unit.a.test_two" name="test_x">{failure}</testcase>'
+        ),
+    )
+    results = regression.run_batch(None, ("0001", "0002", "0003"))
+    assert results["0001"]["outcome"] == "pass" and results["0001"]["tests"] == {"TestOne::test_x": "passed"}
+    assert results["0002"]["outcome"] == "fail" and results["0002"]["failed_for_the_right_reason"]
+    assert results["0002"]["tests"] == {"test_x": "AssertionError"}
+    assert results["0003"]["outcome"] == "fail" and results["0003"]["tests"] == {}
+    assert regression.outcome_code(results["0003"]) == 3
+
+
+def test_a_batch_that_timed_out_proves_nothing_for_any_patch(monkeypatch):
+    def hang(cmd, env, timeout_s):
+        raise subprocess.TimeoutExpired(cmd, timeout_s, output="")
+
+    monkeypatch.setattr(regression, "_run_pytest", hang)
+    results = regression.run_batch(None, ("0001", "0002"), timeout_s=5)
+    assert {r["outcome"] for r in results.values()} == {"broken"}
 
 
 def test_pytest_runs_with_one_openmp_thread_so_forked_ranks_do_not_hang(monkeypatch):

@@ -8,6 +8,7 @@ import pytest
 
 from repro.host.conformance import issue_brief, issue_texts, plan
 from repro.host.family import pr_comment
+from repro.host.pool import Pools
 from repro.host.upstream import script_runs as issue_scripts
 from repro.host.upstream.script_runs import SCRIPTS, judge, series_without
 from repro.paths import REPO_ROOT
@@ -72,14 +73,33 @@ def test_the_committed_texts_carry_the_current_scripts():
         assert script.path.read_text().rstrip("\n") in committed, script.text
 
 
+@pytest.fixture(scope="module")
+def pools(tmp_path_factory):
+    """Warm parents, one per build, shared by the scripts' runs (as `python -m repro issue-scripts` does)."""
+    with Pools(tmp_path_factory.mktemp("pools")) as warm:
+        yield warm
+
+
 @pytest.mark.proof
 @pytest.mark.distributed
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda s: f"{s.name}-{s.fixed_by}")
-def test_each_script_shows_its_bug_without_its_patch_and_is_correct_with_the_series(script):
-    without = issue_scripts.run(script, series_without(script.fixed_by))
+def test_each_script_shows_its_bug_without_its_patch_and_is_correct_with_the_series(script, pools):
+    without = issue_scripts.run(script, series_without(script.fixed_by), pools=pools)
     assert without.verdict == "bug", without
-    fixed = issue_scripts.run(script, issue_scripts.SERIES)
+    fixed = issue_scripts.run(script, issue_scripts.SERIES, pools=pools)
     assert fixed.verdict == "ok", fixed
+
+
+@pytest.mark.distributed
+def test_a_script_on_a_warm_pool_ends_as_it_does_under_torchrun(pools):
+    """The pools replace torchrun for the proofs above: the same script, the same exit status and verdict line."""
+    script = next(s for s in SCRIPTS if s.script == "zero3_qkv_layout.py")
+    pooled = issue_scripts.run(script, series_without(script.fixed_by), pools=pools)
+    alone = issue_scripts.run(script, series_without(script.fixed_by))
+    assert (pooled.returncode, pooled.verdict) == (alone.returncode, alone.verdict) == (1, "bug")
+    assert [line for line in pooled.lines if line.startswith("BUG")] == [
+        line for line in alone.lines if line.startswith("BUG")
+    ]
 
 
 def test_a_script_pinned_to_other_transformers_names_one_the_project_pins():

@@ -1,12 +1,13 @@
-"""Warm pools for the conformance suite: one per DeepSpeed build, a `repro.rank.pool_worker` that has
-imported once and forks a clean child per rank of each cell, at the cell's world size. (One pool per build
-rather than per build and world size: the imports are the cost, and a world size changes nothing in them.)
+"""Warm pools for the conformance suite and the issue scripts' runs: one per DeepSpeed build, a
+`repro.rank.pool_worker` that has imported once and forks a clean child per rank of each cell, at the cell's
+world size. (One pool per build rather than per build and world size: the imports are the cost, and a world
+size changes nothing in them.)
 
 `Pool.run_probe` has `launch.run_probe`'s signature and contract (the probe's JSON, or LaunchError with the
 first error and the log), so a suite picks pooled or isolated (`--isolated`: one torchrun per cell) without
-knowing which. A cell that crashes or aborts ends only its child; one that outlives its timeout has its
-ranks killed; a worker that died is replaced before the next cell. Ctrl-C / SIGTERM (Interrupted) kill
-every child and worker.
+knowing which; `run_module` has `launch.run_module`'s (an issue script's exit status and output). A cell that
+crashes or aborts ends only its child; one that outlives its timeout has its ranks killed; a worker that died
+is replaced before the next cell. Ctrl-C / SIGTERM (Interrupted) kill every child and worker.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-from ...paths import REPO_ROOT
-from ..launch import Interrupted, LaunchError, first_error, free_port, rank_env
+from ..paths import REPO_ROOT
+from .launch import Interrupted, LaunchError, first_error, free_port, rank_env
 
 WORKER = "repro.rank.pool_worker"
 START_TIMEOUT_S = 300.0  # imports on a cold, busy 2-core machine
@@ -104,18 +105,47 @@ class Pool:
     def run_probe(
         self, module: str, out_json: Path, deepspeed_root: Path | None, ranks: int = 2, timeout_s: float = 300
     ) -> dict:
+        self._check_root(deepspeed_root)
+        logs = [out_json.with_suffix(f".rank{r}.log") for r in range(ranks)]
+        failed, log = self._run(module, [str(out_json)], logs, timeout_s)
+        if failed or not out_json.exists():
+            joined = out_json.with_suffix(".log")
+            joined.write_text(log)
+            raise LaunchError(f"{module}: ranks exited with status {failed}: {first_error(log)} (full log: {joined})")
+        for f in logs if not os.environ.get("REPRO_DEBUG") else ():  # with it, each rank's log stays beside the cell
+            f.unlink(missing_ok=True)
+        return json.loads(out_json.read_text())
+
+    def run_module(
+        self, module: str, args: list[str], deepspeed_root: Path | None, ranks: int, timeout_s: float
+    ) -> tuple[int, str]:
+        """`launch.run_module`'s contract without its torchrun: the first non-zero exit status of the ranks (0
+        when all succeeded) and their output, rank by rank; a timeout kills every rank and raises LaunchError."""
+        self._check_root(deepspeed_root)
+        logs = [self.work / f"run-{self.cells}.rank{r}.log" for r in range(ranks)]
+        try:
+            return self._run(module, args, logs, timeout_s)
+        finally:
+            for f in logs:
+                f.unlink(missing_ok=True)
+
+    def _check_root(self, deepspeed_root: Path | None) -> None:
         if deepspeed_root != self.root:
             raise ValueError(f"this pool imports DeepSpeed from {self.root}, not {deepspeed_root}")
+
+    def _run(self, module: str, args: list[str], logs: list[Path], timeout_s: float) -> tuple[int, str]:
+        """`python -m MODULE ARGS` in one forked child per rank (one log each): the first non-zero status and
+        the logs joined."""
+        ranks = len(logs)
         port = str(free_port())
         store = self.work / f"store-{self.cells}"
         store.unlink(missing_ok=True)
-        logs = [out_json.with_suffix(f".rank{r}.log") for r in range(ranks)]
         envs = [{"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(ranks), "LOCAL_WORLD_SIZE": str(ranks),
                  "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
                 for r in range(ranks)]  # fmt: skip
         try:
             worker = self._ready()
-            worker.send({"module": module, "args": [str(out_json)], "store": str(store),
+            worker.send({"module": module, "args": args, "store": str(store),
                          "ranks": [{"env": e, "log": str(f)} for e, f in zip(envs, logs, strict=True)]})  # fmt: skip
             worker.children = worker.read(time.monotonic() + 60)["started"]
             statuses = self._wait(worker, time.monotonic() + timeout_s, module, timeout_s)
@@ -126,14 +156,7 @@ class Pool:
             self.cells += 1
             store.unlink(missing_ok=True)
         log = "\n".join(f.read_text(errors="replace") for f in logs if f.exists())
-        failed = next((s for s in statuses if s != 0), 0)
-        if failed or not out_json.exists():
-            joined = out_json.with_suffix(".log")
-            joined.write_text(log)
-            raise LaunchError(f"{module}: ranks exited with status {failed}: {first_error(log)} (full log: {joined})")
-        for f in logs if not os.environ.get("REPRO_DEBUG") else ():  # with it, each rank's log stays beside the cell
-            f.unlink(missing_ok=True)
-        return json.loads(out_json.read_text())
+        return next((s for s in statuses if s != 0), 0), log
 
     def _wait(self, worker: _Worker, deadline: float, module: str, timeout_s: float) -> list[int]:
         try:
@@ -174,9 +197,17 @@ class Pools:
     ) -> dict:
         if backend != "cpu":  # a child forked after the worker's imports must not touch CUDA/ROCm
             raise ValueError(f"the warm pools run CPU cells only, not {backend}: one torchrun per GPU cell")
+        return self._pool(deepspeed_root).run_probe(module, out_json, deepspeed_root, ranks, timeout_s)
+
+    def run_module(
+        self, module: str, args: list[str], deepspeed_root: Path | None, ranks: int, timeout_s: float
+    ) -> tuple[int, str]:
+        return self._pool(deepspeed_root).run_module(module, args, deepspeed_root, ranks, timeout_s)
+
+    def _pool(self, deepspeed_root: Path | None) -> Pool:
         if deepspeed_root not in self.pools:
             self.pools[deepspeed_root] = Pool(deepspeed_root, self.work / f"pool{len(self.pools)}")
-        return self.pools[deepspeed_root].run_probe(module, out_json, deepspeed_root, ranks, timeout_s)
+        return self.pools[deepspeed_root]
 
     def close(self) -> None:
         for pool in self.pools.values():

@@ -1,4 +1,4 @@
-"""A stand-in probe for the pool's tests (`python -m tests.host.conformance.pool_probe OUT.json`): what it does comes
+"""A stand-in probe for the pool's tests (`python -m tests.host.pool_probe OUT.json`): what it does comes
 from OUT's name: `ok`, `crash` (rank 1 raises), `abort`, `hang`, or `kill-worker` (kills the pool's worker
 mid-cell). `ok` writes the ranks' all-reduced sum, so the cell's process group is real."""
 

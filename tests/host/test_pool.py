@@ -10,12 +10,13 @@ import time
 
 import pytest
 
-from repro.host.conformance import cells, plan, pool
+from repro.host import pool
+from repro.host.conformance import cells, plan
 from repro.host.launch import LaunchError
 from repro.paths import REPO_ROOT
 
 pytestmark = pytest.mark.distributed
-PROBE = "tests.host.conformance.pool_probe"
+PROBE = "tests.host.pool_probe"
 
 
 def _alive(pid: int) -> bool:
@@ -66,7 +67,7 @@ def test_ctrl_c_mid_cell_exits_130_and_leaves_no_process(tmp_path):
         "import signal, sys\n"
         "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from pathlib import Path\n"
-        "from repro.host.conformance import pool\n"
+        "from repro.host import pool\n"
         f"p = pool.Pool(None, Path({str(tmp_path / 'pool')!r}))\n"
         "try:\n"
         f"    p.run_probe({PROBE!r}, Path({str(tmp_path / 'hang-1.json')!r}), None, ranks=2, timeout_s=600)\n"
