@@ -181,10 +181,12 @@ class Pool:
 
 
 class Pools:
-    """One pool per DeepSpeed build (its root), made on first use; `run_probe` picks the right one."""
+    """One pool per DeepSpeed build (its root), made on first use; `run_probe` picks the right one. `most`: how
+    many stay warm at once (a warm parent holds ~350 MB): past it, the least recently used one is stopped, and
+    started again if its build comes back."""
 
-    def __init__(self, work: Path) -> None:
-        self.work, self.pools = work, {}
+    def __init__(self, work: Path, most: int | None = None) -> None:
+        self.work, self.pools, self.most, self.made = work, {}, most, 0
 
     def run_probe(
         self,
@@ -205,9 +207,15 @@ class Pools:
         return self._pool(deepspeed_root).run_module(module, args, deepspeed_root, ranks, timeout_s)
 
     def _pool(self, deepspeed_root: Path | None) -> Pool:
-        if deepspeed_root not in self.pools:
-            self.pools[deepspeed_root] = Pool(deepspeed_root, self.work / f"pool{len(self.pools)}")
-        return self.pools[deepspeed_root]
+        pool = self.pools.pop(deepspeed_root, None)
+        if pool is None:
+            pool = Pool(deepspeed_root, self.work / f"pool{self.made}")
+            self.made += 1
+        self.pools[deepspeed_root] = pool  # the most recently used last
+        if self.most is not None:
+            for stale in list(self.pools)[: -self.most]:
+                self.pools.pop(stale).close()
+        return pool
 
     def close(self) -> None:
         for pool in self.pools.values():

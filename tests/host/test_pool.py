@@ -119,3 +119,25 @@ def test_the_pools_refuse_a_gpu_cell(tmp_path):
     with pool.Pools(tmp_path) as pools:
         with pytest.raises(ValueError, match="CPU cells only, not cuda"):
             pools.run_probe(cells.PROBE, tmp_path / "x.json", None, ranks=2, backend="cuda")
+
+
+def test_past_most_the_least_recently_used_pool_is_stopped_and_started_again_when_its_build_returns(
+    tmp_path, monkeypatch
+):
+    closed = []
+
+    class Stub:
+        def __init__(self, root, work):
+            self.root = root
+
+        def run_module(self, module, args, root, ranks, timeout_s):
+            return 0, str(root)
+
+        def close(self):
+            closed.append(self.root)
+
+    monkeypatch.setattr(pool, "Pool", Stub)
+    pools = pool.Pools(tmp_path, most=2)
+    for root in ("series", "a", "series", "b", "series", "a"):
+        assert pools.run_module("m", [], root, 2, 1) == (0, root)
+    assert closed == ["a", "b"]  # "series", used every other run, stays warm

@@ -26,6 +26,8 @@ from ..pool import Pools
 from . import patched_copy
 from .regression import PREREQUISITES, TESTS_BY_PATCH
 
+# Builds kept warm at once: the whole series (every script's second run) and the one a script runs without its patch.
+WARM_BUILDS = 2
 SCRIPTS_DIR = Path(__file__).resolve().parents[2] / "issue_scripts"
 RUNNER = "repro.rank.script_runner"
 SERIES = findings.SERIES  # every patch of the series comes with its upstream test
@@ -157,7 +159,10 @@ def section(text: str, versions: str) -> list[str]:
 def main(log: Callable[[str], None] = print) -> int:
     """Each script with and without its patch: exit 0 when every one shows its bug without it and is correct
     with the whole series, 1 when one is not, 3 when one broke."""
-    with tempfile.TemporaryDirectory(prefix="repro-issue-scripts-") as work, Pools(Path(work)) as pools:
+    with (
+        tempfile.TemporaryDirectory(prefix="repro-issue-scripts-") as work,
+        Pools(Path(work), most=WARM_BUILDS) as pools,
+    ):
         return _run_all(pools, log)
 
 

@@ -81,6 +81,7 @@ EXPECTED_FAILURES = {
     "0019": {
         "test_each_layer_norm_goes_where_the_layer_applies_it[False]": A,
         "test_the_layer_norm_placement_is_read_from_the_layer[False]": A,
+        "test_a_checkpoint_s_layer_norms_go_where_the_layer_applies_them[False]": A,
     },
     "0020": {"test_post_layer_norm_linear_adds_the_merged_qkv_bias[True]": A},
     "0021": {"test_policy_matches_the_layer_when_the_top_level_package_does_not_export_it": A},
@@ -157,7 +158,7 @@ def test_every_test_passes_with_the_whole_series():
     tests = tuple(t for patch_tests in regression.TESTS_BY_PATCH.values() for t in patch_tests)
     result = regression.run_upstream_test(root, timeout_s=900, tests=tests)
     assert result["outcome"] == "pass", result.get("error", "") + result["output_tail"]
-    assert len(result["tests"]) == 95 and set(result["tests"].values()) == {"passed"}
+    assert len(result["tests"]) == 97 and set(result["tests"].values()) == {"passed"}
 
 
 def test_each_patch_is_proven_on_its_prerequisites_without_and_with_it_and_builds_are_shared():

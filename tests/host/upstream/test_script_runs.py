@@ -76,7 +76,7 @@ def test_the_committed_texts_carry_the_current_scripts():
 @pytest.fixture(scope="module")
 def pools(tmp_path_factory):
     """Warm parents, one per build, shared by the scripts' runs (as `python -m repro issue-scripts` does)."""
-    with Pools(tmp_path_factory.mktemp("pools")) as warm:
+    with Pools(tmp_path_factory.mktemp("pools"), most=issue_scripts.WARM_BUILDS) as warm:
         yield warm
 
 

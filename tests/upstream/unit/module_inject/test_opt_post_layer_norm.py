@@ -3,10 +3,13 @@
 
 # DeepSpeed Team
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 from deepspeed.inference.config import DeepSpeedInferenceConfig
+from deepspeed.module_inject.auto_tp import ReplaceWithTensorSlicing
 from deepspeed.module_inject.containers import HFOPTLayerPolicy
 from deepspeed.module_inject.utils import policy_to_ds_container
 
@@ -61,3 +64,29 @@ def test_the_layer_norm_placement_is_read_from_the_layer(do_layer_norm_before):
     model = tiny_opt(do_layer_norm_before)
 
     assert build_container(model, None).ds_model_config.pre_layer_norm == do_layer_norm_before
+
+
+# init_inference with a checkpoint (meta tensors) fills the injected layer's LayerNorm slots from the state dict
+# through the container's load_params(), with the same placement.
+@pytest.mark.parametrize("do_layer_norm_before", [True, False])
+def test_a_checkpoint_s_layer_norms_go_where_the_layer_applies_them(do_layer_norm_before):
+    model = tiny_opt(do_layer_norm_before)
+    container = build_container(model, model.config)
+    hidden = model.config.hidden_size
+    sd = {
+        f"layer.{norm}.{param}": torch.full((hidden, ), float(value))
+        for value, (norm, param) in enumerate(
+            (norm, param) for norm in ("self_attn_layer_norm", "final_layer_norm") for param in ("weight", "bias"))
+    }
+    injected = SimpleNamespace(attention=SimpleNamespace(),
+                               mlp=SimpleNamespace(attn_nw=torch.empty(hidden), attn_nb=torch.empty(hidden)),
+                               norm_w=torch.empty(hidden),
+                               norm_b=torch.empty(hidden))
+
+    container.load_params(injected, sd, None, ReplaceWithTensorSlicing(), "layer.")
+
+    before_mlp, other = ("final_layer_norm", "self_attn_layer_norm")[::1 if do_layer_norm_before else -1]
+    assert torch.equal(injected.mlp.attn_nw, sd[f"layer.{before_mlp}.weight"])
+    assert torch.equal(injected.mlp.attn_nb, sd[f"layer.{before_mlp}.bias"])
+    assert torch.equal(injected.norm_w, sd[f"layer.{other}.weight"])
+    assert torch.equal(injected.norm_b, sd[f"layer.{other}.bias"])
