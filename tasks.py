@@ -120,6 +120,7 @@ def test(c, in_image=False, backend="cpu", engine="auto", pytest_args="", fast=F
     images."""
     if in_image:
         _exit(_run(jobs.test_in_images, backend, engine, dry_run))
+        return
     tier = _run(jobs.tier_of, fast=fast, proofs=proofs, all=all)
     _exit(_run(jobs.local_tests, pytest_args, dry_run, tier=tier))
 

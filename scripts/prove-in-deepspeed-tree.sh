@@ -8,7 +8,10 @@
 #   scripts/prove-in-deepspeed-tree.sh /path/to/DeepSpeed [SERIES_DIR]
 #
 # SERIES_DIR defaults to repro/patches (the series for master); repro/patches/<version> holds the same series
-# for a release where a patch's context differs there. Set DS_TESTS="unit/... unit/..." to also run DeepSpeed's
+# for a release where a patch's context differs there. SERIES_DIR may also be one pull request
+# (repro/patches/prs/NN-slug): what it REQUIRES is taken first on both trees, so its tests run on the tree with
+# only those (they must fail) and with the pull request too (they must pass); a pull request's form for the
+# checkout's version (NN-slug/<version>/, from version.txt) is taken where it has one. Set DS_TESTS="unit/... unit/..." to also run DeepSpeed's
 # own tests of the areas the series touches with the series applied (docs/upstream.md lists the CPU set).
 # CPU: DS_ACCELERATOR=cpu, and LOCAL_SIZE=2 so that the CPU accelerator offers the two ranks the tests ask for.
 set -euo pipefail
@@ -16,9 +19,30 @@ src=${1:?usage: scripts/prove-in-deepspeed-tree.sh /path/to/DeepSpeed-checkout [
 repo=$(cd "$(dirname "$0")/.." && pwd)
 series=$(cd "${2:-$repo/repro/patches}" && pwd)
 python=${PYTHON:-$repo/.venv/bin/python}
-patches=("$series"/[0-9][0-9][0-9][0-9]-*.patch)
-[ -e "${patches[0]}" ] || { echo "error: no NNNN-*.patch in $series" >&2; exit 2; }
 git -C "$src" rev-parse --git-dir >/dev/null 2>&1 || { echo "error: $src is not a git checkout" >&2; exit 2; }
+version=$(cat "$src/version.txt" 2>/dev/null || true)
+form() {  # the patch files of a series or pull request directory, in their form for the checkout's version
+  local dir=$1
+  if [ -n "$version" ] && [ -d "$dir/$version" ]; then dir="$dir/$version"; fi
+  ls "$dir"/[0-9][0-9][0-9][0-9]-*.patch 2>/dev/null || true
+}
+requires() {  # the pull requests a pull request directory REQUIRES, transitively, in the order they apply
+  local need
+  [ -f "$1/REQUIRES" ] || return 0
+  while read -r need; do
+    [ -n "$need" ] || continue
+    [ -d "$(dirname "$1")/$need" ] && requires "$(dirname "$1")/$need"
+    echo "$(dirname "$1")/$need"
+  done < "$1/REQUIRES"
+}
+mapfile -t patches < <(form "$series")
+[ "${#patches[@]}" -gt 0 ] || { echo "error: no NNNN-*.patch in $series" >&2; exit 2; }
+mapfile -t required < <(requires "$series" | awk '!seen[$0]++')
+for dir in "${required[@]}"; do
+  [ -d "$dir" ] || { echo "error: $series requires ${dir##*/}, which is not beside it" >&2; exit 2; }
+done
+first=()
+for dir in "${required[@]}"; do mapfile -t -O "${#first[@]}" first < <(form "$dir"); done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export DS_ACCELERATOR=cpu LOCAL_SIZE=${LOCAL_SIZE:-2} PYTHONDONTWRITEBYTECODE=1
@@ -42,9 +66,16 @@ run() {  # $1: tree; the summary line, then each test that did not pass
   echo "$out" | grep -E '^(FAILED|ERROR) ' | sed 's/^/    /' || true
 }
 
-echo "DeepSpeed $(git -C "$src" rev-parse --short HEAD) ($(cat "$src/version.txt")), series $series"
+echo "DeepSpeed $(git -C "$src" rev-parse --short HEAD) ($version), series $series"
 tree "$work/as-is"
 tree "$work/series"
+if [ "${#first[@]}" -gt 0 ]; then
+  echo "first, on both trees, what it requires: ${required[*]##*/} (${#first[@]} commits)"
+  for t in as-is series; do
+    git -C "$work/$t" -c user.name=prove -c user.email=prove@localhost am -q "${first[@]}" \
+      || { echo "error: git am does not take what $series requires" >&2; exit 1; }
+  done
+fi
 git -C "$work/series" -c user.name=prove -c user.email=prove@localhost am -q "${patches[@]}" \
   || { echo "error: git am does not take the series" >&2; exit 1; }
 echo "git am: $(git -C "$work/series" rev-list --count HEAD~${#patches[@]}..HEAD) commits"

@@ -131,3 +131,11 @@ def test_the_clis_description_names_every_command():
     parser = build_parser()
     commands = next(a for a in parser._actions if a.dest == "command").choices
     assert all(name in parser.description for name in commands)
+
+
+def test_the_in_image_tests_run_only_in_the_images():
+    """`invoke test --in-image` proves the fix inside both images and nothing else (seen: it went on to run the
+    local suite after the images' runs)."""
+    proc = _invoke("test", "--in-image", "--engine", "buildah", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert "python -m repro regression" in proc.stdout and "pytest" not in proc.stdout

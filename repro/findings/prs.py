@@ -17,6 +17,9 @@ class PullRequest:
     findings: tuple[str, ...]  # by registry id, in the series' order
     value: str  # why a maintainer takes it, in one sentence
     requires: tuple[str, ...] = ()  # slugs
+    # One commit instead of one per finding, under this subject, where the findings' patches edit the same lines
+    # (a reviewer reads them as one change): the commit message is each patch's, in order.
+    squash: str = ""
 
     @property
     def patches(self) -> tuple[str, ...]:
@@ -99,6 +102,7 @@ PRS: tuple[PullRequest, ...] = (
         "Hybrid Engine: the model's own LayerNorms outside the layers (epsilon, no weights)",
         ("layer-norm-eps", "layer-norm-without-weights"),
         "a model whose epsilon is not 1e-5 drifts; OPT without LayerNorm weights fails at initialize",
+        squash="Keep the model's own LayerNorms in the Hybrid Engine's replacements",
     ),
     PullRequest(
         "refusals",

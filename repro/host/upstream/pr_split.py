@@ -28,6 +28,7 @@ PRS_DIR = REPO_ROOT / "repro" / "patches" / "prs"
 # What the tensor-parallel pull request costs a rank, measured (repro.host.upstream.tp_cost).
 TP_COST = REPO_ROOT / "results" / "reference" / "tp-cost" / "tp-cost.json"
 RELEASE = "0.19.8"
+CPU_PARAGRAPH = "The figures above were measured on CPU"  # how a commit message says what is CPU evidence
 AUTHOR = (
     "-c",
     "user.name=deepspeed-he-zero3-repro",
@@ -76,7 +77,21 @@ def _take(tree: Path, base: str, pr: PullRequest, release: str | None) -> str:
             before = [directory(n) for n in required(pr)] or "nothing"
             raise SplitError(f"{directory(pr)}: patch {number} does not apply on {release or 'master'} with only "
                              f"{before} before it: {exc}") from None  # fmt: skip
+    if pr.squash:
+        _squash(tree, start, pr.squash)
     return start
+
+
+def _squash(tree: Path, start: str, subject: str) -> None:
+    """start..HEAD as one commit: `subject`, then each commit's message body in order (a paragraph they share, as
+    the CPU-evidence one, once at the end), dated as the first."""
+    commits = _git(tree, "rev-list", "--reverse", f"{start}..HEAD").split()
+    paragraphs = [p.strip() for c in commits for p in _git(tree, "log", "-1", "--format=%b", c).split("\n\n")]
+    shared = [p for p in dict.fromkeys(paragraphs) if p.startswith(CPU_PARAGRAPH)]
+    body = [p for p in paragraphs if p and p not in shared] + shared
+    date = _git(tree, "log", "-1", "--format=%aD", commits[0]).strip()
+    _git(tree, "reset", "-q", "--soft", start)
+    _git(tree, "commit", "-q", f"--date={date}", "-m", "\n\n".join([subject, *body]))
 
 
 def _export(tree: Path, start: str, dest: Path) -> list[Path]:
@@ -141,6 +156,9 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
               for f in found]  # fmt: skip
     lines += ["", "## The fix", ""]
     lines += [f"- {_subject(p)}" for p in patches]
+    if pr.squash:
+        lines += ["", f"One commit for the series' patches {', '.join(f'`{n}`' for n in pr.patches)}: they edit the "
+                  "same lines."]  # fmt: skip
     lines += ["", "Each commit's message says the cause, the fix and its test in full."]
     lines += ["", "## Tests", ""]
     lines += [f"- `tests/{t}` (`{f.patch}`)" for f in found for t in f.tests]
@@ -155,7 +173,8 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
     lines += [
         "## Evidence",
         "",
-        f"{len(patches)} commits, {_changed_lines(patches)} changed lines. Each commit's test fails on DeepSpeed "
+        f"{len(patches)} commit{'s' if len(patches) > 1 else ''}, {_changed_lines(patches)} changed lines. "
+        "Each commit's test fails on DeepSpeed "
         "without the commit and passes with it (run on CPU with DeepSpeed's PyTorch paths, and with our PyTorch "
         "stand-ins for the `transformer_inference` kernels where a test needs a kernel: CPU evidence). No GPU "
         "or AMD run has been made. The figures in the commit messages come from the same CPU runs.",

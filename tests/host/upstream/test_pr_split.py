@@ -18,9 +18,18 @@ def subjects(patches):
 def test_a_pull_request_carries_its_findings_commits_and_says_what_it_needs(pr):
     folder = pr_split.PRS_DIR / directory(pr)
     series = [patched_copy.patch_file(n, "master") for n in pr.patches]
-    assert subjects(pr_split.pr_patches(pr, None)) == subjects(series)
+    expected = [pr.squash] if pr.squash else subjects(series)  # one commit where the patches edit the same lines
+    assert subjects(pr_split.pr_patches(pr, None)) == expected
     if (folder / pr_split.RELEASE).is_dir():
-        assert subjects(pr_split.pr_patches(pr, pr_split.RELEASE)) == subjects(series)
+        assert subjects(pr_split.pr_patches(pr, pr_split.RELEASE)) == expected
+    files = {f for p in pr_split.pr_patches(pr, None) for f in re.findall(r"(?m)^\+\+\+ b/(\S+)", p.read_text())}
+    assert files == {f for p in series for f in re.findall(r"(?m)^\+\+\+ b/(\S+)", p.read_text())}
+    for patch in pr_split.pr_patches(pr, None):  # a squashed message says what is CPU evidence once, at its end
+        message = patch.read_text().split("\n---\n", 1)[0]
+        assert message.count(pr_split.CPU_PARAGRAPH) <= 1
+        assert pr_split.CPU_PARAGRAPH not in message or message.rstrip().split("\n\n")[-1].startswith(
+            pr_split.CPU_PARAGRAPH
+        )
     text = (folder / "PR.md").read_text()
     assert all(f"**{f}**" in text and findings.by_id(f).patch in text for f in pr.findings)
     needs = (folder / "REQUIRES").read_text().split() if (folder / "REQUIRES").exists() else []

@@ -6,6 +6,7 @@
 import torch
 
 import deepspeed
+from deepspeed.accelerator import get_accelerator
 from deepspeed.module_inject import ReplaceWithTensorSlicing
 from deepspeed.module_inject.containers.features.gated_mlp import HybridGatedMLPContainer
 from deepspeed.module_inject.containers.features.split_qkv import HybridSplitQKVContainer
@@ -28,7 +29,8 @@ ZERO3 = {
 def partitioned_linears(count, bias):
     """Linears of ROWS x HIDDEN partitioned by ZeRO-3 across the ranks, and their full weights and biases."""
     torch.manual_seed(0)
-    references = [torch.nn.Linear(HIDDEN, ROWS, bias=bias) for _ in range(count)]
+    device = get_accelerator().current_device_name()
+    references = [torch.nn.Linear(HIDDEN, ROWS, bias=bias, device=device) for _ in range(count)]
     with deepspeed.zero.Init(config_dict_or_path=ZERO3):
         linears = [torch.nn.Linear(HIDDEN, ROWS, bias=bias) for _ in range(count)]
     for linear, reference in zip(linears, references):

@@ -6,6 +6,7 @@
 import torch
 
 import deepspeed
+from deepspeed.accelerator import get_accelerator
 from deepspeed.module_inject.containers.features.hybrid_megatron import HybridMegatronContainer
 from deepspeed.runtime.zero import GatheredParameters
 from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
@@ -39,7 +40,7 @@ def inference_layout(x):
 def partitioned_qkv():
     """A GPT-NeoX QKV projection partitioned by ZeRO-3 across the ranks, and its full weight and bias."""
     torch.manual_seed(0)
-    reference = torch.nn.Linear(HIDDEN, 3 * HIDDEN)
+    reference = torch.nn.Linear(HIDDEN, 3 * HIDDEN, device=get_accelerator().current_device_name())
     config = {
         "train_micro_batch_size_per_gpu": 1,
         "zero_optimization": {
