@@ -38,7 +38,7 @@ def _exit(code: int) -> None:
         "backend": "auto (ROCm image if an engine and /dev/kfd exist, else CPU image, else local), rocm, cpu",
         "engine": "auto (docker, then podman, else local), docker, podman, buildah, apptainer (SIF files under "
         "build/sif/), or local (no container)",
-        "model": "default: EleutherAI/pythia-410m-deduped on ROCm when available, else pythia-410m (seeded random "
+        "model": f"default: {jobs.REAL_PYTHIA} on ROCm when available, else {jobs.RANDOM_PYTHIA} (seeded random "
         "weights); also tiny, a hub id or a local directory",
         "ranks": "world size (default 2; 1 hides the bug and is refused)",
         "gpus": "AMD GPUs to use, e.g. 0,1 (sets HIP_VISIBLE_DEVICES in the container)",
@@ -184,7 +184,7 @@ def bench(c, full=False, out=""):
     """Measure the speed/memory goals: tiny pair vs import floor, 410M pair wall and peak RSS per rank."""
     from repro.host import bench as bench_mod
 
-    result = bench_mod.run(["tiny", "pythia-410m"] if full else ["tiny"])
+    result = bench_mod.run(["tiny", jobs.RANDOM_PYTHIA] if full else ["tiny"])
     print(bench_mod.render(result))
     if out:
         Path(out).write_text(json.dumps(result, indent=2) + "\n")

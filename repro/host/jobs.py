@@ -34,6 +34,7 @@ from .rundir import new_run_dir
 from .upstream import regression
 
 REAL_PYTHIA = "EleutherAI/pythia-410m-deduped"
+RANDOM_PYTHIA = "pythia-410m"  # its architecture with seeded random weights: the default on CPU
 GPU_NAMES = {"gfx90a": "mi250", "gfx942": "mi300x"}
 
 
@@ -81,15 +82,15 @@ def default_model(backend: str, log=print, network: bool = True) -> str:
     `network` is off, as in a dry run), so the numbers sit beside the upstream report's; else (and on
     CPU) the seeded-random Pythia-410M architecture, and the log says it fell back."""
     if backend != "rocm":
-        return "pythia-410m"
+        return RANDOM_PYTHIA
     try:
         if network:
             check_available(REAL_PYTHIA)
         else:
             check_cached(REAL_PYTHIA)
     except ModelUnavailable as exc:
-        log(f"note: {REAL_PYTHIA} is not available ({exc}); falling back to seeded random weights (pythia-410m)")
-        return "pythia-410m"
+        log(f"note: {REAL_PYTHIA} is not available ({exc}); falling back to seeded random weights ({RANDOM_PYTHIA})")
+        return RANDOM_PYTHIA
     return REAL_PYTHIA
 
 

@@ -30,6 +30,7 @@ class InferenceLayerStub(torch.nn.Module):
 
 
 def gpt_neox():
+    torch.manual_seed(0)  # the same weights on every rank, spawned or forked
     config = transformers.GPTNeoXConfig(vocab_size=64,
                                         hidden_size=HIDDEN,
                                         num_hidden_layers=2,
