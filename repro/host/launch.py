@@ -291,12 +291,19 @@ def run_probe(
 ) -> dict:
     """Runs a small rank script (`python -m MODULE OUT.json`) under torchrun; returns its JSON."""
     returncode, output = run_module(module, [str(out_json)], deepspeed_root, ranks, timeout_s, backend)
+    result = probe_json(module, out_json, returncode, output)
+    if os.environ.get("REPRO_DEBUG"):  # the ranks' output stays beside the result, as a pool's does
+        out_json.with_suffix(".log").write_text(output)
+    return result
+
+
+def probe_json(module: str, out_json: Path, returncode: int, output: str) -> dict:
+    """A probe's JSON once its ranks ended (under torchrun or a pool); when one failed or none wrote it,
+    LaunchError with the first error, the ranks' output kept beside it as OUT.log."""
     if returncode != 0 or not out_json.exists():
         log = out_json.with_suffix(".log")
         log.write_text(output)
         raise LaunchError(f"{module}: ranks exited with status {returncode}: {first_error(output)} (full log: {log})")
-    if os.environ.get("REPRO_DEBUG"):  # the ranks' output stays beside the result, as a pool's does
-        out_json.with_suffix(".log").write_text(output)
     return json.loads(out_json.read_text())
 
 

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from ..paths import REPO_ROOT
-from .launch import Interrupted, LaunchError, first_error, free_port, rank_env
+from .launch import Interrupted, LaunchError, free_port, probe_json, rank_env
 
 WORKER = "repro.rank.pool_worker"
 START_TIMEOUT_S = 300.0  # imports on a cold, busy 2-core machine
@@ -107,14 +107,10 @@ class Pool:
     ) -> dict:
         self._check_root(deepspeed_root)
         logs = [out_json.with_suffix(f".rank{r}.log") for r in range(ranks)]
-        failed, log = self._run(module, [str(out_json)], logs, timeout_s)
-        if failed or not out_json.exists():
-            joined = out_json.with_suffix(".log")
-            joined.write_text(log)
-            raise LaunchError(f"{module}: ranks exited with status {failed}: {first_error(log)} (full log: {joined})")
+        result = probe_json(module, out_json, *self._run(module, [str(out_json)], logs, timeout_s))
         for f in logs if not os.environ.get("REPRO_DEBUG") else ():  # with it, each rank's log stays beside the cell
             f.unlink(missing_ok=True)
-        return json.loads(out_json.read_text())
+        return result
 
     def run_module(
         self, module: str, args: list[str], deepspeed_root: Path | None, ranks: int, timeout_s: float
