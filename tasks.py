@@ -224,6 +224,7 @@ def conformance(
     config="",
     weights=False,
     allow_pickle=False,
+    transformers="",
     backend="cpu",
     engine="auto",
     gpus="",
@@ -237,6 +238,7 @@ def conformance(
     suite += (["--shard", shard] if shard else []) + (["--arch", arch] if arch else [])
     suite += ["--ranks", str(ranks)] if int(ranks) else []
     suite += (["--config", config] if config else []) + ["--weights"] * weights + ["--allow-pickle"] * allow_pickle
+    suite += ["--transformers", transformers] if transformers else []
     request = jobs.ConformanceRequest(out=out, resume=resume, backend=backend, engine=engine, gpus=gpus,
                                       dry_run=dry_run, suite=suite)  # fmt: skip
     _exit(_run(jobs.conformance, request))

@@ -165,7 +165,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         metavar="PATH",
         help="check my model: a Hugging Face config.json (or a model directory): its tiny twin in the quick "
-        "scenarios, released and with the series",
+        "scenarios, released and with the series; a model type DeepSpeed has no policy for (Mistral, Qwen2, "
+        "Falcon, ...) is measured as not served",
+    )
+    conformance.add_argument(
+        "--transformers",
+        metavar="VERSION",
+        help="with --config: the Transformers to check on (the pinned one or one with a "
+        "constraints-transformers-VERSION.txt; default: where the Hybrid Engine engages the architecture)",
     )
     conformance.add_argument(
         "--weights", action="store_true", help="with --config DIR: the model itself, with its model.safetensors"
@@ -299,12 +306,25 @@ def main(argv: list[str] | None = None) -> int:
                 return conformance.merge(args.out, args.merge, regenerate=args.regenerate)
             if (args.weights or args.allow_pickle) and args.config is None:
                 raise UsageError("--weights and --allow-pickle check a model given with --config DIR")
+            if args.transformers and args.config is None:
+                raise UsageError("--transformers chooses the Transformers a model given with --config is checked on")
             model = None
             if args.config is not None:
                 from .host.conformance import my_model
 
-                my_model.plan(args.config, args.weights, args.allow_pickle)  # refuses bad input before anything runs
-                model = {"config": str(args.config), "weights": args.weights, "allow_pickle": args.allow_pickle}
+                if not my_model.served(args.config):
+                    from .host.conformance import unserved
+
+                    if args.weights or args.resume:
+                        raise UsageError("a model type DeepSpeed has no policy for is measured on its tiny twin, "
+                                         "into a new --out (no --weights, no --resume)")  # fmt: skip
+                    if args.out is None:
+                        raise UsageError("--config writes its cells to --out DIR")
+                    return unserved.main(args.config, args.out, args.transformers)
+                # refuses bad input before anything runs
+                my_model.plan(args.config, args.weights, args.allow_pickle, args.transformers)
+                model = {"config": str(args.config), "weights": args.weights, "allow_pickle": args.allow_pickle,
+                         "transformers": args.transformers}  # fmt: skip
             return conformance.main(
                 args.out or args.resume,
                 model=model,

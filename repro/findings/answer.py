@@ -78,6 +78,8 @@ def answer(setup: Setup, served: bool = True, registry: tuple[Finding, ...] = FI
         behind = tuple(f for f in behind if any(scope.engine_generate for scope in f.scopes))
     if not served or any(limit.outcome == SILENTLY_OFF for limit in limits):
         with_series = SILENTLY_OFF  # DeepSpeed declines the model: it stays native
+    elif any(limit.outcome == SILENTLY_WRONG for limit in limits):  # an open bug: the series does not fix it yet
+        with_series = SILENTLY_WRONG
     elif limits or any(f.refuses(setup.model_config) for f in hit):  # DeepSpeed's own refusal stays too
         with_series = REFUSED
     else:

@@ -114,7 +114,8 @@ class Finding:
 @dataclass(frozen=True)
 class Limit:
     """What DeepSpeed does by design, with no patch in the series: where the Hybrid Engine declines a model (it
-    runs natively, or refuses by name). A user's answer names it beside the findings."""
+    runs natively, or refuses by name); or an open bug, measured and diagnosed but not yet patched (outcome
+    SILENTLY_WRONG: it stays with the series). A user's answer names it beside the findings."""
 
     id: str
     summary: str

@@ -117,6 +117,14 @@ PRS: tuple[PullRequest, ...] = (
         ("decode-as-prompt",),
         "only DeepSpeed's PyTorch attention path is hit (the CUDA kernel recomputes it): lowest value",
     ),
+    PullRequest(
+        "transformers-5",
+        "Kernel injection: GPT-NeoX, OPT and GPT-J layers on Transformers 5 (tensor returns)",
+        ("layer-tensor-return",),
+        "GPT-NeoX crashes on Transformers >= 5.2, OPT and GPT-J from 5.24 (the newest, 5.25.0, included)",
+        # its lines sit next to the GPT-NeoX, OPT and GPT-J containers' fixes; the tensor under use_cache is 0008's
+        requires=("current-transformers", "gptneox", "opt", "refusals"),
+    ),
 )
 
 

@@ -18,6 +18,13 @@ BIAS_FREE = ("gpt-neo", "llama", "gpt-j")
 OPT_ENGAGED = "4.48.3"
 BLOOM_ENGAGED = "4.43.4"
 FIRST_BOOL_MASKS = "4.53.0"
+# Transformers 5: the first release and the newest on PyPI (2026-12-03) the suite runs on; the first releases whose
+# GPT-NeoX (5.2.0) and OPT / GPT-J (5.24.0: OPT's layers take `cache`, which DeepSpeed's native-path check misses)
+# models pass a layer's return straight to the next layer.
+FIRST_TRANSFORMERS_5 = "5.0.0"
+NEWEST_TRANSFORMERS = "5.25.0"
+FIRST_NEOX_TENSOR_RETURN = "5.2.0"
+FIRST_GPTJ_TENSOR_RETURN = "5.24.0"
 # `needs`: earlier patches of the series a patch's tests need beside it: 0004 reads the QKV layout record 0002 adds,
 # and its ZeRO-3 cases show only once 0001 makes transforms persist; 0005/0006/0014/0015 build a GPT-NeoX
 # container, which needs 0000 on current Transformers (0014/0015 edit gptneox.py beside 0006's lines); 0010's and
@@ -637,6 +644,43 @@ FINDINGS: tuple[Finding, ...] = (
         scripts=(Script("tensor_parallel_mpu.py", 2, ("--arch", "bloom", "--zero", "3"), BLOOM_ENGAGED),),
         shows=("tensor-parallel generate() gathers the prompts but not their attention masks ({patch})",),
     ),
+    Finding(
+        id="layer-tensor-return",
+        patch="0034",
+        summary="Transformers 5 passes what each GPT-NeoX (from 5.2), OPT and GPT-J (from 5.24) layer returns "
+        "straight to the next layer; the injected layers return a tuple, so every Hybrid Engine generate fails "
+        "(`'tuple' object has no attribute 'size'`).",
+        outcome=CRASH,
+        # OPT stays native (DeepSpeed's own check, `opt-cache-native`) until 5.24 renames its layers' cache argument
+        scope=Scope(archs=("gpt-neox",), transformers=(FIRST_NEOX_TENSOR_RETURN, None)),
+        also=(Scope(archs=("opt", "gpt-j"), transformers=(FIRST_GPTJ_TENSOR_RETURN, None)),),
+        workaround=f"Transformers < {FIRST_NEOX_TENSOR_RETURN} (GPT-NeoX), < {FIRST_GPTJ_TENSOR_RETURN} (OPT, GPT-J)",
+        tests=("unit/module_inject/test_injected_layer_tensor_return.py",),
+        # the layer's tensor under use_cache is 0008's; its lines sit next to those of every earlier patch of the
+        # GPT-NeoX, OPT and GPT-J containers (0000 also gives GPT-NeoX's container its head count)
+        needs=(
+            "gptneox-hidden-heads",
+            "3453",
+            "rotary-base",
+            "llama-layer-tuple",
+            "gptneox-activation",
+            "gptneox-attention-bias",
+            "opt-activation",
+            "opt-bias",
+            "opt-post-layer-norm",
+            "gptneox-layer-class",
+            "opt-layer-norm-affine",
+            "gptj-activation",
+        ),  # fmt: skip
+        bug_errors=("AttributeError",),
+        text="ISSUE-layer-tensor-return.md",
+        scripts=tuple(
+            Script("layer_tensor_return.py", args=("--arch", arch), transformers=NEWEST_TRANSFORMERS)
+            # not OPT: injected only from 5.24, where its positions are wrong with the series too (empty-cache-positions)
+            for arch in ("gpt-neox", "gpt-j")
+        ),  # fmt: skip
+        shows=("injected layer returns a tuple where Transformers 5 expects a tensor ({patch})",),
+    ),
 )
 
 # DeepSpeed's own limits, not bugs of the series: its choice, left as it is, named in a user's answer.
@@ -647,8 +691,19 @@ LIMITS: tuple[Limit, ...] = (
         "native path: the Hybrid Engine injects nothing and generation runs Hugging Face's own forward, without its "
         "speed-up and without a warning.",
         outcome=SILENTLY_OFF,
-        scope=Scope(archs=("opt",), transformers=("4.49.0", None)),
+        # Its check looks for `cache_position` or `past_key_values`: from 5.24 OPT's layers take `cache`, injected
+        scope=Scope(archs=("opt",), transformers=("4.49.0", "5.23.0")),
         workaround=f"Transformers <= {OPT_ENGAGED} for the Hybrid Engine's speed-up",
+    ),
+    # Open: measured and diagnosed (repro.host.conformance.diagnosis.OPEN_CACHE_BEHIND), no patch in the series yet.
+    Limit(
+        id="empty-cache-positions",
+        summary="From Transformers 5.4, GPT-Neo and OPT place each decode step by the length of the Transformers "
+        "Cache, which the injected layers never fill (they keep their keys and values to themselves): every "
+        "generated token after the first is computed at the wrong position. Open: not yet patched.",
+        outcome=SILENTLY_WRONG,
+        scope=Scope(archs=("gpt-neo", "opt"), transformers=("5.4.0", None)),
+        workaround="Transformers < 5.4 (GPT-Neo; OPT stays native, unserved, up to 5.23)",
     ),
     Limit(
         id="bloom-transformers",

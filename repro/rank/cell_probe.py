@@ -231,6 +231,7 @@ def run(spec: dict) -> dict:
                     else None
                 )
                 injected, prompts = he_faults.LayerCalls(containers), he_faults.PromptFlags(containers)
+                cache_steps = he_faults.CacheSteps(engine.module)
                 try:
                     with torch.no_grad():  # DeepSpeed-Chat's call: the HE replaces module.generate when it engages
                         he_tokens, he_logits = greedy(engine.module, ids, n, spec["synced_gpus"], mask)
@@ -242,6 +243,7 @@ def run(spec: dict) -> dict:
                     result["kernel_paths"] = fallbacks.kernel_paths(c.module for c in containers)
                     result["approximations"] = lifted + approximations(model.config, result["kernel_paths"])
                     result["attention_prompt_flags"] = prompts.remove()
+                    result["transformers_cache_steps"] = cache_steps.remove()
                 if layers_saw is not None:
                     layers_saw.remove()
                     result["weights_seen_by_inference_layers"] = layers_saw.records

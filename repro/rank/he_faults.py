@@ -104,6 +104,35 @@ class LayerCalls:
         return self.calls
 
 
+class CacheSteps:
+    """Each forward generate makes through the model: how many tokens its Transformers Cache says it holds, against
+    how many the model has seen before this step (its attention mask's length less the step's new tokens). The
+    injected layers keep their keys and values to themselves; from Transformers 5.4 GPT-Neo and OPT compute the step's
+    positions (and masks) from the Cache's length, so a Cache left behind moves every decode step to the wrong
+    position."""
+
+    def __init__(self, model) -> None:
+        self.steps: list[dict] = []
+        self._fed = 0
+        self.handle = model.register_forward_pre_hook(self._step, with_kwargs=True)
+
+    def _step(self, module, args, kwargs) -> None:
+        cache = next((kwargs[k] for k in ("past_key_values", "cache") if kwargs.get(k) is not None), None)
+        ids, mask = kwargs.get("input_ids", args[0] if args else None), kwargs.get("attention_mask")
+        if ids is None:
+            return
+        # The mask spans what the model has seen and this step's tokens; without one (Transformers 5.25 drops an
+        # all-ones mask) the tokens fed by earlier steps of this generate are what it has seen.
+        seen = mask.shape[-1] - ids.shape[-1] if mask is not None else self._fed
+        self._fed += ids.shape[-1]
+        if hasattr(cache, "get_seq_length"):
+            self.steps.append({"cache_length": int(cache.get_seq_length()), "seen": int(seen)})
+
+    def remove(self) -> list[dict]:
+        self.handle.remove()
+        return self.steps
+
+
 class PromptFlags:
     """What the injected attention took each call for: `is_prompt` as `DeepSpeedSelfAttention.forward` passes it
     to `compute_attention`, against the number of tokens the call was given. A decode step (one token after a

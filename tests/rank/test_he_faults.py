@@ -137,3 +137,27 @@ def test_prompt_flags_record_the_first_layers_masks_against_the_keys_it_attends_
         {"tokens": 1, "dtype": None, "mask_keys": None, "keys": 6},
     ]
     assert he_faults.mask_record(1, torch.empty(1)) == {"tokens": 1, "dtype": None, "mask_keys": None}  # no mask
+
+
+class _Cache:
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+
+class _Model(torch.nn.Module):
+    def forward(self, input_ids=None, attention_mask=None, past_key_values=None):
+        return input_ids
+
+
+def test_cache_steps_record_the_cache_against_what_the_model_has_seen():
+    model = _Model()
+    steps = he_faults.CacheSteps(model)
+    model(input_ids=torch.ones(1, 8), attention_mask=torch.ones(1, 8), past_key_values=None)  # prefill: no Cache yet
+    model(input_ids=torch.ones(1, 1), attention_mask=torch.ones(1, 9), past_key_values=_Cache(0))  # left behind
+    model(input_ids=torch.ones(1, 1), past_key_values=_Cache(9))  # no mask: the tokens fed before are what it saw
+    assert steps.remove() == [{"cache_length": 0, "seen": 8}, {"cache_length": 9, "seen": 9}]
+    model(input_ids=torch.ones(1, 1), past_key_values=_Cache(0))
+    assert len(steps.steps) == 2  # removed: records nothing more

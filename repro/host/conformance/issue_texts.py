@@ -22,6 +22,7 @@ from .diagnosis import (
     BUG_DECODE_AS_PROMPT,
     BUG_ENGINE_GENERATE,
     BUG_GPTJ_ACTIVATION,
+    BUG_LAYER_TENSOR_RETURN,
     BUG_LAYER_TUPLE,
     BUG_LORA_NO_IN_FEATURES,
     BUG_NEOX_ACTIVATION,
@@ -178,6 +179,13 @@ ISSUES = {
         "scope": "injection",
         "shown": lambda c: c["arch"] == "llama" and c["scenario"] == "reference",
         "evidence": (("the Hybrid Engine's first generate", _crash),),
+    },
+    BUG_LAYER_TENSOR_RETURN: {
+        "scope": "injection",
+        "shown": lambda c: c["arch"] in ("gpt-neox", "opt", "gpt-j") and c["scenario"] == "reference"
+        and c.get("transformers", PINNED).startswith("5."),
+        "evidence": (("inference containers", lambda c: str(c.get("inference_containers", 0))),
+                     ("the Hybrid Engine's first generate", _crash)),
     },
     BUG_LORA_NO_IN_FEATURES: {
         "scope": "hybrid-engine",

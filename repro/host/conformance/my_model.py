@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from ...options import UsageError
+from . import transformers_env
 from .plan import ARCHS, ENGAGED_ON, PINNED, SCENARIOS, cell_axes
 
 # Transformers' model_type -> the suite's architecture (repro.rank.archs has an adapter for each).
@@ -42,6 +43,21 @@ def read(path: Path) -> tuple[dict, Path]:
         raise UsageError(f"{file} asks for the model directory's own code (auto_map); this suite never runs code "
                          "from a model directory, only Transformers' own classes")  # fmt: skip
     return config, file.parent
+
+
+def served(path: Path) -> bool:
+    """Whether the config's model type is one the Hybrid Engine injects (the suite's cells check it); any other is
+    measured as not served (repro.host.conformance.unserved). A config that cannot be read is refused here."""
+    return read(path)[0].get("model_type") in MODEL_TYPES
+
+
+def transformers_of(version: str | None) -> str | None:
+    """The Transformers a --config check runs on: None (the architecture's default), the pinned one, or one pinned in a
+    constraints-transformers-VERSION.txt (UsageError, exit 2, for any other)."""
+    if version is None or version == PINNED or transformers_env.constraints_file(version).is_file():
+        return version
+    raise UsageError(f"--transformers {version}: the suite runs Transformers {PINNED} (pinned) and "
+                     f"{', '.join(transformers_env.others())} (constraints-transformers-*.txt)")  # fmt: skip
 
 
 def arch_of(config: dict) -> str:
@@ -107,19 +123,20 @@ def weights_file(directory: Path, allow_pickle: bool) -> Path:
     raise UsageError(f"--weights: no model.safetensors in {directory}")
 
 
-def plan(path: Path, weights: bool = False, allow_pickle: bool = False) -> list[dict]:
+def plan(path: Path, weights: bool = False, allow_pickle: bool = False, transformers: str | None = None) -> list[dict]:
     """The cells: every scenario that fits 2 ranks under ZeRO-3 on 2 (not `ds-chat-tp4`) and the reference scenario
     under ZeRO-2 on 1, before and after the series, on the Transformers where the Hybrid Engine engages the
     architecture."""
     config, directory = read(path)
     arch = arch_of(config)
+    version = transformers_of(transformers) or ENGAGED_ON.get(arch, PINNED)
     overrides = {k: v for k, v in config.items() if k not in NOT_MATH} if weights else tiny_twin(config)
     model = {"weights": str(weights_file(directory, allow_pickle)), "allow_pickle": allow_pickle} if weights else {}
     sizes = [(2, 1, "reference")] + [(3, 2, s) for s, v in SCENARIOS.items() if v.get("probe", {}).get("tp", 1) <= 2]
     cells = []
     for build in ("released", "whole series"):
         for zero, ranks, scenario in sizes:
-            axes = cell_axes(arch, "default", build, zero, ranks, scenario, ENGAGED_ON.get(arch, PINNED))
+            axes = cell_axes(arch, "default", build, zero, ranks, scenario, version)
             axes.update(configuration=NAME, config=overrides)
             if model:
                 axes["probe"] = {**axes.get("probe", {}), **model}

@@ -4,7 +4,13 @@ cells they make (full, quick, one architecture, one shard of N); a cell's identi
 from __future__ import annotations
 
 from ... import findings
-from ...findings.registry import BLOOM_ENGAGED, FIRST_BOOL_MASKS, OPT_ENGAGED
+from ...findings.registry import (
+    BLOOM_ENGAGED,
+    FIRST_BOOL_MASKS,
+    FIRST_TRANSFORMERS_5,
+    NEWEST_TRANSFORMERS,
+    OPT_ENGAGED,
+)
 from ...options import UsageError
 from .transformers_env import pinned
 
@@ -18,6 +24,8 @@ ENGAGED_ON = {"opt": OLDER, "bloom": BLOOM_ENGAGED}
 # The last Transformers before its masking rewrite and the first after it: GPT-NeoX's and Llama's left-padded
 # cells bound where their injected attention starts to be handed masks it cannot use (bool, over 1 key).
 MASK_RANGE = ("4.52.4", FIRST_BOOL_MASKS)
+# Transformers 5: its first release and the newest, every architecture before and after the series.
+TRANSFORMERS_5 = (FIRST_TRANSFORMERS_5, NEWEST_TRANSFORMERS)
 
 COMMAND = "python -m repro conformance --regenerate --out results/reference/conformance"
 # GPT-NeoX's tiny default (repro.model_registry.TINY) and, per field that changes the forward math, one
@@ -130,6 +138,7 @@ LEAVE_ONE_OUT_OF = (
     "opt-layer-norm-affine",
     "cache-return",
     "left-padding",
+    "layer-tensor-return",
     "bloom-alibi-offset",
     "tensor-parallel-mask",
 )
@@ -157,7 +166,9 @@ LEAVE_ONE_OUT = (
 CONFIG_LEAVE_ONE_OUT = ((without("opt-post-layer-norm"), "opt", "post-layer-norm"),
                         (without("post-layer-norm-qkv-bias"), "opt", "post-layer-norm"),
                         (without("opt-layer-norm-affine"), "opt", "layer-norm-not-affine"),
-                        (without("cache-return"), "gpt-neox", "default", OLDER))  # fmt: skip
+                        (without("cache-return"), "gpt-neox", "default", OLDER),
+                        *((without("layer-tensor-return"), arch, "default", NEWEST_TRANSFORMERS)
+                          for arch in ("gpt-neox", "opt", "gpt-j")))  # fmt: skip
 # What a caller does around generate: DeepSpeed-Chat's call order, pinned, no LoRA ("reference"); a loop
 # that calls train() first or eval() twice (repro.rank.cell_probe.ORDERS); DeepSpeed-Chat LoRA on every
 # Linear; ZeRO-3's non-pinned path, without and with LoRA.
@@ -332,6 +343,15 @@ def plan(quick: bool = False) -> list[dict]:
     cells += [cell_axes(arch, "default", build, 2, 2, "left-pad", version)  # the bug's range, and its fix
               for build in (without("left-padding"), "whole series")
               for arch in ("gpt-neox", "llama") for version in MASK_RANGE]  # fmt: skip
+    # Transformers 5, first and newest: the reference scenario before and after the series (ZeRO-3 on 2 ranks; the
+    # newest also ZeRO-2 on 1) and, on the newest, the left-padded batch (its masks and positions come from the Cache).
+    for arch in ARCHS:
+        for build in ("released", "whole series"):
+            cells.append(cell_axes(arch, "default", build, 3, 2, "reference", FIRST_TRANSFORMERS_5))
+            cells += [
+                cell_axes(arch, "default", build, z, w, "reference", NEWEST_TRANSFORMERS) for z, w in ((2, 1), (3, 2))
+            ]
+            cells.append(cell_axes(arch, "default", build, 3, 2, "left-pad", NEWEST_TRANSFORMERS))
     # bf16: with the series, DeepSpeed-Chat's call order and its own settings under ZeRO-2 and 3; released, the
     # reference scenario under ZeRO-3. Its tolerance comes from these cells' measured noise (diagnosis.TOLS).
     for arch in ARCHS:

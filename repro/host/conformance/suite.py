@@ -103,7 +103,8 @@ def _planned(model: dict | None, quick: bool, archs, shard: tuple[int, int] | No
     if model and model.get("setup"):  # `affected --run`: the user's setup
         cells = my_model.setup_plan(model["setup"], Path(model["config"]) if model.get("config") else None)
     elif model:
-        cells = my_model.plan(Path(model["config"]), model["weights"], model["allow_pickle"])
+        config, weights, pickle = Path(model["config"]), model["weights"], model["allow_pickle"]
+        cells = my_model.plan(config, weights, pickle, model.get("transformers"))
     else:
         cells = plan_of(quick, archs)
     if ranks is not None:

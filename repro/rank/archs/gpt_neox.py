@@ -8,12 +8,12 @@ import copy
 import torch
 
 from ...model_registry import TINY
+from .. import rope
 from .adapter import Adapter, changed_layers, outer_norm_twins
 
 LAYERS = "gpt_neox.layers"
 QKV = ("attention.query_key_value",)
 OTHERS = ("attention.dense", "mlp.dense_h_to_4h", "mlp.dense_4h_to_h")  # DS_GPTNEOXContainer.set_lora_params
-DEFAULT_ROTARY_BASE = 10000  # GPTNeoXConfig's rotary_emb_base, and DeepSpeedInferenceConfig's rope_theta
 
 
 def parallel_residual_twin(model: torch.nn.Module) -> torch.nn.Module:
@@ -23,27 +23,26 @@ def parallel_residual_twin(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def _rotary_twin(model: torch.nn.Module, **changes) -> torch.nn.Module:
-    """The same weights with the rotary embedding built from the config with `changes`, on the model's device."""
+    """The same weights with the rotary embedding built from the config with `changes` (repro.rank.rope.changed),
+    on the model's device."""
     from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXRotaryEmbedding
 
     twin = copy.deepcopy(model)
-    config = copy.deepcopy(twin.config)
-    for key, value in changes.items():
-        setattr(config, key, value)
-    twin.gpt_neox.rotary_emb = GPTNeoXRotaryEmbedding(config=config, device=next(model.parameters()).device)
+    config = rope.changed(twin.config, **changes)
+    twin.gpt_neox.rotary_emb = GPTNeoXRotaryEmbedding(config=config).to(next(model.parameters()).device)
     return twin
 
 
 def default_rotary_base_twin(model: torch.nn.Module) -> torch.nn.Module:
     """The same weights rotated with base 10000: what the Hybrid Engine computes when the container does not
     pass the model's rotary_emb_base to the inference config (patch `rotary-base`)."""
-    return _rotary_twin(model, rotary_emb_base=DEFAULT_ROTARY_BASE, rope_theta=DEFAULT_ROTARY_BASE)
+    return _rotary_twin(model, new_base=rope.DEFAULT_BASE)
 
 
 def unscaled_rotary_twin(model: torch.nn.Module) -> torch.nn.Module:
     """The same weights rotated without the model's rope_scaling: what the Hybrid Engine computes when the
     inference config, which has no field for a scaled rotary, drops it."""
-    return _rotary_twin(model, rope_scaling=None)
+    return _rotary_twin(model, unscaled=True)
 
 
 def gelu_twin(model: torch.nn.Module) -> torch.nn.Module:
@@ -58,9 +57,9 @@ def twins(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
     found = outer_norm_twins(LAYERS)(model)
     if model.config.use_parallel_residual is False:  # #3453: did the HE run the parallel-residual math?
         found["parallel_residual"] = parallel_residual_twin(model)
-    if model.config.rotary_emb_base != DEFAULT_ROTARY_BASE:  # did the HE rotate with the default base?
+    if rope.base(model.config) != rope.DEFAULT_BASE:  # did the HE rotate with the default base?
         found["rotary_base_10000"] = default_rotary_base_twin(model)
-    if getattr(model.config, "rope_scaling", None):  # did the HE rotate without the scaling?
+    if rope.scaled(model.config):  # did the HE rotate without the scaling?
         found["unscaled_rotary"] = unscaled_rotary_twin(model)
     if model.config.hidden_act != "gelu":  # did the HE compute its one GELU?
         found["gelu_activation"] = gelu_twin(model)

@@ -82,7 +82,10 @@ def test_a_cell_that_could_not_run_is_a_crash_never_correct():
 def test_the_tuple_crash_is_named_only_with_its_exact_signature():
     crash = {"type": "AttributeError", "message": "'tuple' object has no attribute 'size'",
              "at": "deepspeed/model_implementations/transformers/ds_transformer.py:139"}  # fmt: skip
-    assert dx.diagnose({"crash": crash}) == [dx.BUG_LAYER_TUPLE]
+    assert dx.diagnose({"arch": "llama", "crash": crash}) == [dx.BUG_LAYER_TUPLE]
+    # the same tuple from GPT-NeoX, OPT and GPT-J layers on Transformers 5 is its own finding (0034, not 0008)
+    for arch in ("gpt-neox", "opt", "gpt-j"):
+        assert dx.diagnose({"arch": arch, "crash": crash}) == [dx.BUG_LAYER_TENSOR_RETURN]
     elsewhere = {**crash, "at": "transformers/models/llama/modeling_llama.py:300"}
     assert dx.diagnose({"crash": elsewhere})[0].startswith("crash in the Hybrid Engine: AttributeError")
     other = {**crash, "type": "IndexError", "message": "list index out of range"}
@@ -484,3 +487,17 @@ def test_the_layers_key_and_value_taken_for_the_cache_is_0024_with_one_sequence_
     assert dx.diagnose(elsewhere)[0].startswith("crash in the Hybrid Engine")
     other_unpack = crashed("ValueError", "not enough values to unpack (expected 2, got 1)", "deepspeed/x.py:1")
     assert dx.diagnose(other_unpack)[0].startswith("crash in the Hybrid Engine")
+
+
+def test_decode_steps_off_an_empty_transformers_cache_are_named_only_when_the_decode_steps_are_wrong():
+    behind = [{"cache_length": 0, "seen": 8}, {"cache_length": 0, "seen": 9}]
+    prompt_right = arch_cell(arch="opt", tokens_equal_native=True, per_step_logits_vs_native=[6e-7, 0.46, 0.54])
+    assert dx.diagnose({**prompt_right, "transformers_cache_steps": behind}) == [dx.OPEN_CACHE_BEHIND]
+    # must-fail cases: a Cache in step with the model, no record, or correct logits are never this bug
+    in_step = [{"cache_length": 8, "seen": 8}, {"cache_length": 9, "seen": 9}]
+    assert dx.diagnose({**prompt_right, "transformers_cache_steps": in_step}) == [dx.UNEXPLAINED]
+    assert dx.diagnose(prompt_right) == [dx.UNEXPLAINED]
+    assert dx.diagnose({**arch_cell(), "transformers_cache_steps": behind}) == [dx.CORRECT]
+    # a wrong prompt step is not explained by the decode steps' Cache
+    prompt_wrong = {**prompt_right, "per_step_logits_vs_native": [0.3, 0.46, 0.54], "transformers_cache_steps": behind}
+    assert dx.diagnose(prompt_wrong) == [dx.UNEXPLAINED]

@@ -118,3 +118,18 @@ def test_the_cli_refuses_before_any_cell(tmp_path, capsys):
         err = capsys.readouterr().err
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
         assert not (tmp_path / "out").exists()
+
+
+def test_served_tells_the_suite_s_architectures_from_the_rest(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "qwen2", "hidden_size": 896, "num_attention_heads": 14}))
+    assert not my_model.served(config)
+    config.write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4}))
+    assert my_model.served(config)
+
+
+def test_a_transformers_the_suite_does_not_pin_is_refused_by_name():
+    assert my_model.transformers_of(None) is None
+    assert my_model.transformers_of(my_model.PINNED) == my_model.PINNED
+    with pytest.raises(UsageError, match="--transformers 4.0.0"):
+        my_model.transformers_of("4.0.0")

@@ -44,8 +44,24 @@ def test_each_architecture_runs_where_the_hybrid_engine_engages_it_and_on_the_ot
     assert engaged["bloom"] == "4.43.4" and engaged["opt"] == plan.OLDER
     other = {a: plan.PINNED if a in plan.ENGAGED_ON else plan.OLDER for a in plan.ARCHS}
     for cells in (plan.plan(), plan.plan(quick=True)):
-        pairs = {(c["arch"], c["transformers"]) for c in cells if c["transformers"] not in plan.MASK_RANGE}
+        pairs = {(c["arch"], c["transformers"]) for c in cells
+                 if c["transformers"] not in plan.MASK_RANGE + plan.TRANSFORMERS_5}  # fmt: skip
         assert pairs == {(a, engaged[a]) for a in plan.ARCHS} | {(a, other[a]) for a in plan.ARCHS}
+
+
+def test_every_architecture_runs_on_the_first_and_the_newest_transformers_5_before_and_after_the_series():
+    five = [c for c in plan.plan() if c["transformers"] in plan.TRANSFORMERS_5]
+    for arch in plan.ARCHS:
+        for version in plan.TRANSFORMERS_5:
+            assert {c["build"] for c in five if c["arch"] == arch and c["transformers"] == version} >= {
+                "released",
+                "whole series",
+            }
+    newest = {(c["arch"], c["scenario"]) for c in five if c["transformers"] == plan.TRANSFORMERS_5[1]}
+    assert {(a, "left-pad") for a in plan.ARCHS} <= newest
+    # the patch for Transformers 5's tensor returns shown necessary on each architecture it changes
+    without = {c["arch"] for c in five if c["build"] == plan.without("layer-tensor-return")}
+    assert without == {"gpt-neox", "opt", "gpt-j"}
     full = plan.plan()
     opt = [c for c in full if c["arch"] == "opt"]
     assert sum(c["transformers"] == plan.OLDER for c in opt) > sum(c["transformers"] == plan.PINNED for c in opt)

@@ -111,6 +111,8 @@ EXPECTED_FAILURES = {
         "test_whole_weights_give_this_rank_its_block_of_heads": "RuntimeError",
     },
     "0033": {"TestHybridEngineTensorParallelMask::test_every_prompt_s_attention_mask_goes_with_it": A},
+    # on the pinned Transformers (4.57.6) the models still index a tuple: the version check fails, the models run
+    "0034": {f"test_the_layer_returns_what_each_transformers_expects[{a}]": A for a in ("gpt-neox", "opt", "gptj")},
 }
 
 

@@ -1,0 +1,53 @@
+"""A model type DeepSpeed has no policy for is measured, never judged correct: every verdict path from a recorded
+measurement, and the refusals of a config this path does not take."""
+
+import json
+
+import pytest
+
+from repro.host.conformance import unserved
+from repro.options import UsageError
+
+
+def result(containers=0, equal=True, diff=0.0, engine=None) -> dict:
+    """repro.rank.unserved_probe's JSON."""
+    return {
+        "inference_containers": containers,
+        "native_generate_s": 0.04,
+        "module_generate": {"tokens_equal_native": equal, "logits_max_abs_vs_native": diff, "seconds": 0.7},
+        "engine_generate": engine or {"tokens_equal_native": True, "logits_max_abs_vs_native": 0.0, "seconds": 0.7},
+    }
+
+
+def test_no_container_and_native_tokens_is_not_served_never_correct():
+    (said,) = unserved.verdict(result())
+    assert said.startswith(unserved.NOT_SERVED) and "equals native" in said and "0.7 s vs native 0.04 s" in said
+    assert "correct" not in said
+
+
+def test_what_differs_or_fails_is_said_beside_not_served():
+    assert "DIFFERS from native" in unserved.verdict(result(equal=False, diff=0.4))[0]
+    assert "DIFFERS from native" in unserved.verdict(result(equal=True, diff=0.4))[0]  # tokens alone prove nothing
+    raised = result(engine={"raised": {"type": "AttributeError", "message": "no attribute '_generate'"}})
+    assert unserved.verdict(raised)[1].startswith(unserved.BUG_ENGINE_GENERATE)
+    differs = result(engine={"tokens_equal_native": False, "logits_max_abs_vs_native": 0.4, "seconds": 0.7})
+    assert "differs from native" in unserved.verdict(differs)[1]
+
+
+def test_containers_for_a_type_the_policy_list_lacks_are_said_loudly():
+    assert unserved.verdict(result(containers=2))[0].startswith("served by a policy DeepSpeed's list lacks")
+
+
+def test_the_plan_takes_only_unserved_types_on_a_pinned_transformers(tmp_path):
+    config = tmp_path / "config.json"
+    mistral = {"model_type": "mistral", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+               "num_hidden_layers": 32, "vocab_size": 32000}  # fmt: skip
+    config.write_text(json.dumps(mistral))
+    cells = unserved.plan(config)
+    assert [(c["build"], c["zero_stage"], c["world_size"]) for c in cells] == list(unserved.CELLS)
+    assert cells[0]["config"]["num_key_value_heads"] == 1 and cells[0]["config"]["hidden_size"] == 256
+    with pytest.raises(UsageError, match="--transformers 9.9.9"):
+        unserved.plan(config, "9.9.9")
+    config.write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4}))
+    with pytest.raises(UsageError, match="serves"):
+        unserved.plan(config)
