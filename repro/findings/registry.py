@@ -676,7 +676,7 @@ FINDINGS: tuple[Finding, ...] = (
         text="ISSUE-layer-tensor-return.md",
         scripts=tuple(
             Script("layer_tensor_return.py", args=("--arch", arch), transformers=NEWEST_TRANSFORMERS)
-            # not OPT: injected only from 5.24, where its positions are wrong with the series too (empty-cache-positions)
+            # not OPT: injected only from 5.24, where its positions are wrong with the series too (an open bug)
             for arch in ("gpt-neox", "gpt-j")
         ),  # fmt: skip
         shows=("injected layer returns a tuple where Transformers 5 expects a tensor ({patch})",),
@@ -703,7 +703,8 @@ LIMITS: tuple[Limit, ...] = (
         "generated token after the first is computed at the wrong position. Open: not yet patched.",
         outcome=SILENTLY_WRONG,
         scope=Scope(archs=("gpt-neo", "opt"), transformers=("5.4.0", None)),
-        workaround="Transformers < 5.4 (GPT-Neo; OPT stays native, unserved, up to 5.23)",
+        workaround="GPT-Neo: Transformers < 5.4; OPT: Transformers <= 5.23, where it stays native (<= 4.48.3 to have "
+        "it injected)",
     ),
     Limit(
         id="bloom-transformers",

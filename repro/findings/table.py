@@ -54,8 +54,10 @@ def setup_of(chat: ChatSetup, transformers: str) -> Setup:
 
 
 def name(item: Finding | Limit) -> str:
-    """A finding by its patch and id; DeepSpeed's own limit by its id."""
-    return f"`{item.patch}` {item.id}" if isinstance(item, Finding) else f"{item.id} (DeepSpeed's design)"
+    """A finding by its patch and id; DeepSpeed's own limit or an open bug by its id."""
+    if isinstance(item, Finding):
+        return f"`{item.patch}` {item.id}"
+    return f"{item.id} (open, not yet patched)" if item.open else f"{item.id} (DeepSpeed's design)"
 
 
 def verdict(said: Answer) -> str:
@@ -115,8 +117,8 @@ def render(newest: str, root: str = "") -> str:
             "",
             "What DeepSpeed 0.19.8 as released does in DeepSpeed-Chat's shipped step-3 settings (Hybrid Engine on, "
             "fp16 or bf16, pinned parameters, left-padded prompts, `actor_model.module.generate`), by Transformers "
-            f"version, from DeepSpeed-Chat's oldest ({_span(DS_CHAT_TRANSFORMERS, DS_CHAT_TRANSFORMERS)}) to {newest} "
-            "(5.x: not measured yet). Your own setup, in seconds and with nothing installed, from this directory: "
+            f"version, from DeepSpeed-Chat's oldest ({_span(DS_CHAT_TRANSFORMERS, DS_CHAT_TRANSFORMERS)}) to "
+            f"{newest}. Your own setup, in seconds and with nothing installed, from this directory: "
             "`python3 -m repro affected --arch llama --zero 3 --lora --tp 1 --transformers 4.57.6`, or "
             f"`--config path/to/config.json` for your model. Words: [docs/glossary.md]({root}docs/glossary.md).",
             "",

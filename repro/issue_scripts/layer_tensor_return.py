@@ -2,9 +2,9 @@
 (GPT-J) every Hybrid Engine / kernel injection generate fails (`'tuple' object has no attribute 'size'`).
 
 A tiny model of the architecture (random weights): greedy generate through the Hybrid Engine against Hugging Face
-on the same weights. (OPT crashes alike, but with the fix its decode steps still run at the wrong positions from
-Transformers 5.4, a second bug: its run here shows the crash only.) Exit status 1: the bug (the generate fails on the tuple, or the logits differ), 0: it runs and
-the logits agree.
+on the same weights. Exit status 1: the bug (the generate fails on the tuple, or the logits differ), 0: it runs and
+the logits agree. OPT crashes alike, but with the fix its decode steps still run at the wrong positions from
+Transformers 5.4 (a second bug, not patched yet), so its run fails both ways.
 
 GPU: deepspeed --num_gpus 1 layer_tensor_return.py --arch gpt-neox
 CPU: DS_ACCELERATOR=cpu torchrun --nproc-per-node 1 layer_tensor_return.py --arch gpt-neox (DeepSpeed's CPU build
@@ -54,6 +54,10 @@ def main():
     device = torch.device(get_accelerator().device_name(int(os.environ.get("LOCAL_RANK", "0"))))
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(CONFIGS[args.arch]()).to(device).eval()
+    if args.arch == "gpt-neox":  # what DeepSpeed's GPT-NeoX policy reads, gone from the attention since 4.49
+        for layer in model.gpt_neox.layers:
+            layer.attention.hidden_size = model.config.hidden_size
+            layer.attention.num_attention_heads = model.config.num_attention_heads
     ids = torch.arange(10, 74, device=device).unsqueeze(0)
     with torch.no_grad():
         expected_tokens, expected = greedy(model, ids)

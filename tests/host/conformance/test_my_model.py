@@ -110,9 +110,14 @@ def test_the_cells_are_the_quick_scenarios_before_and_after_the_series(tmp_path)
 
 
 def test_the_cli_refuses_before_any_cell(tmp_path, capsys):
+    qwen2 = tmp_path / "qwen2.json"
+    qwen2.write_text(json.dumps({"model_type": "qwen2", "hidden_size": 896, "num_attention_heads": 14}))
     for argv, message in (
         (["--config", str(tmp_path / "nope.json")], "no Hugging Face config at"),
         (["--weights"], "--weights and --allow-pickle check a model given with --config DIR"),
+        (["--transformers", "5.25.0"], "--transformers chooses the Transformers a model given with --config"),
+        (["--config", str(qwen2), "--weights"], "measured on its tiny twin, into a new --out"),
+        (["--config", str(qwen2), "--transformers", "4.0.0"], "--transformers 4.0.0: the suite runs"),
     ):
         code = main(["conformance", "--out", str(tmp_path / "out"), *argv])
         err = capsys.readouterr().err

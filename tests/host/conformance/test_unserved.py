@@ -51,3 +51,19 @@ def test_the_plan_takes_only_unserved_types_on_a_pinned_transformers(tmp_path):
     config.write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4}))
     with pytest.raises(UsageError, match="serves"):
         unserved.plan(config)
+
+
+@pytest.mark.distributed
+def test_a_qwen2_twin_is_measured_as_not_served_and_its_results_are_never_overwritten(tmp_path, monkeypatch):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864,
+                                  "num_attention_heads": 14, "num_key_value_heads": 2, "num_hidden_layers": 24,
+                                  "vocab_size": 151936, "tie_word_embeddings": True}))  # fmt: skip
+    monkeypatch.setattr(unserved, "CELLS", (("released", 2, 1),))  # one cell: the path, not the matrix
+    out, said = tmp_path / "out", []
+    assert unserved.main(config, out, log=said.append) == 0
+    cell = json.loads((out / unserved.RESULTS).read_text())["cells"][0]
+    assert cell["result"]["inference_containers"] == 0 and cell["verdict"][0].startswith(unserved.NOT_SERVED)
+    assert "not served" in (out / "UNSERVED.md").read_text()
+    with pytest.raises(UsageError, match="holds the results"):
+        unserved.main(config, out)
