@@ -356,9 +356,9 @@ def main(argv: list[str] | None = None) -> int:
 
             if args.table:
                 from .findings import table
-                from .host.conformance.transformers_env import pinned
+                from .host.conformance.transformers_env import newest
 
-                print(table.render(pinned()))
+                print(table.render(newest()))
                 return 0
             if args.update_docs:
                 return affected.update_docs()

@@ -25,7 +25,7 @@ class Answer:
     setup: Setup
     outcome: str  # CORRECT, or one of finding.OUTCOMES
     deciding: tuple[Finding | Limit, ...]  # what makes the outcome
-    behind: tuple[Finding | Limit, ...]  # what shows once the deciding ones are fixed or worked around (open bugs too)
+    behind: tuple[Finding, ...]  # findings that show once the deciding ones are fixed or worked around
     conditional: tuple[Finding, ...]  # findings that hit only if the model's config has their setting (unknown)
     with_series: str  # what the series does here: CORRECT, REFUSED, or SILENTLY_OFF where DeepSpeed declines it
     served: bool  # DeepSpeed has an injection policy for the model
@@ -76,12 +76,8 @@ def answer(setup: Setup, served: bool = True, registry: tuple[Finding, ...] = FI
     behind = tuple(f for f in hit if f not in deciding)
     if outcome == SILENTLY_OFF:  # nothing injected: only what a Hybrid Engine without containers does still shows
         behind = tuple(f for f in behind if any(scope.engine_generate for scope in f.scopes))
-    else:  # an open bug (no patch yet) shows behind what decides
-        behind += tuple(limit for limit in limits if limit.open and limit not in deciding)
     if not served or any(limit.outcome == SILENTLY_OFF for limit in limits):
         with_series = SILENTLY_OFF  # DeepSpeed declines the model: it stays native
-    elif any(limit.open for limit in limits):  # an open bug: the series does not fix it yet
-        with_series = SILENTLY_WRONG
     elif limits or any(f.refuses(setup.model_config) for f in hit):  # DeepSpeed's own refusal stays too
         with_series = REFUSED
     else:

@@ -114,8 +114,7 @@ class Finding:
 @dataclass(frozen=True)
 class Limit:
     """What DeepSpeed does by design, with no patch in the series: where the Hybrid Engine declines a model (it
-    runs natively, or refuses by name); or an open bug, measured and diagnosed but not yet patched (outcome
-    SILENTLY_WRONG: it stays with the series). A user's answer names it beside the findings."""
+    runs natively, or refuses by name). A user's answer names it beside the findings."""
 
     id: str
     summary: str
@@ -123,8 +122,3 @@ class Limit:
     scope: Scope
     workaround: str
     served: bool = False  # True: the series leaves it so (with the series the outcome stays)
-
-    @property
-    def open(self) -> bool:
-        """A bug measured and diagnosed with no patch yet (it stays with the series), not DeepSpeed's design."""
-        return self.outcome == SILENTLY_WRONG

@@ -119,11 +119,12 @@ PRS: tuple[PullRequest, ...] = (
     ),
     PullRequest(
         "transformers-5",
-        "Kernel injection: GPT-NeoX, OPT and GPT-J layers on Transformers 5 (tensor returns)",
-        ("layer-tensor-return",),
-        "GPT-NeoX crashes on Transformers >= 5.2, OPT and GPT-J from 5.24 (the newest, 5.25.0, included)",
-        # its lines sit next to the GPT-NeoX, OPT and GPT-J containers' fixes; the tensor under use_cache is 0008's
-        requires=("current-transformers", "gptneox", "opt", "refusals"),
+        "Kernel injection: GPT-NeoX, GPT-Neo, OPT and GPT-J layers on Transformers 5 (tensor returns, the Cache)",
+        ("layer-tensor-return", "empty-cache-positions"),
+        "GPT-NeoX crashes on Transformers >= 5.2, OPT and GPT-J from 5.24; GPT-Neo and OPT generate at the wrong "
+        "positions from 5.4 (the newest, 5.25.0, included)",
+        # its lines sit next to the GPT-NeoX, OPT and GPT-J containers' fixes; the tensor under use_cache is Llama's
+        requires=("current-transformers", "opt", "gptneox", "refusals"),
     ),
 )
 

@@ -25,6 +25,8 @@ FIRST_TRANSFORMERS_5 = "5.0.0"
 NEWEST_TRANSFORMERS = "5.25.0"
 FIRST_NEOX_TENSOR_RETURN = "5.2.0"
 FIRST_GPTJ_TENSOR_RETURN = "5.24.0"
+# The first release whose GPT-Neo and OPT place a step by the Cache's length (cache_position gone).
+FIRST_CACHE_POSITIONS = "5.4.0"
 # `needs`: earlier patches of the series a patch's tests need beside it: 0004 reads the QKV layout record 0002 adds,
 # and its ZeRO-3 cases show only once 0001 makes transforms persist; 0005/0006/0014/0015 build a GPT-NeoX
 # container, which needs 0000 on current Transformers (0014/0015 edit gptneox.py beside 0006's lines); 0010's and
@@ -681,6 +683,23 @@ FINDINGS: tuple[Finding, ...] = (
         ),  # fmt: skip
         shows=("injected layer returns a tuple where Transformers 5 expects a tensor ({patch})",),
     ),
+    Finding(
+        id="empty-cache-positions",
+        patch="0035",
+        summary="From Transformers 5.4, GPT-Neo and OPT place each decode step by the length of the Transformers "
+        "Cache, which the injected layers never fill (they keep their keys and values in DeepSpeed's workspace): "
+        "every generated token after the first is computed at the wrong position.",
+        outcome=SILENTLY_WRONG,
+        scope=Scope(archs=("gpt-neo",), transformers=(FIRST_CACHE_POSITIONS, None)),
+        # OPT is injected again from 5.24 (its layers take `cache`), where it crashes first (`layer-tensor-return`)
+        also=(Scope(archs=("opt",), transformers=(FIRST_GPTJ_TENSOR_RETURN, None)),),
+        workaround="GPT-Neo: Transformers < 5.4; OPT: Transformers <= 5.23, where it stays native (<= 4.48.3 to have "
+        "it injected)",
+        tests=("unit/module_inject/test_injected_layer_transformers_cache.py",),
+        text="ISSUE-empty-cache-positions.md",
+        scripts=(Script("cache_positions.py", transformers=NEWEST_TRANSFORMERS),),
+        shows=("decode steps placed by a Transformers Cache the injected layers leave empty ({patch})",),
+    ),
 )
 
 # DeepSpeed's own limits, not bugs of the series: its choice, left as it is, named in a user's answer.
@@ -694,17 +713,6 @@ LIMITS: tuple[Limit, ...] = (
         # Its check looks for `cache_position` or `past_key_values`: from 5.24 OPT's layers take `cache`, injected
         scope=Scope(archs=("opt",), transformers=("4.49.0", "5.23.0")),
         workaround=f"Transformers <= {OPT_ENGAGED} for the Hybrid Engine's speed-up",
-    ),
-    # Open: measured and diagnosed (repro.host.conformance.diagnosis.OPEN_CACHE_BEHIND), no patch in the series yet.
-    Limit(
-        id="empty-cache-positions",
-        summary="From Transformers 5.4, GPT-Neo and OPT place each decode step by the length of the Transformers "
-        "Cache, which the injected layers never fill (they keep their keys and values to themselves): every "
-        "generated token after the first is computed at the wrong position. Open: not yet patched.",
-        outcome=SILENTLY_WRONG,
-        scope=Scope(archs=("gpt-neo", "opt"), transformers=("5.4.0", None)),
-        workaround="GPT-Neo: Transformers < 5.4; OPT: Transformers <= 5.23, where it stays native (<= 4.48.3 to have "
-        "it injected)",
     ),
     Limit(
         id="bloom-transformers",

@@ -54,10 +54,8 @@ def setup_of(chat: ChatSetup, transformers: str) -> Setup:
 
 
 def name(item: Finding | Limit) -> str:
-    """A finding by its patch and id; DeepSpeed's own limit or an open bug by its id."""
-    if isinstance(item, Finding):
-        return f"`{item.patch}` {item.id}"
-    return f"{item.id} (open, not yet patched)" if item.open else f"{item.id} (DeepSpeed's design)"
+    """A finding by its patch and id; DeepSpeed's own limit by its id."""
+    return f"`{item.patch}` {item.id}" if isinstance(item, Finding) else f"{item.id} (DeepSpeed's design)"
 
 
 def verdict(said: Answer) -> str:

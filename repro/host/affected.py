@@ -159,9 +159,10 @@ def report(setup: Setup, model_type: str, served: bool, said: Answer, cells: lis
         lines.append(f"With the series (repro/patches: {patches}): {said.with_series}.")
     elif said.outcome != CORRECT:
         lines.append(f"With the series: {said.with_series} (no patch changes it).")
-    if version_tuple(setup.transformers) > version_tuple(newest_measured()):
-        lines.append(f"Not measured: Transformers {setup.transformers} is newer than any cell here "
-                     f"({newest_measured()}); the answer carries the newest measured range forward.")  # fmt: skip
+    newest = transformers_env.newest()
+    if version_tuple(setup.transformers) > version_tuple(newest):
+        lines.append(f"Not measured: Transformers {setup.transformers} is newer than any cell here ({newest}); the "
+                     "answer carries the newest measured range forward.")  # fmt: skip
     if cells is None:
         lines.append(f"Evidence: no committed cells at {CELLS} (run from the repository).")
     elif served and setup.arch in ARCHS.values():
@@ -184,11 +185,6 @@ def main(req: Request, log: Callable[[str], None] = print) -> int:
     if req.run is None:
         return 0
     return measure(req, setup, said, log) if served else measure_unserved(req, setup, log)
-
-
-def newest_measured() -> str:
-    """The newest Transformers the committed cells ran on: the newest pinned beside constraints.txt, or its own."""
-    return max((pinned(), *transformers_env.others()), key=version_tuple)
 
 
 def check_runnable(setup: Setup, served: bool, config: Path | None) -> None:
@@ -250,7 +246,7 @@ def generated() -> dict[Path, list[tuple[str, str, str]]]:
     """Each document's generated blocks: (begin marker, end marker, the block as it should read)."""
     cells = json.loads(CELLS.read_text())["cells"]
     return {
-        README: [(table.BEGIN, table.END, table.render(newest_measured()))],
+        README: [(table.BEGIN, table.END, table.render(transformers_env.newest()))],
         CONFORMANCE_DOC: [(table.EVIDENCE_BEGIN, table.EVIDENCE_END, table.evidence_table(cells))],
         UPSTREAM_DOC: [(prs.PRS_BEGIN, prs.PRS_END, prs.table())],
     }

@@ -27,6 +27,11 @@ def _timed(fn):
     return tokens, logits, round(time.perf_counter() - started, 3)
 
 
+def _local_weights(module: torch.nn.Module) -> list[torch.Tensor]:
+    """This rank's copy of every weight: its ZeRO-3 partition, or the whole tensor under ZeRO-2."""
+    return [(p.ds_tensor if hasattr(p, "ds_tensor") else p.data).detach().float().clone() for p in module.parameters()]
+
+
 def _vs_native(native: list[torch.Tensor], other: list[torch.Tensor]) -> float:
     return max(float((a - b).abs().max()) for a, b in zip(native, other, strict=True))
 
@@ -69,6 +74,7 @@ def main(argv: list[str] | None = None) -> None:
         model_parameters=[p for p in model.parameters() if p.requires_grad],
     )  # fmt: skip
     result["inference_containers"] = len(engine._inference_containers)
+    before = _local_weights(engine.module)
     engine.eval()
     with torch.no_grad():  # DeepSpeed-Chat's call; synced_gpus as its PPO trainer passes it under ZeRO-3
         tokens, logits, seconds = _timed(lambda: greedy(engine.module, ids, NEW_TOKENS, synced_gpus=args.zero == 3))
@@ -87,6 +93,10 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # the finding a Hybrid Engine without containers shows: recorded, not raised
         result["engine_generate"] = {"raised": {"type": type(exc).__name__, "message": str(exc)[:300]}}
     engine.train()
+    # the Hybrid Engine's eval() / generate / train() cycle hands training back the weights it took (on this rank)
+    after = _local_weights(engine.module)
+    changes = [float((a - b).abs().max()) for a, b in zip(before, after, strict=True) if a.numel()]
+    result["train_restores_weights"] = {"max_abs": max(changes, default=0.0)}
     lifecycle.finish(args.out, result)
 
 

@@ -10,26 +10,26 @@ from repro.findings.answer import CORRECT, NOT_MEASURED
 from repro.findings.ds_chat import SETUPS
 from repro.findings.finding import OUTCOMES, REFUSED
 from repro.host import affected
-from repro.host.conformance.transformers_env import pinned
+from repro.host.conformance.transformers_env import newest, pinned
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_readme_opens_with_the_table_as_the_registry_renders_it():
     readme = (ROOT / "README.md").read_text()
-    assert affected.block_in(readme) == table.render(pinned())
+    assert affected.block_in(readme) == table.render(newest())
     assert readme.index(table.BEGIN) < 1000  # the first screen, after a short introduction
 
 
 def test_conformance_md_opens_with_the_table_and_the_findings():
     text = (ROOT / "results/reference/conformance/CONFORMANCE.md").read_text()
-    assert affected.block_in(text) == table.render(pinned(), root="../../../")
+    assert affected.block_in(text) == table.render(newest(), root="../../../")
     assert text.index(table.BEGIN) < text.index("## The findings") < text.index("## The evidence")
 
 
 def test_a_stale_block_is_told_apart():
-    stale = table.render(pinned()).replace("**crashes**", "**correct**", 1)
-    assert affected.block_in(f"intro\n{stale}\nrest") != table.render(pinned())
+    stale = table.render(newest()).replace("**crashes**", "**correct**", 1)
+    assert affected.block_in(f"intro\n{stale}\nrest") != table.render(newest())
     assert affected.block_in("no markers here") is None
 
 

@@ -91,12 +91,9 @@ BUG_TP_OUTPUT = shows("tensor-parallel-output")
 BUG_PADDING_MASK = shows("left-padding")
 # Measured (repro.rank.he_faults.CacheSteps): the Cache generate hands the model held fewer tokens than the model had
 # seen, the prompt's step matched native and the decode steps did not. From Transformers 5.4 (cache_position gone)
-# GPT-Neo and OPT place each step by that Cache's length, which the injected layers never fill: every decode token
-# is embedded at the prompt's first positions. Not yet patched: no registry finding, named here only.
-OPEN_CACHE_BEHIND = (
-    "decode steps placed by a Transformers Cache the injected layers leave empty (Transformers >= 5.4 GPT-Neo and "
-    "OPT positions; open, not yet patched)"
-)
+# GPT-Neo and OPT place each step by that Cache's length, which the injected layers never filled: every decode token
+# was embedded at the prompt's first positions.
+BUG_CACHE_BEHIND = shows("empty-cache-positions")
 OUTSIDE_CONTRACT = "outside the Hybrid Engine's contract: an mpu over whole Hugging Face weights"
 REFUSED = refusal("llama-unservable-config")
 REFUSED_ROPE = refusal("rotary-base")
@@ -213,7 +210,7 @@ def diagnose(cell: dict) -> list[str]:
     if not changed <= weights_tol:
         bugs.append(f"training weights not restored by train() (max abs change {changed:.3g})")
     if not bugs and behind:
-        bugs.append(OPEN_CACHE_BEHIND)
+        bugs.append(BUG_CACHE_BEHIND)
     if bugs:
         return bugs
     if not cell["logits_finite"]:

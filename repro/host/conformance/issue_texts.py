@@ -18,6 +18,7 @@ from .diagnosis import (
     BUG_BLOOM_ALIBI_OFFSET,
     BUG_BLOOM_RESIDUAL,
     BUG_BLOOM_TP_COPY,
+    BUG_CACHE_BEHIND,
     BUG_CACHE_RETURN,
     BUG_DECODE_AS_PROMPT,
     BUG_ENGINE_GENERATE,
@@ -99,6 +100,12 @@ def _engine_generate_fixed(fixed: list[dict]) -> str:
         f"With it (our whole series), `engine.generate()` generates in {len(generated)} of {len(fixed)} such "
         f"cells, its first token equal to native's in {equal}."
     )
+
+
+def _cache_steps(cell: dict) -> str:
+    """The Cache's length against what the model had seen, at the last step recorded (repro.rank.he_faults)."""
+    steps = cell.get("transformers_cache_steps") or []
+    return f"{steps[-1]['cache_length']} / {steps[-1]['seen']}" if steps else "-"
 
 
 def _prompt_flags(cell: dict) -> str:
@@ -186,6 +193,11 @@ ISSUES = {
         and c.get("transformers", PINNED).startswith("5."),
         "evidence": (("inference containers", lambda c: str(c.get("inference_containers", 0))),
                      ("the Hybrid Engine's first generate", _crash)),
+    },
+    BUG_CACHE_BEHIND: {
+        "scope": "injection",
+        "shown": lambda c: c["arch"] in ("gpt-neo", "opt") and c.get("transformers", PINNED).startswith("5."),
+        "evidence": (("Transformers Cache / tokens seen, last decode step", _cache_steps),),
     },
     BUG_LORA_NO_IN_FEATURES: {
         "scope": "hybrid-engine",

@@ -139,6 +139,7 @@ LEAVE_ONE_OUT_OF = (
     "cache-return",
     "left-padding",
     "layer-tensor-return",
+    "empty-cache-positions",
     "bloom-alibi-offset",
     "tensor-parallel-mask",
 )
@@ -168,7 +169,9 @@ CONFIG_LEAVE_ONE_OUT = ((without("opt-post-layer-norm"), "opt", "post-layer-norm
                         (without("opt-layer-norm-affine"), "opt", "layer-norm-not-affine"),
                         (without("cache-return"), "gpt-neox", "default", OLDER),
                         *((without("layer-tensor-return"), arch, "default", NEWEST_TRANSFORMERS)
-                          for arch in ("gpt-neox", "opt", "gpt-j")))  # fmt: skip
+                          for arch in ("gpt-neox", "opt", "gpt-j")),
+                        *((without("empty-cache-positions"), arch, "default", NEWEST_TRANSFORMERS)
+                          for arch in ("gpt-neo", "opt")))  # fmt: skip
 # What a caller does around generate: DeepSpeed-Chat's call order, pinned, no LoRA ("reference"); a loop
 # that calls train() first or eval() twice (repro.rank.cell_probe.ORDERS); DeepSpeed-Chat LoRA on every
 # Linear; ZeRO-3's non-pinned path, without and with LoRA.

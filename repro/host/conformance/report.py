@@ -32,7 +32,7 @@ from .diagnosis import (
 )
 from .issue_texts import ISSUES
 from .plan import PINNED, dtype_of
-from .transformers_env import pinned
+from .transformers_env import newest
 
 P = {f.id: f.patch for f in FINDINGS}  # a finding's patch, for the notes below
 # Why these GPT-NeoX fields were varied, and which were left out (the configurations: conformance.CONFIGS).
@@ -206,11 +206,11 @@ def render(data: dict) -> str:
     lines = [
         f"# Hybrid Engine conformance ({evidence.label(data)}): {_names(cells)} vs native Hugging Face",
         "",
-        affected_table.render(pinned(), root="../../../"),
+        affected_table.render(newest(), root="../../../"),
         "",
         "## The findings",
         "",
-        affected_table.findings_table(pinned()),
+        affected_table.findings_table(newest()),
         "",
         "## The evidence",
         "",

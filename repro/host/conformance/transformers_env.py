@@ -49,6 +49,11 @@ def others() -> tuple[str, ...]:
     return tuple(sorted(found, key=version_order))
 
 
+def newest() -> str:
+    """The newest Transformers the suite runs (pinned, or beside constraints.txt): where the committed cells end."""
+    return max((pinned(), *others()), key=version_order)
+
+
 def version_order(version: str) -> tuple[int, ...]:
     """A dotted release number's sort key (Transformers' or DeepSpeed's): 4.9.0 before 4.43.4."""
     return tuple(int(x) for x in version.split(".") if x.isdigit())

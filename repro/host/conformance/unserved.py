@@ -54,6 +54,9 @@ def verdict(result: dict, dtype: str = "fp32") -> list[str]:
         + f", logits within {module['logits_max_abs_vs_native']:.3g}, {module['seconds']} s vs native "
         f"{result['native_generate_s']} s)"
     ]
+    restored = (result.get("train_restores_weights") or {}).get("max_abs")
+    if restored is None or restored > tolerance.weights(dtype):
+        found.append(f"training weights not restored by train() (max abs change {restored})")
     if "raised" in engine:
         found.append(f"{BUG_ENGINE_GENERATE}: {engine['raised']['type']}: {engine['raised']['message'][:160]}")
     elif not engine["tokens_equal_native"]:

@@ -492,7 +492,7 @@ def test_the_layers_key_and_value_taken_for_the_cache_is_0024_with_one_sequence_
 def test_decode_steps_off_an_empty_transformers_cache_are_named_only_when_the_decode_steps_are_wrong():
     behind = [{"cache_length": 0, "seen": 8}, {"cache_length": 0, "seen": 9}]
     prompt_right = arch_cell(arch="opt", tokens_equal_native=True, per_step_logits_vs_native=[6e-7, 0.46, 0.54])
-    assert dx.diagnose({**prompt_right, "transformers_cache_steps": behind}) == [dx.OPEN_CACHE_BEHIND]
+    assert dx.diagnose({**prompt_right, "transformers_cache_steps": behind}) == [dx.BUG_CACHE_BEHIND]
     # must-fail cases: a Cache in step with the model, no record, or correct logits are never this bug
     in_step = [{"cache_length": 8, "seen": 8}, {"cache_length": 9, "seen": 9}]
     assert dx.diagnose({**prompt_right, "transformers_cache_steps": in_step}) == [dx.UNEXPLAINED]

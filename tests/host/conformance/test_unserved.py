@@ -16,6 +16,7 @@ def result(containers=0, equal=True, diff=0.0, engine=None) -> dict:
         "native_generate_s": 0.04,
         "module_generate": {"tokens_equal_native": equal, "logits_max_abs_vs_native": diff, "seconds": 0.7},
         "engine_generate": engine or {"tokens_equal_native": True, "logits_max_abs_vs_native": 0.0, "seconds": 0.7},
+        "train_restores_weights": {"max_abs": 0.0},
     }
 
 
@@ -32,6 +33,13 @@ def test_what_differs_or_fails_is_said_beside_not_served():
     assert unserved.verdict(raised)[1].startswith(unserved.BUG_ENGINE_GENERATE)
     differs = result(engine={"tokens_equal_native": False, "logits_max_abs_vs_native": 0.4, "seconds": 0.7})
     assert "differs from native" in unserved.verdict(differs)[1]
+
+
+def test_weights_train_does_not_give_back_or_an_unrecorded_round_trip_are_said():
+    changed = {**result(), "train_restores_weights": {"max_abs": 0.02}}
+    assert unserved.verdict(changed)[1].startswith("training weights not restored by train()")
+    unrecorded = {k: v for k, v in result().items() if k != "train_restores_weights"}
+    assert unserved.verdict(unrecorded)[1] == "training weights not restored by train() (max abs change None)"
 
 
 def test_containers_for_a_type_the_policy_list_lacks_are_said_loudly():
@@ -64,6 +72,7 @@ def test_a_qwen2_twin_is_measured_as_not_served_and_its_results_are_never_overwr
     assert unserved.main(config, out, log=said.append) == 0
     cell = json.loads((out / unserved.RESULTS).read_text())["cells"][0]
     assert cell["result"]["inference_containers"] == 0 and cell["verdict"][0].startswith(unserved.NOT_SERVED)
+    assert cell["result"]["train_restores_weights"]["max_abs"] == 0.0
     assert "not served" in (out / "UNSERVED.md").read_text()
     with pytest.raises(UsageError, match="holds the results"):
         unserved.main(config, out)

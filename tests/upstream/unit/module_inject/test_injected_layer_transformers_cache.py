@@ -1,0 +1,76 @@
+# Copyright (c) Microsoft Corporation.
+# SPDX-License-Identifier: Apache-2.0
+
+# DeepSpeed Team
+
+import pytest
+import torch
+
+from deepspeed.ops.transformer.inference.config import DeepSpeedInferenceConfig
+from deepspeed.model_implementations.transformers.ds_transformer import DeepSpeedTransformerInference
+
+transformers = pytest.importorskip("transformers")
+
+HEADS, HEAD_DIM = 4, 8
+
+
+class WorkspaceAttention(torch.nn.Module):
+    """Stands in for the injected attention: keeps every step's keys and values as its workspace does and hands
+    back all of them, [batch, heads, tokens so far, head dim]."""
+    attn_ob = None
+
+    def __init__(self):
+        super().__init__()
+        self.keys = None
+
+    def forward(self, input, *args, **kwargs):
+        step = input.view(input.shape[0], input.shape[1], HEADS, HEAD_DIM).transpose(1, 2)
+        self.keys = step if self.keys is None or input.shape[1] > 1 else torch.cat([self.keys, step], dim=2)
+        return input, self.keys, -self.keys, None, input
+
+
+class IdentityMLP(torch.nn.Module):
+
+    def forward(self, attention_output, input, inp_norm, attn_ob):
+        return attention_output
+
+
+def injected_layer(layer_id):
+    """DeepSpeedTransformerInference with stand-ins for its attention and MLP kernels: what is left is what the
+    layer does with the cache it is handed."""
+    layer = DeepSpeedTransformerInference.__new__(DeepSpeedTransformerInference)
+    torch.nn.Module.__init__(layer)
+    layer.config = DeepSpeedInferenceConfig(hidden_size=HEADS * HEAD_DIM, heads=HEADS, dtype=torch.float32)
+    layer.config.layer_id = layer_id
+    layer.attention = WorkspaceAttention()
+    layer.mlp = IdentityMLP()
+    layer.norm_w = layer.norm_b = None
+    layer.layer_past = None
+    layer._should_allocate_workspace = False
+    return layer
+
+
+# How transformers hands a layer its Cache: GPT-Neo as `layer_past`, OPT from 5.24 and the other models from 5.x as
+# `cache`, 4.x models as `past_key_value(s)`.
+@pytest.mark.parametrize("argument", ["layer_past", "cache", "past_key_value", "past_key_values"])
+def test_the_transformers_cache_holds_what_the_layers_attended_to(argument):
+    layers = [injected_layer(0), injected_layer(1)]
+    cache = transformers.DynamicCache()
+    prompt, step = torch.randn(2, 5, HEADS * HEAD_DIM), torch.randn(2, 1, HEADS * HEAD_DIM)
+
+    with torch.no_grad():
+        for hidden_states in (prompt, step, step):
+            for layer in layers:
+                layer(hidden_states, use_cache=True, **{argument: cache})
+
+    assert cache.get_seq_length() == 7
+    for layer_id, layer in enumerate(layers):
+        keys, values = cache.layers[layer_id].keys, cache.layers[layer_id].values
+        assert torch.equal(keys, layer.attention.keys) and torch.equal(values, -layer.attention.keys)
+
+
+def test_without_a_cache_the_layer_keeps_its_own():
+    layer = injected_layer(0)
+    with torch.no_grad():
+        layer(torch.randn(1, 3, HEADS * HEAD_DIM), use_cache=True)
+    assert layer.layer_past[0].shape == (1, HEADS, 3, HEAD_DIM)
