@@ -696,8 +696,6 @@ FINDINGS: tuple[Finding, ...] = (
         workaround="GPT-Neo: Transformers < 5.4; OPT: Transformers <= 5.23, where it stays native (<= 4.48.3 to have "
         "it injected)",
         tests=("unit/module_inject/test_injected_layer_transformers_cache.py",),
-        # it gives the injected layer of 0024's test the layer_id every layer gets (a Cache is written at it)
-        needs=("llama-layer-tuple", "cache-return"),
         text="ISSUE-empty-cache-positions.md",
         scripts=(Script("cache_positions.py", transformers=NEWEST_TRANSFORMERS),),
         shows=("decode steps placed by a Transformers Cache the injected layers leave empty ({patch})",),

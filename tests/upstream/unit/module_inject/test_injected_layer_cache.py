@@ -32,7 +32,7 @@ def injected_layer():
     layer = DeepSpeedTransformerInference.__new__(DeepSpeedTransformerInference)
     torch.nn.Module.__init__(layer)
     layer.config = DeepSpeedInferenceConfig(hidden_size=8, heads=2, dtype=torch.float32)
-    layer.config.layer_id = 0  # the layer's index in the model, which a transformers Cache is written at
+    layer.config.layer_id = 0  # what __init__ gives the model's first layer
     layer.attention = IdentityAttention()
     layer.mlp = IdentityMLP()
     layer.norm_w = layer.norm_b = None
