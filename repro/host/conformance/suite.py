@@ -118,7 +118,7 @@ def prepare(cells: list[dict]) -> dict[tuple[str, str], tuple[Path | None, str |
     """Per (build, Transformers version) of `cells`: the directory the ranks put first on PYTHONPATH (None:
     the environment's own), or why it could not be made (recorded on every cell that needs it). Each patched
     copy and each overlay is made once."""
-    builds = {build: _made(_build_root, build) for build in dict.fromkeys(c["build"] for c in cells)}
+    builds = {build: _made(build_root, build) for build in dict.fromkeys(c["build"] for c in cells)}
     overlays = {v: _made(transformers_env.overlay, v) for v in dict.fromkeys(c["transformers"] for c in cells)}
     roots = {}
     for build, version in dict.fromkeys((c["build"], c["transformers"]) for c in cells):
@@ -128,7 +128,7 @@ def prepare(cells: list[dict]) -> dict[tuple[str, str], tuple[Path | None, str |
     return roots
 
 
-def _build_root(build: str) -> Path | None:
+def build_root(build: str) -> Path | None:
     """The patched copy of DeepSpeed a build runs (None: the installed one)."""
     return patched_copy.prepare_patched_copy(patches=BUILDS[build]) if BUILDS[build] else None
 

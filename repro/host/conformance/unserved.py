@@ -15,9 +15,9 @@ from ... import tolerance
 from ...findings import shows
 from ...options import EXIT_BROKEN, EXIT_OK, UsageError
 from .. import launch, table_dir
-from ..upstream import patched_copy
 from . import my_model, transformers_env
-from .plan import BUILDS, PINNED
+from .plan import PINNED
+from .suite import build_root
 
 PROBE = "repro.rank.unserved_probe"
 RESULTS = "unserved.json"
@@ -78,7 +78,7 @@ def main(path: Path, out: Path, transformers: str | None = None, log: Callable[[
         name = f"{axes['build'].replace(' ', '-')}-z{axes['zero_stage']}-ws{axes['world_size']}"
         result_file, log_file = out / f"{name}.json", out / f"{name}.log"
         try:
-            root = transformers_env.joined(_build_root(axes["build"]), _overlay(axes["transformers"]))
+            root = transformers_env.joined(build_root(axes["build"]), transformers_env.overlay(axes["transformers"]))
             code, output = launch.run_module(PROBE, ["--config", json.dumps(axes["config"]), "--zero",
                                                      str(axes["zero_stage"]), "--out", str(result_file)],
                                              root, axes["world_size"], timeout_s)  # fmt: skip
@@ -97,14 +97,6 @@ def main(path: Path, out: Path, transformers: str | None = None, log: Callable[[
     (out / "UNSERVED.md").write_text(render(path, cells))
     log(f"[conformance] {len(cells) - broken} of {len(cells)} cells measured -> {out / 'UNSERVED.md'}")
     return EXIT_BROKEN if broken else EXIT_OK
-
-
-def _build_root(build: str) -> Path | None:
-    return patched_copy.prepare_patched_copy(patches=BUILDS[build]) if BUILDS[build] else None
-
-
-def _overlay(version: str) -> Path | None:
-    return transformers_env.overlay(version)
 
 
 def render(path: Path, cells: list[dict]) -> str:
