@@ -278,11 +278,11 @@ def affected(
 
 
 @task(auto_shortflags=False, help=_cli_help("patched-deepspeed"))
-def patched_deepspeed(c, out, findings="", prove=False):
-    """A fixed DeepSpeed to install: 0.19.8 with the series (or --findings) as a wheel, 0.19.8+he34
+def patched_deepspeed(c, out="", findings="", prove=False):
+    """A fixed DeepSpeed to install: 0.19.8 with the series (or --findings) as a wheel, 0.19.8+heN
     (python -m repro patched-deepspeed). Exit status: 0 built (and proven), 1 a script showed its bug, 2 usage,
     3 broke."""
     from repro.cli import main
 
-    argv = ["--out", out] + (["--findings", findings] if findings else []) + ["--prove"] * prove
+    argv = (["--out", out] if out else []) + (["--findings", findings] if findings else []) + ["--prove"] * prove
     _exit(main(["patched-deepspeed", *argv]))

@@ -206,7 +206,11 @@ def build_parser() -> argparse.ArgumentParser:
         "it, from the findings registry and the committed cells (seconds; DeepSpeed-Chat's step-3 defaults)",
     )
     model = affected.add_mutually_exclusive_group()
-    model.add_argument("--arch", help="a model type: gpt-neox, gpt-neo, llama, opt, gpt-j, bloom, or any other")
+    model.add_argument(
+        "--arch",
+        help="a model type: gpt-neox, gpt-neo, llama, opt, gpt-j, bloom, gpt2, or any other "
+        "DeepSpeed or Transformers knows (any case)",
+    )
     model.add_argument("--config", type=Path, metavar="PATH", help="your Hugging Face config.json (or its directory)")
     affected.add_argument("--zero", type=int, choices=(2, 3), default=3, help="the actor's ZeRO stage (default 3)")
     affected.add_argument("--lora", action="store_true", help="LoRA on the actor (--actor_lora_dim > 0)")
@@ -237,7 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     wheel = sub.add_parser(
         "patched-deepspeed",
         help="a fixed DeepSpeed to install: 0.19.8's source with the series (or --findings) built into a wheel "
-        "(0.19.8+he34); --prove installs it in a fresh virtualenv and runs every issue script on it",
+        "(0.19.8+heN, N the series' length); --prove installs it in a fresh virtualenv and runs every issue "
+        "script on it",
     )
     wheel.add_argument("--out", type=Path, required=True, help="a new directory for the wheel and its manifest")
     wheel.add_argument("--findings", help="comma-separated finding ids (repro/findings/registry.py; default: all)")
@@ -354,6 +359,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "affected":
             from .host import affected
 
+            only = [flag for flag, on in (("--table", args.table), ("--update-docs", args.update_docs),
+                                          ("--refresh-policies", args.refresh_policies)) if on]  # fmt: skip
+            defaults = vars(build_parser().parse_args(["affected"]))
+            ignored = [f"--{k.replace('_', '-')}" for k, v in vars(args).items()
+                       if k not in ("table", "update_docs", "refresh_policies") and v != defaults.get(k)]  # fmt: skip
+            if only and ignored:
+                raise UsageError(f"{only[0]} answers no setup: it takes no {', '.join(ignored)}")
             if args.table:
                 from .findings import table
                 from .host.conformance.transformers_env import newest

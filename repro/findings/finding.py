@@ -16,6 +16,18 @@ OUTCOMES = (SILENTLY_WRONG, CRASH, SILENTLY_OFF)
 # How the series answers: the configuration computes correctly, or DeepSpeed refuses it by name.
 FIXED = "correct"
 REFUSED = "refused by name"
+# What a compiled kernel does where the code says it differs from the CPU measurement but nobody has run it.
+NOT_ESTABLISHED = "not established"
+
+
+@dataclass(frozen=True)
+class KernelPath:
+    """What DeepSpeed's compiled `transformer_inference` kernels (CUDA, ROCm) do where a finding's CPU evidence
+    comes from DeepSpeed's PyTorch path: read from the kernel's code, not run. `outcome` None: the finding does not
+    show there."""
+
+    outcome: str | None
+    read: str  # where in the code, and what it does
 
 
 @dataclass(frozen=True)
@@ -51,6 +63,13 @@ class Scope:
     engine_generate: bool | None = None
     # A call order other than DeepSpeed-Chat's (eval, generate, train each step); None: that order hits.
     order: str | None = None
+    # What DeepSpeed as released does where this scope covers, where it differs from its finding's `outcome` (one
+    # finding, several causes: a measured outcome per cause).
+    outcome: str | None = None
+    # The config's own numbers that meet `config`, for the user's answer ("8 of 32 heads are key/value heads").
+    explain: Callable[[dict], str] | None = None
+    # Where this cause's CPU evidence comes from DeepSpeed's PyTorch path and the compiled kernels differ by the code.
+    kernel: KernelPath | None = None
 
 
 @dataclass(frozen=True)
@@ -79,12 +98,15 @@ class Finding:
     kernels_needed: str | None = None
     kernel_free: str | None = None
     also: tuple[Scope, ...] = ()  # further scopes where it shows (a union: where any holds)
+    # Where the CPU evidence comes from DeepSpeed's PyTorch path and the compiled kernels differ by the code.
+    kernel: KernelPath | None = None
 
     def __post_init__(self) -> None:
         if any((scope.config is None) != (scope.when is None) for scope in self.scopes):
             raise ValueError(f"finding {self.id}: a scope's config needs both its words and its test")
-        if self.outcome not in OUTCOMES:
-            raise ValueError(f"finding {self.id}: outcome {self.outcome!r} is not one of {OUTCOMES}")
+        for outcome in (self.outcome, *(scope.outcome for scope in self.scopes if scope.outcome)):
+            if outcome not in OUTCOMES:
+                raise ValueError(f"finding {self.id}: outcome {outcome!r} is not one of {OUTCOMES}")
         if self.refused_when is not None and self.fix != FIXED:
             raise ValueError(f"finding {self.id}: refused_when is for a fix that serves some settings (fix={FIXED!r})")
         if self.fix not in (FIXED, REFUSED):
@@ -114,11 +136,13 @@ class Finding:
 @dataclass(frozen=True)
 class Limit:
     """What DeepSpeed does by design, with no patch in the series: where the Hybrid Engine declines a model (it
-    runs natively, or refuses by name). A user's answer names it beside the findings."""
+    runs natively, refuses by name, or has no container for it). A user's answer names it beside the findings. A
+    limit that crashes does so in `deepspeed.initialize`, before any finding can show: it decides alone."""
 
     id: str
     summary: str
     outcome: str  # one of OUTCOMES: what a user sees
     scope: Scope
     workaround: str
-    served: bool = False  # True: the series leaves it so (with the series the outcome stays)
+    series: str = REFUSED  # what the series leaves there: REFUSED (DeepSpeed's own refusal), SILENTLY_OFF, CRASH
+    measured: str = ""  # the cell or run that measured it, for the answer's evidence line

@@ -7,7 +7,18 @@ a finding in lies inside that finding's scope (tests/findings/test_registry.py).
 
 from __future__ import annotations
 
-from .finding import CRASH, REFUSED, SILENTLY_OFF, SILENTLY_WRONG, Finding, Limit, Scope, Script
+from .finding import (
+    CRASH,
+    NOT_ESTABLISHED,
+    REFUSED,
+    SILENTLY_OFF,
+    SILENTLY_WRONG,
+    Finding,
+    KernelPath,
+    Limit,
+    Scope,
+    Script,
+)
 
 ALL_ARCHS = ("gpt-neox", "gpt-neo", "llama", "opt", "gpt-j", "bloom")
 # The architectures whose layers hold no QKV bias (GPT-NeoX, OPT and BLOOM have one).
@@ -53,17 +64,47 @@ def layer_norm_eps(config: dict) -> float:
     return config.get("layer_norm_eps", config.get("layer_norm_epsilon", 1e-5))
 
 
+def _heads(config: dict) -> int:
+    return config.get("num_attention_heads", 32)
+
+
+def llama_grouped_query(config: dict) -> bool:
+    """Grouped- or multi-query attention: fewer key/value heads than query heads (Llama-2-70B, Llama-3)."""
+    return (config.get("num_key_value_heads") or _heads(config)) != _heads(config)
+
+
+def llama_head_dim_apart(config: dict) -> bool:
+    """A head_dim other than hidden / heads."""
+    per_head = config.get("hidden_size", 4096) // _heads(config)
+    return (config.get("head_dim") or per_head) != per_head
+
+
+def llama_biased(config: dict) -> bool:
+    return bool(config.get("attention_bias") or config.get("mlp_bias"))
+
+
+def llama_gate_not_silu(config: dict) -> bool:
+    return config.get("hidden_act", "silu") != "silu"
+
+
 def llama_unservable(config: dict) -> bool:
     """What DeepSpeed's Llama layer cannot compute: grouped-query attention, biases, a gate other than SiLU, or a
     head_dim other than hidden / heads."""
-    heads = config.get("num_attention_heads", 32)
-    per_head = config.get("hidden_size", 4096) // heads
-    return (
-        (config.get("num_key_value_heads") or heads) != heads
-        or bool(config.get("attention_bias") or config.get("mlp_bias"))
-        or config.get("hidden_act", "silu") != "silu"
-        or (config.get("head_dim") or per_head) != per_head
-    )
+    return any(test(config) for test in (llama_grouped_query, llama_head_dim_apart, llama_biased, llama_gate_not_silu))
+
+
+# The rotary types that mean "no scaling" to DeepSpeed 0.19.8 (containers/llama.py, _UNSCALED_ROPE_TYPES).
+UNSCALED_ROPE_TYPES = (None, "default")
+
+
+def rope_type(config: dict) -> str | None:
+    """The rotary variant a config asks for, read as 0.19.8's containers/llama.py reads it (_rope_type):
+    rope_parameters (Transformers 5) first, then rope_scaling; `rope_type`, else the older `type`."""
+    for key in ("rope_parameters", "rope_scaling"):
+        params = config.get(key)
+        if isinstance(params, dict) and (params.get("rope_type") or params.get("type")) is not None:
+            return params.get("rope_type") or params.get("type")
+    return None
 
 
 def post_layer_norm(config: dict) -> bool:
@@ -230,15 +271,61 @@ FINDINGS: tuple[Finding, ...] = (
     Finding(
         id="llama-unservable-config",
         patch="0010",
-        summary="Llama configurations the injected layer cannot compute (grouped-query attention, attention or MLP "
-        "biases, a gate other than SiLU) are accepted and computed wrong, or crash.",
+        summary="Llama configurations the injected layer cannot compute are accepted: grouped-query attention "
+        "(Llama-2-70B, Llama-3) and a head_dim other than hidden / heads crash at the first generate; attention or "
+        "MLP biases and a gate other than SiLU are computed wrong, silently.",
         outcome=SILENTLY_WRONG,
         fix=REFUSED,
+        # One finding, four causes, each measured by its own leave-one-out cell (`series without 0010`, the
+        # configurations grouped-query, head-dim-32, attention-bias, mlp-bias, gelu-gating) and grouped-query
+        # attention as released by results/reference/my-model/llama-3-8b-*.
         scope=Scope(
             archs=("llama",),
-            config="grouped-query attention (Llama-2-70B, Llama-3), attention or MLP "
-            "biases, a gate other than SiLU, or a head_dim other than hidden / heads",
-            when=llama_unservable,
+            config="grouped-query attention (Llama-2-70B, Llama-3)",
+            when=llama_grouped_query,
+            outcome=CRASH,
+            explain=lambda c: (
+                f"{c.get('num_key_value_heads')} of its {_heads(c)} heads are key/value heads "
+                "(grouped-query attention)"
+            ),
+            kernel=KernelPath(
+                NOT_ESTABLISHED,
+                "the crash is DeepSpeed's PyTorch attention (op_binding/softmax_context.py) splitting the fused QKV "
+                "into equal thirds; the compiled ds_softmax_context splits it by num_kv (pt_binding.cpp), which "
+                "DS_LLAMAContainer never sets, so it reads a grouped-query QKV as if K and V had every head",
+            ),
+        ),
+        also=(
+            Scope(
+                archs=("llama",),
+                config="a head_dim other than hidden / heads",
+                when=llama_head_dim_apart,
+                outcome=CRASH,
+                explain=lambda c: (
+                    f"head_dim {c.get('head_dim')}, where hidden_size / heads is "
+                    f"{c.get('hidden_size', 4096) // _heads(c)}"
+                ),
+                kernel=KernelPath(
+                    NOT_ESTABLISHED,
+                    "the crash is DeepSpeed's PyTorch attention (op_binding/softmax_context.py); the compiled "
+                    "kernels take the head size as hidden / heads, and what they compute with another is not "
+                    "established",
+                ),
+            ),
+            Scope(
+                archs=("llama",),
+                config="attention or MLP biases",
+                when=llama_biased,
+                outcome=SILENTLY_WRONG,
+                explain=lambda c: ", ".join(f"{k}: true" for k in ("attention_bias", "mlp_bias") if c.get(k)),
+            ),
+            Scope(
+                archs=("llama",),
+                config="a gate other than SiLU",
+                when=llama_gate_not_silu,
+                outcome=SILENTLY_WRONG,
+                explain=lambda c: f"hidden_act {c.get('hidden_act')!r}",
+            ),
         ),
         workaround=NO_WORKAROUND,
         tests=("unit/module_inject/test_llama_unservable_config.py",),
@@ -272,6 +359,12 @@ FINDINGS: tuple[Finding, ...] = (
         "slice of the heads but handed the whole (ZeRO-2) or released (ZeRO-3) weights: generate fails on the shapes "
         "(CPU; a GPU kernel may read them silently instead).",
         outcome=CRASH,
+        kernel=KernelPath(
+            NOT_ESTABLISHED,
+            "the weights are chosen in Python before any kernel runs, so the compiled kernels are handed the same "
+            "whole (ZeRO-2) or empty (ZeRO-3) weights; whether their GEMMs then fail or compute on them silently "
+            "is not established",
+        ),
         scope=Scope(archs=ALL_ARCHS, tp=True, mpu=False, min_ranks=2),
         # its test runs a GPT-NeoX through eval and train on ZeRO-3 partitions (0001)
         needs=("zero3-qkv-layout",),
@@ -382,6 +475,11 @@ FINDINGS: tuple[Finding, ...] = (
         "its KV cache restarts at each token (seen with DeepSpeed's PyTorch attention; the CUDA kernel recomputes "
         "the flag).",
         outcome=CRASH,
+        kernel=KernelPath(
+            None,
+            "the compiled softmax_context recomputes is_prompt from the sequence length "
+            "(csrc/transformer/inference/csrc/pt_binding.cpp), so the KV cache is kept there",
+        ),
         scope=Scope(
             archs=("opt",),
             transformers=(None, OPT_ENGAGED),
@@ -560,6 +658,11 @@ FINDINGS: tuple[Finding, ...] = (
         summary="BLOOM's attention offsets ALiBi by the global rank, so on data-parallel ranks above 0 it takes none "
         "of its own heads (CPU: a shape error; the GPU kernel reads past the heads instead, read, not run).",
         outcome=CRASH,
+        kernel=KernelPath(
+            NOT_ESTABLISHED,
+            "csrc/transformer/inference/csrc/softmax.cu indexes ALiBi by batch * heads * mp_size + head_offset + "
+            "head: it reads the next sequence's rows (silently wrong) or past the tensor",
+        ),
         scope=Scope(archs=("bloom",), transformers=(None, BLOOM_ENGAGED), data_parallel=True),
         workaround=NO_WORKAROUND,
         tests=("unit/ops/transformer/inference/test_ds_attention_bloom_alibi.py",),
@@ -702,7 +805,11 @@ FINDINGS: tuple[Finding, ...] = (
     ),
 )
 
-# DeepSpeed's own limits, not bugs of the series: its choice, left as it is, named in a user's answer.
+# DeepSpeed's own limits, not bugs of the series: its choice, left as it is, named in a user's answer. Read from
+# 0.19.8's containers and policies: besides these, DS_OPTContainer raises for an activation other than relu / gelu /
+# gelu_new only under init_inference (TransformerPolicy.hf_model_config is set by InferenceEngine alone; the Hybrid
+# Engine computes it with ReLU: `opt-activation`), and create_ds_model_config asserts that inference_tp_size divides
+# the heads (`affected` refuses such a tp as input, exit 2).
 LIMITS: tuple[Limit, ...] = (
     Limit(
         id="opt-cache-native",
@@ -713,6 +820,8 @@ LIMITS: tuple[Limit, ...] = (
         # Its check looks for `cache_position` or `past_key_values`: from 5.24 OPT's layers take `cache`, injected
         scope=Scope(archs=("opt",), transformers=("4.49.0", "5.23.0")),
         workaround=f"Transformers <= {OPT_ENGAGED} for the Hybrid Engine's speed-up",
+        series=SILENTLY_OFF,
+        measured="the OPT cells on Transformers 4.52.4 to 5.0.0 (results/reference/conformance)",
     ),
     Limit(
         id="bloom-transformers",
@@ -721,5 +830,34 @@ LIMITS: tuple[Limit, ...] = (
         outcome=CRASH,
         scope=Scope(archs=("bloom",), transformers=("4.44.0", None)),
         workaround=f"Transformers {BLOOM_ENGAGED}",
+        measured="the BLOOM cells on Transformers 4.48.3 and newer (results/reference/conformance)",
+    ),
+    Limit(
+        id="llama-rope-scaling",
+        summary="DeepSpeed 0.19.8 refuses a Llama with a scaled rotary embedding (Llama-3.1, 3.2, 3.3: rope_type "
+        "'llama3'; also linear, dynamic, yarn, ...) at `deepspeed.initialize`, by name (`ValueError: DeepSpeed "
+        "kernel injection cannot serve rope_type=...`): its kernel builds the rotary embedding from rope_theta alone.",
+        outcome=CRASH,
+        scope=Scope(
+            archs=("llama",),
+            config="a scaled rotary embedding (rope_scaling with a rope_type other than default: Llama-3.1 and later)",
+            when=lambda c: rope_type(c) not in UNSCALED_ROPE_TYPES,
+            explain=lambda c: f"rope_type {rope_type(c)!r}",
+        ),
+        workaround=NO_WORKAROUND,
+        measured="results/reference/my-model/llama-3.1-8b-zero2 (its tiny twin on Transformers 4.57.6, ZeRO-2, as "
+        "released and with the series)",
+    ),
+    Limit(
+        id="gpt2-no-hybrid-container",
+        summary="DeepSpeed 0.19.8 injects GPT-2 (HFGPT2LayerPolicy), but its container has none of the Hybrid "
+        "Engine's methods: `deepspeed.initialize` with the Hybrid Engine fails (`AttributeError: 'DS_GPT2Container' "
+        "object has no attribute 'set_params_wo_copy'`).",
+        outcome=CRASH,
+        scope=Scope(archs=("gpt2",)),
+        workaround=NO_WORKAROUND,
+        series=CRASH,  # no patch of the series gives GPT-2 a Hybrid Engine container
+        measured="results/reference/unserved/gpt2 (its tiny twin, as released and with the series, ZeRO-2 on 1 "
+        "rank and ZeRO-3 on 2)",
     ),
 )

@@ -69,8 +69,14 @@ def why(said: Answer) -> str:
     return text
 
 
-def todo(said: Answer) -> str:
-    return "; ".join(said.plan) or "nothing"
+def todo(said: Answer, newest: str) -> str:
+    """The first checked plan (repro.findings.advice), else the Hybrid Engine off; nothing where it is correct."""
+    from .advice import HYBRID_ENGINE_OFF, plans
+
+    if said.outcome == CORRECT:
+        return "nothing"
+    found = plans(said.setup, said.served, newest)
+    return found[0].words if found else HYBRID_ENGINE_OFF
 
 
 def fixed_by(said: Answer) -> str:
@@ -96,7 +102,8 @@ def rows(newest: str) -> list[str]:
         place = f"{chat.model}, ZeRO-{chat.zero}, {lora}, tp {chat.tp} ({source})"
         for low, high, said in merged:
             out.append(
-                f"| {place} | {_span(low, high)} | {verdict(said)} | {why(said)} | {todo(said)} | {fixed_by(said)} |"
+                f"| {place} | {_span(low, high)} | {verdict(said)} | {why(said)} | {todo(said, newest)} "
+                f"| {fixed_by(said)} |"
             )
             place = "″"  # the same setup, another Transformers range
     return out
@@ -120,7 +127,8 @@ def render(newest: str, root: str = "") -> str:
             "`python3 -m repro affected --arch llama --zero 3 --lora --tp 1 --transformers 4.57.6`, or "
             f"`--config path/to/config.json` for your model. Words: [docs/glossary.md]({root}docs/glossary.md).",
             "",
-            "| setup (script) | Transformers | 0.19.8 as released | because | what to do today | fixed by (series) |",
+            "| setup (script) | Transformers | 0.19.8 as released | because | what to do today (checked: answers "
+            "correct) | fixed by (series) |",
             "|---|---|---|---|---|---|",
             *rows(newest),
             "",

@@ -13,9 +13,18 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from ..findings import policies, prs, table
-from ..findings.answer import CORRECT, NOT_MEASURED, Answer, answer, measured, series_measured
-from ..findings.finding import SILENTLY_OFF
+from ..findings import advice, by_id, policies, prs, table
+from ..findings.answer import (
+    CORRECT,
+    KERNEL,
+    NOT_MEASURED,
+    Answer,
+    answer,
+    kernel_reading,
+    measured,
+    series_measured,
+)
+from ..findings.finding import CRASH, SILENTLY_OFF, Finding
 from ..findings.setup import Setup, version_tuple
 from ..options import EXIT_BROKEN, UsageError
 from ..paths import REPO_ROOT
@@ -28,7 +37,9 @@ README = REPO_ROOT / "README.md"
 CONFORMANCE_DOC = REPO_ROOT / "docs" / "conformance.md"
 UPSTREAM_DOC = REPO_ROOT / "docs" / "upstream.md"
 ARCHS = {**my_model.MODEL_TYPES, **{arch: arch for arch in my_model.MODEL_TYPES.values()}}  # suite names too
-VERSION = re.compile(r"\d+\.\d+(\.\d+)?")
+# A release number, with a pre-release or dev tail read as its release (4.57.6.dev0 -> 4.57.6; 5.0.0rc1 -> 5.0.0).
+VERSION = re.compile(r"(?P<release>\d+\.\d+(\.\d+)?)([.-]?(dev|rc|a|b|alpha|beta|post)\d*)?(\+[\w.]+)?")
+MEASURED_RUNS = (REPO_ROOT / "results" / "reference" / "my-model", REPO_ROOT / "results" / "reference" / "unserved")
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,42 @@ def installed_transformers() -> str:
         return pinned()
 
 
+def release_of(version: str) -> str:
+    """The release a version string names; UsageError (exit 2) for what is not one, or lies outside the Transformers
+    the registry spans (DeepSpeed-Chat's oldest, 4.31, to the newest the suite measured)."""
+    found = VERSION.fullmatch(version.strip())
+    if not found:
+        raise UsageError(f"--transformers {version!r}: give a release number such as 4.57.6")
+    release = found["release"] if found["release"].count(".") == 2 else found["release"] + ".0"
+    oldest, newest = table.DS_CHAT_TRANSFORMERS, transformers_env.newest()
+    if version_tuple(release) < version_tuple(oldest) or version_tuple(release)[:2] > version_tuple(newest)[:2]:
+        raise UsageError(
+            f"--transformers {version}: the findings registry spans Transformers {oldest} to "
+            f"{newest} (DeepSpeed-Chat's oldest to the newest measured); nothing is known outside it"
+        )
+    return release
+
+
+def model_type_of(arch: str) -> str:
+    """The model type an --arch names (the suite's names, DeepSpeed's or Transformers' model types, any case);
+    UsageError (exit 2) for one neither DeepSpeed nor Transformers knows."""
+    lowered = arch.strip().lower()
+    for name in (lowered, lowered.replace("-", "_")):
+        if name in ARCHS or policies.known(name):
+            return name
+    served = ", ".join(sorted({*ARCHS, *policies.snapshot()["model_types"]}))
+    raise UsageError(f"--arch {arch}: not a model type DeepSpeed {policies.snapshot()['deepspeed']} or Transformers "
+                     f"{policies.snapshot()['transformers']} knows (DeepSpeed injects {served}); for your own model "
+                     "give --config PATH")  # fmt: skip
+
+
+def heads_of(config: dict) -> int | None:
+    for key in ("num_attention_heads", "n_head", "num_heads"):
+        if isinstance(config.get(key), int):
+            return config[key]
+    return None
+
+
 def resolve(req: Request) -> tuple[Setup, str, bool]:
     """The setup, the model type the user named, and whether DeepSpeed has a policy for it; UsageError (exit 2)
     in one line for what cannot be answered."""
@@ -65,17 +112,20 @@ def resolve(req: Request) -> tuple[Setup, str, bool]:
         raise UsageError("name the model once: --arch NAME (e.g. llama, opt, mistral) or --config PATH")
     if req.tp < 1 or req.ranks < 1 or req.ranks % req.tp:
         raise UsageError(f"--ranks {req.ranks} must be a multiple of --tp {req.tp} (both >= 1)")
-    version = req.transformers or installed_transformers()
-    if not VERSION.fullmatch(version):
-        raise UsageError(f"--transformers {version!r}: give a release number such as 4.57.6")
+    version = release_of(req.transformers or installed_transformers())
     config = None
     if req.config is not None:
-        config, _ = my_model.read(req.config)
+        config, _ = my_model.read(req.config, code_ok=True)  # nothing runs: auto_map is no reason to refuse
         model_type = config.get("model_type")
         if not isinstance(model_type, str) or not model_type:
             raise UsageError(f"{req.config}: the config names no model_type")
+        heads = heads_of(config)
+        if heads and heads % req.tp:
+            raise UsageError(f"--tp {req.tp} does not divide the model's {heads} attention heads: DeepSpeed refuses "
+                             "it at initialize (create_ds_model_config asserts it); choose an inference_tp_size that "
+                             f"divides {heads}")  # fmt: skip
     else:
-        model_type = req.arch.replace("-", "_") if req.arch not in ARCHS else req.arch
+        model_type = model_type_of(req.arch)
     arch = ARCHS.get(model_type, model_type)
     policy_type = next((t for t, a in my_model.MODEL_TYPES.items() if a == arch), model_type)
     served = policies.policy_of(policy_type) is not None
@@ -101,13 +151,20 @@ def nearest(setup: Setup, cells: list[dict], count: int = 3) -> list[dict]:
             theirs.mpu != setup.mpu,
             theirs.pin != setup.pin,
             theirs.left_pad != setup.left_pad,
-            abs(version_tuple(theirs.transformers)[1] - version_tuple(setup.transformers)[1]),
+            _releases_apart(theirs.transformers, setup.transformers),
             theirs.dtype != setup.dtype,
             theirs.ranks < 2,
         )  # fmt: skip
 
     usable = [c for c in cells if c["build"] == "released" and measured(c) is not None and c["arch"] == setup.arch]
     return sorted(usable, key=distance)[:count]
+
+
+def _releases_apart(a: str, b: str) -> int:
+    """Minor releases between two Transformers versions, across majors (4.57 is 1 from 5.0 by this count's scale
+    only roughly, but always nearer than 4.48)."""
+    (a_major, a_minor, _), (b_major, b_minor, _) = version_tuple(a), version_tuple(b)
+    return abs((a_major - b_major) * 100 + a_minor - b_minor)
 
 
 def describe(setup: Setup) -> str:
@@ -127,42 +184,61 @@ def describe(setup: Setup) -> str:
     return ", ".join(parts)
 
 
+def _config_words(item) -> str:
+    """Each config condition of an item, with the outcome measured for it where causes differ."""
+    scopes = item.scopes if isinstance(item, Finding) else (item.scope,)
+    return " or ".join(f"{s.config} ({s.outcome or item.outcome})" for s in scopes if s.config)
+
+
+def _because(said: Answer, item) -> str:
+    causes = said.causes(item)
+    mine = f" Your config: {'; '.join(causes)}." if causes and said.setup.model_config is not None else ""
+    return f"{table.name(item)}: {item.summary}{mine}"
+
+
 def report(setup: Setup, model_type: str, served: bool, said: Answer, cells: list[dict] | None) -> list[str]:
-    """The answer in lines: the outcome, why, what to do, what fixes it, the evidence and what is not known."""
+    """The answer in lines: the outcome, why, what to do (each plan checked), what fixes it, the evidence and what
+    is not known."""
     lines = [f"Setup: {describe(setup)}."]
+    remote = policies.remote_policy_of(model_type)
+    if remote:
+        lines.append(f"DeepSpeed 0.19.8 injects {model_type!r} through {remote} only when the checkpoint's own "
+                     "modeling code is loaded (trust_remote_code): NOT MEASURED here. This suite runs no code from a "
+                     "model directory, and that code is not Transformers'. Read, not run: the series' "
+                     f"{by_id('llama-lora').patch} edits its container too (LoRA).")  # fmt: skip
+        lines.append(f"What to do today: nothing checked; {advice.hybrid_engine_off(setup)}.")
+        return lines
     if not served:
         known = ", ".join(policies.snapshot()["model_types"])
         lines.append(
             f"DeepSpeed 0.19.8 has no injection policy for model_type {model_type!r} (its own list: {known})."
         )
         lines.append("The Hybrid Engine injects nothing: generate runs Hugging Face's own forward.")
-    elif setup.arch not in ARCHS.values():
+    elif said.outcome == NOT_MEASURED:
         policy = policies.policy_of(model_type)
         lines.append(f"DeepSpeed injects {model_type!r} ({policy}), but this suite has not measured it: no finding "
                      "and no cell covers it.")  # fmt: skip
-    lines.append(f"DeepSpeed 0.19.8 as released: {said.outcome.upper()}.")
+    lines.append(f"DeepSpeed 0.19.8 as released: {said.outcome.upper()}" + (" (measured on CPU)." if served else "."))
     for item in said.deciding:
-        lines.append(f"  because {table.name(item)}: {item.summary}")
+        lines.append(f"  because {_because(said, item)}")
     for f in said.behind:
-        lines.append(f"  behind it (shows once the above is fixed or worked around) {table.name(f)}: {f.summary}")
+        lines.append(f"  behind it (shows once the above is fixed or worked around) {_because(said, f)}")
     if said.conditional:
         lines.append("  not known without your config (--config PATH decides): "
-                     + "; ".join(f"{table.name(f)} if {f.scope.config}" for f in said.conditional))  # fmt: skip
-    if said.outcome == NOT_MEASURED:
-        lines.append("What to do today: nothing known; no finding covers this model.")
-    elif said.outcome == SILENTLY_OFF and not said.plan:
-        lines.append("What to do today: nothing to fix; generation is native (no Hybrid Engine speed-up).")
-    else:
-        lines.append(f"What to do today: {'; '.join(said.plan) or 'nothing'}.")
+                     + "; ".join(f"{table.name(x)} if {_config_words(x)}" for x in said.conditional))  # fmt: skip
+    on_kernels = answer(setup, served=served, path=KERNEL)
+    if on_kernels.outcome != said.outcome or on_kernels.deciding != said.deciding:
+        read = "; ".join(f"{f.patch}: {words}" for f in (*said.deciding, *said.behind)
+                         for words in kernel_reading(f, setup))  # fmt: skip
+        why = ", ".join(table.name(item) for item in on_kernels.deciding) or "-"
+        lines.append(f"On a GPU's compiled kernels (CUDA, ROCm; read from the code, not run): "
+                     f"{on_kernels.outcome.upper()} because {why} ({read}).")  # fmt: skip
+    lines += todo(setup, served, said)
     if said.fixing:
         patches = " ".join(f.patch for f in said.fixing)
         lines.append(f"With the series (repro/patches: {patches}): {said.with_series}.")
     elif said.outcome != CORRECT:
         lines.append(f"With the series: {said.with_series} (no patch changes it).")
-    newest = transformers_env.newest()
-    if version_tuple(setup.transformers) > version_tuple(newest):
-        lines.append(f"Not measured: Transformers {setup.transformers} is newer than any cell here ({newest}); the "
-                     "answer carries the newest measured range forward.")  # fmt: skip
     if cells is None:
         lines.append(f"Evidence: no committed cells at {CELLS} (run from the repository).")
     elif served and setup.arch in ARCHS.values():
@@ -171,31 +247,69 @@ def report(setup: Setup, model_type: str, served: bool, said: Answer, cells: lis
             theirs = Setup.of_cell(cell)
             lines.append(f"  {describe(theirs)}, scenario {cell['scenario']}, configuration {cell['configuration']}: "
                          f"{measured(cell)} ({'; '.join(cell['diagnosis'])[:160]})")  # fmt: skip
+    for item in said.deciding:
+        if getattr(item, "measured", ""):
+            lines.append(f"Evidence for {item.id}: {item.measured}.")
+    runs = measured_runs(model_type)
+    if runs:
+        lines.append(f"Committed runs of {model_type} models (tiny twins of real configs, CPU): {', '.join(runs)}.")
     return lines
+
+
+def todo(setup: Setup, served: bool, said: Answer) -> list[str]:
+    """What to do today: each checked plan with its check, then the Hybrid Engine off, last."""
+    if said.outcome == CORRECT:
+        return ["What to do today: nothing."]
+    if said.outcome == SILENTLY_OFF and not served and not setup.engine_generate:
+        return ["What to do today: nothing to fix; generation is native (no Hybrid Engine speed-up)."]
+    found = advice.plans(setup, served, transformers_env.newest())
+    lines = ["What to do today" + (" (each plan answered again by the same rules):" if found else ":")]
+    for plan in found:
+        lines.append(f"  - {plan.words} ({plan.check()})")
+    lines.append(f"  - {'or ' if found else ''}{advice.hybrid_engine_off(setup)}")
+    return lines
+
+
+def measured_runs(model_type: str) -> list[str]:
+    """The committed per-model runs (results/reference/my-model, unserved) of this model type."""
+    found = []
+    for root in MEASURED_RUNS:
+        for config in sorted((root / "configs").glob("*.json")):
+            if json.loads(config.read_text()).get("model_type") == model_type:
+                found += [str(d.relative_to(REPO_ROOT)) for d in sorted(root.glob(f"{config.stem}*")) if d.is_dir()]
+    return found
 
 
 def main(req: Request, log: Callable[[str], None] = print) -> int:
     setup, model_type, served = resolve(req)
     said = answer(setup, served=served)
     if req.run is not None:
-        check_runnable(setup, served, req.config)  # refused before anything is written
+        check_runnable(setup, served, req.config, model_type)  # refused before anything is written
     cells = json.loads(CELLS.read_text())["cells"] if CELLS.is_file() else None
     for line in report(setup, model_type, served, said, cells):
         log(line)
     if req.run is None:
         return 0
-    return measure(req, setup, said, log) if served else measure_unserved(req, setup, log)
+    if served and setup.arch in ARCHS.values():
+        return measure(req, setup, said, log)
+    return measure_unserved(req, setup, said, log)
 
 
-def check_runnable(setup: Setup, served: bool, config: Path | None) -> None:
-    """What `--run` can measure here: the suite's architectures, or with --config a model DeepSpeed has no policy
-    for (its tiny twin through the Hybrid Engine as it is), on a Transformers it has an overlay for."""
+def check_runnable(setup: Setup, served: bool, config: Path | None, model_type: str) -> None:
+    """What `--run` can measure here: the suite's architectures, or with --config a model without a suite adapter
+    (its tiny twin through the Hybrid Engine as it is), on a Transformers it has an overlay for; never a model whose
+    code comes with its checkpoint."""
     versions = (pinned(), *transformers_env.others())
     if setup.transformers not in versions:
         known = ", ".join(sorted(versions, key=version_tuple))
         raise UsageError(f"--run --transformers {setup.transformers}: the suite runs Transformers {known} "
                          "(constraints-transformers-*.txt)")  # fmt: skip
-    if not served:
+    if config is not None:
+        my_model.read(config)  # refuses a config that asks for its directory's own code (auto_map)
+    if policies.remote_policy_of(model_type):
+        raise UsageError(f"--run for {model_type!r}: its layers are the checkpoint's own code (trust_remote_code), "
+                         "which this suite never runs")  # fmt: skip
+    if not served or setup.arch not in ARCHS.values():
         if config is None:
             raise UsageError(f"--run for {setup.arch!r}: give --config PATH, its tiny twin is what runs")
         if setup.lora or setup.tp > 1:
@@ -279,9 +393,13 @@ def refresh_policies(log: Callable[[str], None] = print) -> int:
 UNSERVED_PROBE = "repro.rank.unserved_probe"
 
 
-def measure_unserved(req: Request, setup: Setup, log: Callable[[str], None], timeout_s: float = 600) -> int:
-    """A model without a policy, measured: its tiny twin under the Hybrid Engine on 2 ranks (repro.rank.unserved_probe)
-    against native. 0 when the Hybrid Engine built no container (as answered), 1 when it built some, 3 broken."""
+def measure_unserved(
+    req: Request, setup: Setup, said: Answer, log: Callable[[str], None], timeout_s: float = 600
+) -> int:
+    """A model without a suite adapter, measured: its tiny twin under the Hybrid Engine on 2 ranks
+    (repro.rank.unserved_probe) against native. 0 when the measurement agrees with the answer (no container and
+    native output where DeepSpeed has no policy; initialize failing where the answer says it crashes), 1 when it
+    does not, 3 broken."""
     out = Path(req.run)
     if out.exists() and any(out.iterdir()):
         raise UsageError(f"{out} is not empty: give a new directory (nothing there is overwritten)")
@@ -298,6 +416,15 @@ def measure_unserved(req: Request, setup: Setup, log: Callable[[str], None], tim
         log(f"[affected] the measurement broke ({launch.first_error(output)}); its log: {out / 'ranks.log'}")
         return EXIT_BROKEN
     found = json.loads(result.read_text())
+    if "initialize_raised" in found:
+        raised = found["initialize_raised"]
+        log(f"Measured (CPU, tiny twin, {out}): deepspeed.initialize raised {raised['type']}: {raised['message']} "
+            f"({raised['at']})")  # fmt: skip
+        if said.outcome == CRASH:
+            log("The measurement agrees with the answer above: it crashes, in deepspeed.initialize.")
+            return 0
+        log(f"The measurement DISAGREES with the answer above ({said.outcome}); please report it with this directory.")
+        return 1
     module, engine = found["module_generate"], found["engine_generate"]
     log(f"Measured (CPU, tiny twin, {out}): {found['inference_containers']} inference containers; "
         f"module.generate (DeepSpeed-Chat's call): tokens equal native {module['tokens_equal_native']}, logits "
@@ -305,7 +432,7 @@ def measure_unserved(req: Request, setup: Setup, log: Callable[[str], None], tim
         f"{found['native_generate_s']} s; engine.generate: "
         + (f"raised {engine['raised']['type']}: {engine['raised']['message'][:120]}" if "raised" in engine
            else f"tokens equal native {engine['tokens_equal_native']}"))  # fmt: skip
-    if found["inference_containers"] == 0:
+    if found["inference_containers"] == 0 and not said.served:
         log("The measurement agrees with the answer above: not served, Hugging Face's own forward runs.")
         return 0
     log("The measurement DISAGREES with the answer above: DeepSpeed built inference containers for a model type its "

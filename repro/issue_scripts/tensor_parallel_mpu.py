@@ -143,7 +143,7 @@ def main():
             keep_slice(layer, path, 0, rank)
         for path in rows:
             keep_slice(layer, path, 1, rank)
-        if args.arch == "gpt-neox":  # read by DeepSpeed's policy, gone from Transformers 4.57 (patch 0000)
+        if args.arch == "gpt-neox":  # read by DeepSpeed's policy, gone from Transformers 4.49 (patch 0000)
             layer.attention.hidden_size = model.config.hidden_size
             layer.attention.num_attention_heads = model.config.num_attention_heads
     ds_config = {

@@ -53,7 +53,7 @@ def main():
         max_position_embeddings=256,
     )
     model = transformers.GPTNeoXForCausalLM(config).to(device).eval()
-    for layer in model.gpt_neox.layers:  # read by DeepSpeed's policy, gone from Transformers 4.57 (patch 0000)
+    for layer in model.gpt_neox.layers:  # read by DeepSpeed's policy, gone from Transformers 4.49 (patch 0000)
         layer.attention.hidden_size = config.hidden_size
         layer.attention.num_attention_heads = config.num_attention_heads
     ids = torch.arange(10, 74, device=device).unsqueeze(0)

@@ -1,7 +1,9 @@
-"""What the Hybrid Engine does for a model DeepSpeed has no injection policy for (Mistral, Qwen2, Falcon, ...):
-a tiny model from the user's config (seeded random weights), native greedy generate, then deepspeed.initialize with
-the Hybrid Engine in DeepSpeed-Chat's call order, and against native: `module.generate()` (DeepSpeed-Chat's call)
-and `engine.generate()`, how many containers the engine built, and each generate's time.
+"""What the Hybrid Engine does for a model the suite has no adapter for: one DeepSpeed has no injection policy for
+(Mistral, Qwen2, Falcon, ...), or one it injects without a Hybrid Engine container (GPT-2). A tiny model from the
+user's config (seeded random weights), native greedy generate, then deepspeed.initialize with the Hybrid Engine in
+DeepSpeed-Chat's call order, and against native: `module.generate()` (DeepSpeed-Chat's call) and
+`engine.generate()`, how many containers the engine built, and each generate's time. An initialize that raises is
+recorded (`initialize_raised`), not raised: it is what the user meets.
 
 Run under torchrun by repro.host.affected (`affected --run` for such a model); rank 0 writes OUT as JSON."""
 
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from . import lifecycle
+from . import fallbacks, he_faults, lifecycle
 from .engine import ds_config, greedy
 
 NEW_TOKENS = 8
@@ -58,7 +60,9 @@ def main(argv: list[str] | None = None) -> None:
         native_tokens, native_logits, native_s = _timed(lambda: greedy(model, ids, NEW_TOKENS))
     result: dict = {
         "model_type": config.model_type,
-        "layer_class": type(model.model.layers[0]).__name__ if hasattr(model, "model") else None,
+        "layer_class": type(model.model.layers[0]).__name__
+        if hasattr(model, "model") and hasattr(model.model, "layers")
+        else None,
         "world_size": world,
         "zero_stage": args.zero,
         "versions": {
@@ -69,10 +73,16 @@ def main(argv: list[str] | None = None) -> None:
         "native_tokens": native_tokens,
         "native_generate_s": native_s,
     }
-    engine, *_ = deepspeed.initialize(
-        model=model, config=ds_config(True, "fp32", world, 0, zero_stage=args.zero),
-        model_parameters=[p for p in model.parameters() if p.requires_grad],
-    )  # fmt: skip
+    fallbacks.install()  # DeepSpeed's PyTorch paths, completed, for a model DeepSpeed does inject (GPT-2)
+    try:
+        engine, *_ = deepspeed.initialize(
+            model=model, config=ds_config(True, "fp32", world, 0, zero_stage=args.zero),
+            model_parameters=[p for p in model.parameters() if p.requires_grad],
+        )  # fmt: skip
+    except Exception as exc:  # DeepSpeed refused or broke on the model at initialize: the user's outcome
+        result["initialize_raised"] = he_faults.crash(exc)
+        lifecycle.finish(args.out, result)
+        return
     result["inference_containers"] = len(engine._inference_containers)
     before = _local_weights(engine.module)
     engine.eval()

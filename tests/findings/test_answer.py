@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from repro import findings
-from repro.findings.answer import CORRECT, answer, measured, series_measured
+from repro.findings.answer import CORRECT, KERNEL, answer, measured, series_measured
 from repro.findings.finding import CRASH, FIXED, REFUSED, SILENTLY_OFF, SILENTLY_WRONG
 from repro.findings.setup import Setup
 
@@ -85,8 +85,53 @@ def test_a_model_without_a_policy_is_silently_off():
 
 def test_unknown_config_names_the_config_findings_and_a_known_one_decides():
     said = answer(setup())
-    assert [f.id for f in said.conditional] == ["llama-unservable-config"]
+    assert [f.id for f in said.conditional] == ["llama-rope-scaling", "llama-unservable-config"]
     gqa = {"num_attention_heads": 64, "num_key_value_heads": 8, "hidden_size": 8192}
     said = answer(setup(zero=2, model_config=gqa))
-    assert said.outcome == SILENTLY_WRONG and said.with_series == REFUSED and not said.conditional
+    assert said.outcome == CRASH and said.with_series == REFUSED and not said.conditional
+    assert said.causes(said.deciding[0]) == ("8 of its 64 heads are key/value heads (grouped-query attention)",)
     assert answer(setup(zero=2, model_config={"num_attention_heads": 32, "hidden_size": 4096})).outcome == CORRECT
+
+
+@pytest.mark.parametrize(
+    "config, outcome",
+    [
+        ({"num_key_value_heads": 8}, CRASH),  # measured: the grouped-query leave-one-out cell, Llama-3-8B's cells
+        ({"head_dim": 32, "hidden_size": 256, "num_attention_heads": 4}, CRASH),  # head-dim-32
+        ({"attention_bias": True}, SILENTLY_WRONG),  # attention-bias
+        ({"mlp_bias": True}, SILENTLY_WRONG),  # mlp-bias
+        ({"hidden_act": "gelu"}, SILENTLY_WRONG),  # gelu-gating
+        ({"attention_bias": True, "num_key_value_heads": 8}, CRASH),  # the crash comes first
+    ],
+)
+def test_one_finding_answers_the_outcome_measured_for_each_cause(config, outcome):
+    said = answer(setup(zero=2, transformers="4.52.4", model_config={"num_attention_heads": 32, **config}))
+    assert said.outcome == outcome and [f.id for f in said.deciding] == ["llama-unservable-config"]
+
+
+def test_deepspeeds_own_refusal_at_initialize_decides_alone():
+    llama31 = {"num_attention_heads": 32, "num_key_value_heads": 8, "rope_scaling": {"rope_type": "llama3"}}
+    said = answer(setup(transformers="4.57.6", model_config=llama31))
+    assert said.outcome == CRASH and [x.id for x in said.deciding] == ["llama-rope-scaling"]
+    assert said.with_series == REFUSED and "llama-unservable-config" in {f.id for f in said.behind}
+    five = {"num_attention_heads": 32, "rope_parameters": {"rope_type": "default", "rope_theta": 5e5}}
+    assert answer(setup(zero=2, transformers="4.52.4", model_config=five)).outcome == CORRECT
+
+
+def test_gpt2_crashes_at_initialize_with_and_without_the_series():
+    said = answer(Setup(arch="gpt2", zero=3, lora=False, transformers="4.57.6"))
+    assert (
+        said.outcome == CRASH
+        and said.with_series == CRASH
+        and [x.id for x in said.deciding] == ["gpt2-no-hybrid-container"]
+    )
+
+
+def test_the_kernel_path_answers_from_the_kernels_code():
+    opt350 = {"do_layer_norm_before": False}
+    cpu = answer(Setup(arch="opt", zero=2, lora=False, transformers="4.48.3", model_config=opt350))
+    kernel = answer(Setup(arch="opt", zero=2, lora=False, transformers="4.48.3", model_config=opt350), path=KERNEL)
+    assert cpu.outcome == CRASH and [f.id for f in cpu.deciding] == ["decode-as-prompt"]
+    assert kernel.outcome == SILENTLY_WRONG and [f.id for f in kernel.deciding] == ["opt-post-layer-norm"]
+    tp = answer(Setup(arch="opt", zero=3, lora=False, tp=2, transformers="4.48.3"), path=KERNEL)
+    assert tp.outcome == CRASH  # 0033's crash is in Python, before any kernel: it still decides

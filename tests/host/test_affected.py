@@ -53,7 +53,8 @@ def test_grouped_query_llama_names_the_unservable_config(tmp_path, capsys):
     path = _config(tmp_path, model_type="llama", hidden_size=4096, num_attention_heads=32, num_key_value_heads=8)
     main(["affected", "--config", str(path), "--zero", "2", "--transformers", "4.52.4"])
     out = capsys.readouterr().out
-    assert "SILENTLY WRONG" in out and "llama-unservable-config" in out and "refused by name" in out
+    assert "CRASHES" in out and "llama-unservable-config" in out and "refused by name" in out
+    assert "Your config: 8 of its 32 heads are key/value heads (grouped-query attention)." in out
 
 
 @pytest.mark.parametrize(
@@ -95,7 +96,7 @@ def test_update_docs_rewrites_only_the_block(tmp_path, monkeypatch):
 def test_run_refuses_what_it_cannot_measure_before_writing_anything(tmp_path):
     out = tmp_path / "run"
     for argv, said in (
-        (["--arch", "gpt2"], "no adapter for it yet"),
+        (["--arch", "gpt2"], "give --config PATH"),
         (["--arch", "llama", "--transformers", "4.50.0"], "the suite runs Transformers"),
         (["--arch", "llama", "--tp", "8"], "at most 4 ranks"),
     ):

@@ -121,7 +121,11 @@ NAMED_REFUSALS = {
 }
 # DeepSpeed 0.19.8's own refusal (released; not ours): DS_BloomContainer raises for Transformers from 4.44.
 REFUSED_BLOOM_TRANSFORMERS = "refused by name: BLOOM on Transformers newer than 4.43.4 (DeepSpeed's own check)"
-REFUSALS = (REFUSED, *NAMED_REFUSALS.values(), REFUSED_BLOOM_TRANSFORMERS)
+# DeepSpeed 0.19.8's own refusal (released; not ours): DS_LLAMAContainer raises for a scaled rotary embedding
+# (containers/llama.py, _get_rope_theta: the registry's `llama-rope-scaling` limit).
+REFUSED_LLAMA_ROPE = "refused by name: a Llama with a scaled rotary embedding (DeepSpeed's own check)"
+LLAMA_ROPE = "DeepSpeed kernel injection cannot serve rope_type="
+REFUSALS = (REFUSED, *NAMED_REFUSALS.values(), REFUSED_BLOOM_TRANSFORMERS, REFUSED_LLAMA_ROPE)
 # Positive evidence (a rank's own crash, repro.rank.cell_probe.peer_crash_path): BloomSelfAttention hands the softmax
 # `head_offset = dist.get_rank() * heads per partition`, the global rank whatever the tensor-parallel group, and
 # the softmax adds `alibi[head_offset:head_offset + heads]`: on data-parallel rank 1 of a 4-head model that is
@@ -350,6 +354,12 @@ def _crash(cell: dict) -> str:
     tuple_output = c["type"] == "TypeError" and c["message"].endswith("returned tuple, not a ModelOutput")
     if tuple_output and (cell.get("tensor_parallel") or {}).get("mp_size", 1) > 1:
         return BUG_TP_OUTPUT
+    if (
+        c["type"] == "ValueError"
+        and c["message"].startswith(LLAMA_ROPE)
+        and c["at"].startswith(CONTAINERS + "llama.py")
+    ):
+        return f"{REFUSED_LLAMA_ROPE}: {c['message'][len('DeepSpeed kernel injection cannot serve ') :].split('.')[0]}"
     if c["type"] == "ValueError" and c["message"].startswith(REFUSAL) and c["at"].startswith("deepspeed/"):
         files = {file for file, _ in NAMED_REFUSALS}
         if not any(c["at"].startswith(CONTAINERS + file) for file in files):

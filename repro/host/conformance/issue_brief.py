@@ -50,14 +50,17 @@ def brief(data: dict, bug: str, meta: dict) -> str:
     shown = [c for c in measured if _names(c, finding)]
     if not any(_names(c, finding) for c in data["cells"] if "error" not in c):
         return f"# {bug}\n\nNo measured cell shows it; nothing to report.\n"
-    where = "; ".join(table.where(scope) for scope in finding.scopes)
+    # one outcome per cause where a finding's causes differ (its scopes' own outcome)
+    split = any(scope.outcome and scope.outcome != finding.outcome for scope in finding.scopes)
+    where = "; ".join(table.where(scope) + (f": {scope.outcome or finding.outcome}" if split else "")
+                      for scope in finding.scopes)  # fmt: skip
+    outcome = "as above, per cause" if split else finding.outcome
     lines = [
         f"# [BUG] {meta['title']}",
         "",
         f"**The bug**: {finding.summary}",
         "",
-        f"**Who is hit**: {where}. DeepSpeed 0.19.8 as released: {finding.outcome}. Without a patch: "
-        f"{finding.workaround}.",
+        f"**Who is hit**: {where}. DeepSpeed 0.19.8 as released: {outcome}. Without a patch: {finding.workaround}.",
         "",
         "**To reproduce** (the script, attached, imports only torch, deepspeed and transformers):",
         "```",

@@ -1,6 +1,6 @@
 """A fixed DeepSpeed to install today: DeepSpeed 0.19.8's own source distribution with the series (or some
 findings' patches) applied, built into a wheel as pip builds the published one (ops JIT-compiled at first use),
-with a local version that says what it carries (0.19.8+he34).
+with a local version that says what it carries (0.19.8+heN for the N-patch series).
 
 `python -m repro patched-deepspeed --out DIR` builds it; `--prove` then installs it into a fresh virtualenv and
 runs every issue script against it (each must print its OK line)."""
@@ -47,9 +47,15 @@ def closure(ids: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def local_version(patches: tuple[str, ...]) -> str:
-    """`+he34` for the whole series; `+he.1.4` for the patches numbered 1 and 4 (PEP 440 local version labels, whose
-    number segments pip writes without leading zeros)."""
-    return f"+he{len(patches)}" if patches == findings.SERIES else "+he." + ".".join(str(int(p)) for p in patches)
+    """`+he36` for the whole 36-patch series; `+he.1.4` for the patches numbered 1 and 4; `+he36.without.24.35` for
+    the series but two, whichever is shorter to read in `pip list` (PEP 440 local version labels, whose number
+    segments pip writes without leading zeros)."""
+    whole = f"+he{len(findings.SERIES)}"
+    if patches == findings.SERIES:
+        return whole
+    listed = "+he." + ".".join(str(int(p)) for p in patches)
+    missing = whole + ".without." + ".".join(str(int(p)) for p in findings.SERIES if p not in patches)
+    return listed if len(listed) <= len(missing) else missing
 
 
 def sdist(log: Callable[[str], None]) -> Path:
