@@ -20,7 +20,8 @@ def _invoke(*args, env=None):
 
 def test_every_task_is_listed_with_help():
     listed = _invoke("--list").stdout
-    for task in ("repro", "build", "test", "report", "doctor", "shell", "clean", "bench"):
+    for task in ("repro", "build", "test", "report", "doctor", "shell", "clean", "bench", "conformance", "affected",
+                 "patched-deepspeed"):  # fmt: skip
         assert f"  {task} " in listed, task
         assert _invoke(task, "--help").returncode == 0
 

@@ -74,14 +74,18 @@ def kernel_reading(item: Finding | Limit, setup: Setup) -> tuple[str, ...]:
     return tuple(k.read for k in {scope.kernel or item.kernel for scope in covering(item, setup)} if k)
 
 
-def answer(setup: Setup, served: bool = True, registry: tuple[Finding, ...] = FINDINGS, path: str = CPU) -> Answer:
+def answer(
+    setup: Setup, served: bool = True, registry: tuple[Finding, ...] = FINDINGS, path: str = CPU, unknown: bool = True
+) -> Answer:
     """What released DeepSpeed does in `setup`. `served`: DeepSpeed has an injection policy for the model type
     (repro.findings.policies reads DeepSpeed's own list); without one the Hybrid Engine injects nothing. `path`:
-    KERNEL answers for DeepSpeed's compiled kernels where a finding's code says they differ from the CPU evidence."""
+    KERNEL answers for DeepSpeed's compiled kernels where a finding's code says they differ from the CPU evidence.
+    `unknown`: also name what hits only if the unknown config has its setting (`conditional`; a plan's check skips
+    it)."""
     hit = [f for f in registry if hits(f, setup) and outcome_of(f, setup, path) is not None] if served else []
     limits = [limit for limit in LIMITS if covers(limit.scope, setup)] if served else []
     conditional = ()
-    if served and setup.model_config is None:  # a standard checkpoint's config is not known here: name the rest
+    if unknown and served and setup.model_config is None:  # a checkpoint config not known here: name the rest
         conditional = tuple(x for x in (*LIMITS, *registry) if x not in hit and _only_config_missing(x, setup))
     outcome, deciding = CORRECT, ()
     refusing = tuple(limit for limit in limits if limit.outcome == CRASH)  # in initialize, before anything else

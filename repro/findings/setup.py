@@ -6,12 +6,14 @@ the cells measured, and a user's answer (repro.findings.affected) reads both."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from .finding import Finding, Scope
 
 DS_CHAT_ORDER = "eval-generate-train"  # DeepSpeed-Chat's step 3: eval(), generate, train() each step
 
 
+@lru_cache(maxsize=1024)  # every scope's bounds, read for every answer: the planner asks thousands
 def version_tuple(version: str) -> tuple[int, ...]:
     """A release number for comparison: "4.48.3" -> (4, 48, 3); pre-release tails ("4.57.0.dev0") dropped."""
     parts = []

@@ -2,6 +2,7 @@
 released (correct, silently wrong, crashes, Hybrid Engine silently off) and with the series (correct, refused)."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,45 @@ def test_the_kernel_path_answers_from_the_kernels_code():
     assert kernel.outcome == SILENTLY_WRONG and [f.id for f in kernel.deciding] == ["opt-post-layer-norm"]
     tp = answer(Setup(arch="opt", zero=3, lora=False, tp=2, transformers="4.48.3"), path=KERNEL)
     assert tp.outcome == CRASH  # 0033's crash is in Python, before any kernel: it still decides
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("run", sorted((ROOT / "results/reference/my-model").glob("*/conformance.json")),
+                         ids=lambda p: p.parent.name)  # fmt: skip
+def test_the_answer_predicts_every_committed_run_of_a_users_model(run):
+    """results/reference/my-model: real configs' tiny twins (Llama-3-8B, Llama-3.1-8B, ...), released and with the
+    series, each cell predicted exactly from its setup and config."""
+    judged = 0
+    for cell in json.loads(run.read_text())["cells"]:
+        truth = measured(cell) if cell["build"] == "released" else series_measured(cell)
+        if truth is None or cell["build"] not in ("released", "whole series"):
+            continue
+        said = answer(Setup.of_cell(cell))
+        assert (said.outcome if cell["build"] == "released" else said.with_series) == truth, (
+            cell["scenario"], cell["build"], cell["diagnosis"])  # fmt: skip
+        judged += 1
+    assert judged >= 2
+
+
+@pytest.mark.parametrize("run", sorted((ROOT / "results/reference/unserved").glob("*/unserved.json")),
+                         ids=lambda p: p.parent.name)  # fmt: skip
+def test_the_answer_predicts_every_committed_run_of_a_model_without_an_adapter(run):
+    """results/reference/unserved: models DeepSpeed has no policy for (native, engine.generate fails) and GPT-2,
+    which it injects without a Hybrid Engine container (initialize fails)."""
+    from repro.findings import policies
+
+    found = json.loads(run.read_text())
+    for result in [c["result"] for c in found["cells"]] if "cells" in found else [found]:
+        model_type = result["model_type"]
+        version = result["versions"]["transformers"]
+        setup = Setup(arch=model_type, zero=result["zero_stage"], lora=False, transformers=version,
+                      ranks=result["world_size"])  # fmt: skip
+        served = policies.policy_of(model_type) is not None
+        if "initialize_raised" in result:
+            assert answer(setup, served=served).outcome == CRASH
+            continue
+        assert answer(setup, served=served).outcome == SILENTLY_OFF and result["inference_containers"] == 0
+        assert answer(replace(setup, engine_generate=True), served=served).outcome == CRASH
+        assert "raised" in result["engine_generate"] and result["module_generate"]["tokens_equal_native"]

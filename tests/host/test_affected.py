@@ -65,11 +65,92 @@ def test_grouped_query_llama_names_the_unservable_config(tmp_path, capsys):
         (["affected", "--arch", "opt", "--transformers", "latest"], "give a release number"),
         (["affected", "--config", "/nonexistent/config.json"], "no Hugging Face config"),
         (["affected", "--arch", "opt", "--zero", "1"], "invalid choice"),
+        (["affected", "--arch", "opt", "--transformers", "9.9"], "the findings registry spans Transformers 4.31.0"),
+        (["affected", "--arch", "opt", "--transformers", "3.0"], "the findings registry spans Transformers 4.31.0"),
+        (["affected", "--arch", "foo"], "--arch foo: not a model type"),
+        (["affected", "--table", "--zero", "2"], "--table answers no setup: it takes no --zero"),
+        (["affected", "--update-docs", "--arch", "opt"], "--update-docs answers no setup: it takes no --arch"),
+        (["affected", "--config", "CONFIG32", "--tp", "3", "--ranks", "6"], "--tp 3 does not divide the model's 32"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(argv, said):
+def test_bad_input_is_one_line_and_exit_2(argv, said, tmp_path):
+    config = _config(tmp_path, model_type="llama", hidden_size=4096, num_attention_heads=32)
+    argv = [str(config) if a == "CONFIG32" else a for a in argv]
     done = subprocess.run([sys.executable, "-m", "repro", *argv], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("given, read", [("4.57.6.dev0", "4.57.6"), ("5.0.0rc1", "5.0.0"), ("4.48", "4.48.0")])
+def test_a_dev_or_rc_version_is_read_as_its_release(given, read, capsys):
+    assert main(["affected", "--arch", "opt", "--transformers", given]) == 0
+    assert f"Transformers {read}," in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("arch", ["Llama", "LLAMA", "gpt_neox", "GPT-NeoX", "mistral"])
+def test_an_arch_in_any_case_or_spelling_is_answered(arch, capsys):
+    assert main(["affected", "--arch", arch]) == 0
+    assert "as released:" in capsys.readouterr().out
+
+
+def test_a_config_with_auto_map_is_answered_and_only_run_refuses_it(tmp_path, capsys):
+    path = _config(tmp_path, model_type="llama", hidden_size=4096, num_attention_heads=32,
+                   auto_map={"AutoModelForCausalLM": "modeling_x.XForCausalLM"})  # fmt: skip
+    assert main(["affected", "--config", str(path), "--transformers", "4.48.3", "--zero", "2"]) == 0
+    assert "as released: CORRECT" in capsys.readouterr().out
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "repro", "affected", "--config", str(path), "--run", str(out)],
+                          cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 2 and "auto_map" in done.stderr and not out.exists()
+
+
+def test_rope_scaled_llama_is_deepspeeds_own_refusal(capsys):
+    config = ROOT / "results/reference/my-model/configs/llama-3.1-8b.json"
+    assert main(["affected", "--config", str(config), "--zero", "2", "--transformers", "4.57.6"]) == 0
+    out = capsys.readouterr().out
+    assert "as released: CRASHES" in out and "llama-rope-scaling (DeepSpeed's design)" in out
+    assert "Your config: rope_type 'llama3'." in out and "refused by name" in out
+    assert "results/reference/my-model/llama-3.1-8b-zero2" in out
+
+
+def test_gpt2_and_internlm_are_answered_from_what_was_measured_or_read(capsys):
+    assert main(["affected", "--arch", "gpt2"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "as released: CRASHES" in out
+        and "gpt2-no-hybrid-container" in out
+        and "results/reference/unserved/gpt2" in out
+    )
+    assert main(["affected", "--arch", "internlm"]) == 0
+    out = capsys.readouterr().out
+    assert "InternLMLayerPolicy" in out and "NOT MEASURED" in out and "trust_remote_code" in out
+    done = subprocess.run([sys.executable, "-m", "repro", "affected", "--arch", "internlm", "--run", "/tmp/x-never"],
+                          cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 2 and "trust_remote_code" in done.stderr
+
+
+def test_every_plan_is_printed_with_its_check_and_the_hybrid_engine_off_last(capsys):
+    main(["affected", "--arch", "gpt-neox", "--lora", "--transformers", "4.46.0"])
+    out = capsys.readouterr().out.splitlines()
+    start = next(i for i, line in enumerate(out) if line.startswith("What to do today"))
+    plans = [line for line in out[start + 1 :] if line.startswith("  - ")]
+    assert len(plans) >= 2 and all("(checked: that setup answers correct" in p for p in plans[:-1])
+    assert plans[-1].startswith("  - or Hybrid Engine off")
+
+
+def test_the_kernel_path_is_given_beside_the_cpu_outcome(tmp_path, capsys):
+    path = _config(tmp_path, model_type="opt", do_layer_norm_before=False)
+    main(["affected", "--config", str(path), "--zero", "2", "--transformers", "4.48.3"])
+    out = capsys.readouterr().out
+    assert "as released: CRASHES (measured on CPU)" in out and "decode-as-prompt" in out
+    assert "compiled kernels (CUDA, ROCm; read from the code, not run): SILENTLY WRONG because `0019`" in out
+
+
+def test_evidence_is_ranked_across_major_versions():
+    cells = [{"build": "released", "arch": "llama", "zero_stage": 3, "transformers": t, "world_size": 2,
+              "diagnosis": ["correct"], "injected_layer_calls": 1, "scenario": "s", "configuration": "default"}
+             for t in ("4.48.3", "4.57.6")]  # fmt: skip
+    setup = affected.Setup(arch="llama", zero=3, lora=False, transformers="5.25.0", ranks=2)
+    assert [c["transformers"] for c in affected.nearest(setup, cells)] == ["4.57.6", "4.48.3"]
 
 
 def test_it_answers_with_nothing_but_python_installed():

@@ -24,6 +24,8 @@ def test_a_finding_brings_the_patches_it_needs_in_series_order():
 def test_the_version_says_what_the_wheel_carries():
     assert patched_wheel.local_version(findings.SERIES) == f"+he{len(findings.SERIES)}"
     assert patched_wheel.local_version(("0001", "0004")) == "+he.1.4"
+    all_but = tuple(p for p in findings.SERIES if p not in ("0024", "0035"))
+    assert patched_wheel.local_version(all_but) == f"+he{len(findings.SERIES)}.without.24.35"  # readable in pip list
 
 
 @pytest.mark.proof
