@@ -113,7 +113,7 @@ def _same(a: Answer, b: Answer) -> bool:
     return replace(a, setup=b.setup) == b
 
 
-def render(newest: str, root: str = "") -> str:
+def render(newest: str, root: str = "", oldest: str = "4.43.4") -> str:
     """The block, markers included; `root`: the path from the document to the repository root, for its links."""
     return "\n".join(
         [
@@ -137,8 +137,8 @@ def render(newest: str, root: str = "") -> str:
             "py3-none-any.whl` in your environment (`--findings ID,...` for some; ops JIT-built as from PyPI).",
             "",
             "Every answer follows from the findings registry (`repro/findings/registry.py`), whose scopes predict "
-            "every committed conformance cell (tiny twins on Transformers 4.43.4-4.57.6; CPU evidence, no GPU has run "
-            "them). The patches for DeepSpeed's maintainers: `repro/patches/` "
+            f"every committed conformance cell (tiny twins on Transformers {oldest}-{newest}; CPU evidence, no GPU "
+            "has run them), and checks every plan it prints against the same rules. The patches for DeepSpeed's maintainers: `repro/patches/` "
             f"([docs/upstream.md]({root}docs/upstream.md)).",
             END,
         ]

@@ -360,7 +360,7 @@ def generated() -> dict[Path, list[tuple[str, str, str]]]:
     """Each document's generated blocks: (begin marker, end marker, the block as it should read)."""
     cells = json.loads(CELLS.read_text())["cells"]
     return {
-        README: [(table.BEGIN, table.END, table.render(transformers_env.newest()))],
+        README: [(table.BEGIN, table.END, table.render(transformers_env.newest(), oldest=transformers_env.oldest()))],
         CONFORMANCE_DOC: [(table.EVIDENCE_BEGIN, table.EVIDENCE_END, table.evidence_table(cells))],
         UPSTREAM_DOC: [(prs.PRS_BEGIN, prs.PRS_END, prs.table())],
     }

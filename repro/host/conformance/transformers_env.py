@@ -54,6 +54,11 @@ def newest() -> str:
     return max((pinned(), *others()), key=version_order)
 
 
+def oldest() -> str:
+    """The oldest Transformers the suite runs: where the committed cells begin."""
+    return min((pinned(), *others()), key=version_order)
+
+
 def version_order(version: str) -> tuple[int, ...]:
     """A dotted release number's sort key (Transformers' or DeepSpeed's): 4.9.0 before 4.43.4."""
     return tuple(int(x) for x in version.split(".") if x.isdigit())
