@@ -138,8 +138,8 @@ def render(newest: str, root: str = "", oldest: str = "4.43.4") -> str:
             "",
             "Every answer follows from the findings registry (`repro/findings/registry.py`), whose scopes predict "
             f"every committed conformance cell (tiny twins on Transformers {oldest}-{newest}; CPU evidence, no GPU "
-            "has run them), and checks every plan it prints against the same rules. The patches for DeepSpeed's maintainers: `repro/patches/` "
-            f"([docs/upstream.md]({root}docs/upstream.md)).",
+            "has run them), and checks every plan it prints against the same rules. The patches for DeepSpeed's "
+            f"maintainers: `repro/patches/` ([docs/upstream.md]({root}docs/upstream.md)).",
             END,
         ]
     )
