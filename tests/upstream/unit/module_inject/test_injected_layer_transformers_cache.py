@@ -35,13 +35,15 @@ class IdentityMLP(torch.nn.Module):
         return attention_output
 
 
-def injected_layer(layer_id):
+def injected_layer(model_layer_id, layer_id):
     """DeepSpeedTransformerInference with stand-ins for its attention and MLP kernels: what is left is what the
-    layer does with the cache it is handed."""
+    layer does with the cache it is handed. `model_layer_id` is what the container sets (the layer's position in
+    its own model); `layer_id` is DeepSpeed's count of every injected layer in the process."""
     layer = DeepSpeedTransformerInference.__new__(DeepSpeedTransformerInference)
     torch.nn.Module.__init__(layer)
     layer.config = DeepSpeedInferenceConfig(hidden_size=HEADS * HEAD_DIM, heads=HEADS, dtype=torch.float32)
     layer.config.layer_id = layer_id
+    layer.config.model_layer_id = model_layer_id
     layer.attention = WorkspaceAttention()
     layer.mlp = IdentityMLP()
     layer.norm_w = layer.norm_b = None
@@ -50,27 +52,56 @@ def injected_layer(layer_id):
     return layer
 
 
-# How transformers hands a layer its Cache: GPT-Neo as `layer_past`, OPT from 5.24 and the other models from 5.x as
-# `cache`, 4.x models as `past_key_value(s)`.
-@pytest.mark.parametrize("argument", ["layer_past", "cache", "past_key_value", "past_key_values"])
-def test_the_transformers_cache_holds_what_the_layers_attended_to(argument):
-    layers = [injected_layer(0), injected_layer(1)]
-    cache = transformers.DynamicCache()
+def generate(layers, argument, cache):
     prompt, step = torch.randn(2, 5, HEADS * HEAD_DIM), torch.randn(2, 1, HEADS * HEAD_DIM)
-
     with torch.no_grad():
         for hidden_states in (prompt, step, step):
             for layer in layers:
                 layer(hidden_states, use_cache=True, **{argument: cache})
 
+
+def cache_layers(cache):
+    """Each layer's keys and values as a Cache holds them: transformers >= 4.56 keeps them per layer, older ones in
+    two lists."""
+    if hasattr(cache, "layers"):
+        return cache.layers
+    return [type("Layer", (), {"keys": k, "values": v}) for k, v in zip(cache.key_cache, cache.value_cache)]
+
+
+# How transformers hands a layer its Cache: GPT-Neo as `layer_past`, OPT from 5.24 and the other models from 5.x as
+# `cache`, 4.x models as `past_key_value(s)`.
+@pytest.mark.parametrize("argument", ["layer_past", "cache", "past_key_value", "past_key_values"])
+def test_the_transformers_cache_is_as_long_as_what_the_layers_attended_to(argument):
+    layers = [injected_layer(0, 0), injected_layer(1, 1)]
+    cache = transformers.DynamicCache()
+    generate(layers, argument, cache)
     assert cache.get_seq_length() == 7
-    for layer_id, layer in enumerate(layers):
-        keys, values = cache.layers[layer_id].keys, cache.layers[layer_id].values
-        assert torch.equal(keys, layer.attention.keys) and torch.equal(values, -layer.attention.keys)
+    assert [cache.get_seq_length(i) for i in range(len(cache))] == [7, 7]
+
+
+def test_the_cache_holds_no_second_copy_of_the_keys_and_values():
+    """The keys and values stay in the injected attention's workspace: a second copy in the Cache would double the
+    KV memory of every generate. It holds one element per token, layer and sequence, for keys and for values."""
+    layers = [injected_layer(0, 0), injected_layer(1, 1)]
+    cache = transformers.DynamicCache()
+    generate(layers, "past_key_values", cache)
+    held = sum(layer.keys.numel() + layer.values.numel() for layer in cache_layers(cache))
+    kept = sum(2 * layer.attention.keys.numel() for layer in layers)
+    assert held == 2 * 2 * 7 * 2 and held * HEADS * HEAD_DIM == kept
+
+
+def test_a_second_model_in_the_process_keeps_its_own_layers():
+    """DeepSpeed numbers every injected layer of the process (config.layer_id); a model's Cache is indexed by the
+    layer's position in that model."""
+    first, second = [injected_layer(0, 0), injected_layer(1, 1)], [injected_layer(0, 2), injected_layer(1, 3)]
+    for layers in (first, second):
+        cache = transformers.DynamicCache()
+        generate(layers, "past_key_values", cache)
+        assert len(cache) == 2 and cache.get_seq_length(1) == 7
 
 
 def test_without_a_cache_the_layer_keeps_its_own():
-    layer = injected_layer(0)
+    layer = injected_layer(0, 0)
     with torch.no_grad():
         layer(torch.randn(1, 3, HEADS * HEAD_DIM), use_cache=True)
     assert layer.layer_past[0].shape == (1, HEADS, 3, HEAD_DIM)
