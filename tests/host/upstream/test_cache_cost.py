@@ -1,0 +1,33 @@
+"""The Cache-cost table renders what the runs measured, per token, and a measurement never overwrites one."""
+
+import json
+
+from repro.host.upstream import cache_cost
+from repro.paths import REPO_ROOT
+
+
+def run(build, held, tokens, equal=True):
+    return {"build": build, "arch": "llama", "hybrid_engine": {"cache_bytes": held, "cache_tokens": tokens},
+            "native": {"cache_bytes": 61440, "cache_tokens": 15}, "tokens_equal_native": equal,
+            "logits_max_abs_vs_native": 5.5e-07}  # fmt: skip
+
+
+def test_the_table_gives_bytes_per_token_and_a_dash_for_an_empty_cache():
+    table = cache_cost.render({"runs": [run("whole series", 240, 15), run("series without 0035", 0, 0, False)]})
+    assert "| whole series | llama | 240 (15) | 16 | 61440 (15) | True | 5.5e-07 |" in table
+    assert "| series without 0035 | llama | 0 (0) | - | 61440 (15) | False |" in table
+
+
+def test_the_committed_measurement_holds_no_second_copy():
+    committed = json.loads((REPO_ROOT / "results/reference/cache-cost/cache-cost.json").read_text())
+    for entry in committed["runs"]:
+        if entry["build"] == "whole series":
+            assert entry["hybrid_engine"]["cache_tokens"] == entry["native"]["cache_tokens"]
+            assert entry["hybrid_engine"]["cache_bytes"] * 64 <= entry["native"]["cache_bytes"]
+            assert entry["tokens_equal_native"]
+
+
+def test_an_earlier_measurement_is_kept(tmp_path, capsys):
+    (tmp_path / "cache-cost.json").write_text("{}")
+    assert cache_cost.main([str(tmp_path)]) == 2
+    assert "exists" in capsys.readouterr().err and (tmp_path / "cache-cost.json").read_text() == "{}"
