@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from ..findings import advice, by_id, policies, prs, table
+from ..findings import advice, by_id, policies, prs, reports, table
 from ..findings.answer import (
     CORRECT,
     KERNEL,
@@ -36,6 +36,7 @@ CELLS = REPO_ROOT / "results" / "reference" / "conformance" / "conformance.json"
 README = REPO_ROOT / "README.md"
 CONFORMANCE_DOC = REPO_ROOT / "docs" / "conformance.md"
 UPSTREAM_DOC = REPO_ROOT / "docs" / "upstream.md"
+REPORTS_DOC = REPO_ROOT / "docs" / "upstream-reports.md"
 ARCHS = {**my_model.MODEL_TYPES, **{arch: arch for arch in my_model.MODEL_TYPES.values()}}  # suite names too
 # A release number, with a pre-release or dev tail read as its release (4.57.6.dev0 -> 4.57.6; 5.0.0rc1 -> 5.0.0).
 VERSION = re.compile(r"(?P<release>\d+\.\d+(\.\d+)?)([.-]?(dev|rc|a|b|alpha|beta|post)\d*)?(\+[\w.]+)?")
@@ -110,8 +111,13 @@ def resolve(req: Request) -> tuple[Setup, str, bool]:
     in one line for what cannot be answered."""
     if (req.arch is None) == (req.config is None):
         raise UsageError("name the model once: --arch NAME (e.g. llama, opt, mistral) or --config PATH")
-    if req.tp < 1 or req.ranks < 1 or req.ranks % req.tp:
-        raise UsageError(f"--ranks {req.ranks} must be a multiple of --tp {req.tp} (both >= 1)")
+    if req.tp < 1 or req.ranks < 1:
+        raise UsageError(f"--ranks {req.ranks} and --tp {req.tp} must be >= 1")
+    if req.ranks % req.tp:
+        raise UsageError(f"--ranks {req.ranks} must be a multiple of --tp {req.tp}: otherwise DeepSpeed 0.19.8 leaves "
+                         "some ranks without a tensor-parallel group and fails with AttributeError: "
+                         "'DeepSpeedHybridEngine' object has no attribute 'mp_group' (read from hybrid_engine.py, not "
+                         f"run; {', '.join(r.label for r in reports.load() if r.cause_read)})")  # fmt: skip
     version = release_of(req.transformers or installed_transformers())
     config = None
     if req.config is not None:
@@ -250,6 +256,10 @@ def report(setup: Setup, model_type: str, served: bool, said: Answer, cells: lis
     for item in said.deciding:
         if getattr(item, "measured", ""):
             lines.append(f"Evidence for {item.id}: {item.measured}.")
+    hit = reports.matching(said)
+    if hit:
+        lines.append("Reported upstream with this setup (you are likely hitting the same): "
+                     + "; ".join(f"{r.label} ({r.url})" for r in hit) + ".")  # fmt: skip
     runs = measured_runs(model_type)
     if runs:
         lines.append(f"Committed runs of {model_type} models (tiny twins of real configs, CPU): {', '.join(runs)}.")
@@ -363,6 +373,7 @@ def generated() -> dict[Path, list[tuple[str, str, str]]]:
         README: [(table.BEGIN, table.END, table.render(transformers_env.newest(), oldest=transformers_env.oldest()))],
         CONFORMANCE_DOC: [(table.EVIDENCE_BEGIN, table.EVIDENCE_END, table.evidence_table(cells))],
         UPSTREAM_DOC: [(prs.PRS_BEGIN, prs.PRS_END, prs.table())],
+        REPORTS_DOC: [(reports.BEGIN, reports.END, reports.page())],
     }
 
 

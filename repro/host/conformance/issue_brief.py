@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from ... import findings
-from ...findings import table
+from ...findings import reports, table
 from ...findings.finding import Finding
 from ...paths import REPO_ROOT
 from ..upstream import affected_releases, patched_copy
@@ -62,6 +62,7 @@ def brief(data: dict, bug: str, meta: dict) -> str:
         "",
         f"**Who is hit**: {where}. DeepSpeed 0.19.8 as released: {outcome}. Without a patch: {finding.workaround}.",
         "",
+        *_reported(finding),
         "**To reproduce** (the script, attached, imports only torch, deepspeed and transformers):",
         "```",
     ]
@@ -107,3 +108,12 @@ def brief(data: dict, bug: str, meta: dict) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _reported(finding: Finding) -> list[str]:
+    """The upstream reports this finding explains (repro.findings.reports), as lines of the text."""
+    found = [r for r in reports.load() if finding.id in r.by]
+    if not found:
+        return []
+    return ["**Reported upstream** (explained by this bug, triaged in docs/upstream-reports.md): "
+            + ", ".join(f"[{r.label}]({r.url})" for r in found) + ".", ""]  # fmt: skip
