@@ -1,0 +1,129 @@
+"""A pull request of repro/patches/prs/ as a branch its submitter can push (`python -m repro.host.upstream.pr_submit
+PR_DIR CHECKOUT "Name <email>"`): the commits carry the submitter as author and committer, dated now, each with a
+matching Signed-off-by (DeepSpeed's DCO check), on a new branch `he/<slug>` of a clean DeepSpeed checkout; what the
+pull request REQUIRES is taken first, and said. The series' placeholder author is refused: its commits are not
+anyone's until someone signs them off. Lines of a commit message that point to this project's own tooling are
+listed, for the submitter to reword before pushing."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ...options import EXIT_USAGE
+from .pr_split import PRS_DIR
+
+PLACEHOLDER = "deepspeed-he-zero3-repro"  # the series' author (repro/patches/*.patch)
+AUTHOR = re.compile(r"\s*(?P<name>[^<>]+?)\s*<(?P<email>[^<>@\s]+@[^<>@\s]+)>\s*")
+OURS = re.compile(r"python -m repro\b|repro\.host\.|repro/|of ours\b")
+
+
+class SubmitError(RuntimeError):
+    """What stops the branch, in one line (exit 2)."""
+
+
+def author_of(text: str) -> tuple[str, str]:
+    found = AUTHOR.fullmatch(text)
+    if not found:
+        raise SubmitError(f'author {text!r}: give it as "Your Name <you@example.com>"')
+    name, email = found["name"], found["email"]
+    if PLACEHOLDER in text:
+        raise SubmitError("the series' placeholder author cannot sign off a commit: give your own name and email")
+    return name, email
+
+
+def patches_of(pr_dir: Path) -> list[Path]:
+    """The pull request's patches, after those of what it REQUIRES (transitively, each once, in order)."""
+    order: list[Path] = []
+    for needed in (pr_dir / "REQUIRES").read_text().split() if (pr_dir / "REQUIRES").exists() else []:
+        order += [p for p in patches_of(PRS_DIR / needed) if p not in order]
+    return order + sorted(pr_dir.glob("[0-9][0-9][0-9][0-9]-*.patch"))
+
+
+def _git(checkout: Path, *args: str, env: dict | None = None) -> str:
+    done = subprocess.run(["git", "-C", str(checkout), *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})})  # fmt: skip
+    if done.returncode != 0:
+        raise SubmitError(f"git {' '.join(args[:2])} in {checkout}: {(done.stderr or done.stdout).strip()[:300]}")
+    return done.stdout
+
+
+def as_submitter(patch: str, name: str, email: str) -> str:
+    """The patch with the submitter as its author (the From: header), dated by `git am` now (no Date: header)."""
+    head, sep, rest = patch.partition("\nSubject: ")
+    head = re.sub(r"(?ms)^From: .*?(?=^\S)", f"From: {name} <{email}>\n", head + "\n").rstrip("\n")
+    head = re.sub(r"(?m)^Date: .*\n?", "", head)
+    return head + sep + rest
+
+
+def tooling_lines(checkout: Path, base: str) -> list[str]:
+    """Commit-message lines that name this project's tooling: for the submitter to reword."""
+    log = _git(checkout, "log", "--format=%h %B%x00", f"{base}..HEAD")
+    found = []
+    for entry in filter(None, (e.strip() for e in log.split("\x00"))):
+        commit, _, message = entry.partition(" ")
+        found += [f"{commit}: {line.strip()}" for line in message.splitlines() if OURS.search(line)]
+    return found
+
+
+def submit(pr_dir: Path, checkout: Path, author: str) -> list[str]:
+    name, email = author_of(author)
+    if not (pr_dir / "PR.md").is_file():
+        raise SubmitError(f"{pr_dir} is not a pull request of repro/patches/prs/ (no PR.md)")
+    _git(checkout, "rev-parse", "--git-dir")
+    if _git(checkout, "status", "--porcelain", "--untracked-files=no").strip():
+        raise SubmitError(f"{checkout} has uncommitted changes: the branch starts from a clean checkout")
+    branch = "he/" + pr_dir.name.split("-", 1)[1]
+    if _git(checkout, "branch", "--list", branch).strip():
+        raise SubmitError(f"branch {branch} exists in {checkout}: nothing there is overwritten")
+    base = _git(checkout, "rev-parse", "HEAD").strip()
+    patches = patches_of(pr_dir)
+    own = len(sorted(pr_dir.glob("[0-9][0-9][0-9][0-9]-*.patch")))
+    _git(checkout, "checkout", "-q", "-b", branch)
+    identity = {"GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}
+    with tempfile.TemporaryDirectory() as tmp:
+        files = []
+        for i, patch in enumerate(patches):
+            copy = Path(tmp) / f"{i:04d}-{patch.name}"
+            copy.write_text(as_submitter(patch.read_text(), name, email))
+            files.append(str(copy))
+        try:
+            _git(checkout, "am", "-q", "--signoff", *files, env=identity)
+        except SubmitError:
+            subprocess.run(["git", "-C", str(checkout), "am", "--abort"], capture_output=True)
+            _git(checkout, "checkout", "-q", base)
+            _git(checkout, "branch", "-q", "-D", branch)
+            raise
+    lines = [f"branch {branch} in {checkout}: {len(patches)} commits by {name} <{email}>, each signed off"]
+    if len(patches) > own:
+        lines.append(f"  the first {len(patches) - own} are what it REQUIRES ({', '.join(_requires(pr_dir))}): "
+                     "submit those first, or rebase onto them once merged")  # fmt: skip
+    lines += [f"  reword before pushing: {line}" for line in tooling_lines(checkout, base)]
+    lines.append(f"  the description: {pr_dir / 'PR.md'}")
+    return lines
+
+
+def _requires(pr_dir: Path) -> list[str]:
+    return (pr_dir / "REQUIRES").read_text().split() if (pr_dir / "REQUIRES").exists() else []
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3:
+        print('usage: python -m repro.host.upstream.pr_submit PR_DIR CHECKOUT "Your Name <you@example.com>"',
+              file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
+    try:
+        for line in submit(Path(argv[0]), Path(argv[1]), argv[2]):
+            print(line)
+    except SubmitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
