@@ -77,11 +77,33 @@ def matching(said: Answer, reports: tuple[Report, ...] | None = None) -> tuple[R
     return tuple(found)
 
 
-def page() -> str:
-    """Every report with its verdict and what closes it, for a maintainer closing issues as pull requests merge."""
+def reproduced(report: Report, cells: list[dict]) -> str:
+    """Where the suite shows what explains the report: its committed cells of the reported architecture and ZeRO stage
+    whose diagnosis names each finding (released, or a build with the finding's patch left out); what the report
+    lacks where nothing explains it."""
+    from . import named_in
+
+    if report.verdict != EXPLAINED:
+        return (report.lacks or "-").replace("|", "/").replace("\n", " ")[:160]
+    if report.by == (NO_POLICY,):
+        return "results/reference/unserved (the model's tiny twin: 0 containers, native output)"
+    s, counts = report.setup, []
+    for name in report.by:
+        shown = [c for c in cells if c["arch"] == s["arch"]
+                 and s.get("zero") in (None, c["zero_stage"])
+                 and any((named_in(d) or (None,))[0] is not None and named_in(d)[0].id == name
+                         for d in c.get("diagnosis", ()))]  # fmt: skip
+        counts.append(f"`{name}`: {len(shown)}")
+    return "committed cells of its architecture and ZeRO stage showing it (any build, CPU): " + ", ".join(counts)
+
+
+def page(cells: list[dict]) -> str:
+    """Every report with its verdict, where it is reproduced (or what it lacks) and what closes it, for a maintainer
+    closing issues as pull requests merge."""
     from .prs import directory, pr_of
 
-    lines = [BEGIN, "| report | setup as reported | symptom | verdict | closed by |", "|---|---|---|---|---|"]
+    lines = [BEGIN, "| report | setup as reported | symptom | verdict | reproduced here, or what the report lacks | "
+             "closed by |", "|---|---|---|---|---|---|"]  # fmt: skip
     for r in sorted(load(), key=lambda r: (r.verdict != EXPLAINED, r.repo, r.number)):
         s = r.setup
         axes = [s.get("model") or s.get("arch") or "model not given"]
@@ -95,7 +117,7 @@ def page() -> str:
         closed = ", ".join(f"`{c}`" for c in closing) or ("-" if r.verdict != UNEXPLAINED else "no finding yet")
         symptom = r.symptom.replace("|", "\\|").replace("\n", " ")[:140]
         lines.append(f"| [{r.label}]({r.url}) {r.title.replace('|', '/')[:80]} | {', '.join(axes)} | {symptom} | "
-                     f"{verdict} | {closed} |")  # fmt: skip
+                     f"{verdict} | {reproduced(r, cells)} | {closed} |")  # fmt: skip
     return "\n".join([*lines, END])
 
 

@@ -373,7 +373,7 @@ def generated() -> dict[Path, list[tuple[str, str, str]]]:
         README: [(table.BEGIN, table.END, table.render(transformers_env.newest(), oldest=transformers_env.oldest()))],
         CONFORMANCE_DOC: [(table.EVIDENCE_BEGIN, table.EVIDENCE_END, table.evidence_table(cells))],
         UPSTREAM_DOC: [(prs.PRS_BEGIN, prs.PRS_END, prs.table())],
-        REPORTS_DOC: [(reports.BEGIN, reports.END, reports.page())],
+        REPORTS_DOC: [(reports.BEGIN, reports.END, reports.page(cells))],
     }
 
 

@@ -107,5 +107,15 @@ def test_a_tp_that_leaves_ranks_without_a_group_names_the_mp_group_reports(capsy
 
 
 def test_the_page_lists_every_report():
-    page = reports.page()
+    page = reports.page(CELLS)
     assert all(f"[{r.label}]({r.url})" in page for r in reports.load())
+    assert "showing it (any build, CPU): `zero3-qkv-bias`: " in page
+
+
+def test_the_committed_page_is_what_the_data_renders():
+    from repro.host import affected
+
+    text = (ROOT / "docs/upstream-reports.md").read_text()
+    assert affected.block_in(text, reports.BEGIN, reports.END) == reports.page(
+        json.loads(affected.CELLS.read_text())["cells"]
+    )
