@@ -92,11 +92,18 @@ class Outcome:
     lines: tuple[str, ...]  # the script's result lines
 
 
+def rank_of(line: str) -> int:
+    """The rank a `rank N: ...` line comes from (-1: a line of one process)."""
+    found = re.match(r"rank (\d+): ", line)
+    return int(found.group(1)) if found else -1
+
+
 def judge(returncode: int, output: str) -> Outcome:
     """From the script's exit status AND its own result lines: a crash (status 1 without a BUG line) or a
     status that contradicts the lines is `broken`, never a verdict."""
     found = {m.group(1) for m in VERDICT.finditer(output)}
     lines = tuple(line for line in output.splitlines() if VERDICT.match(line) or "Hugging Face" in line)
+    lines = tuple(sorted(lines, key=rank_of))  # ranks print at once: grouped by rank, a rerun reads the same
     if found == {"BUG"} and returncode == 1:
         return Outcome(returncode, "bug", lines)
     if found == {"OK"} and returncode == 0:

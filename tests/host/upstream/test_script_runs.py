@@ -107,3 +107,13 @@ def test_a_script_pinned_to_other_transformers_names_one_the_project_pins():
 
     pinned = {s.transformers for s in SCRIPTS if s.transformers is not None}
     assert pinned and pinned <= set(transformers_env.others())
+
+
+def test_lines_are_grouped_by_rank_in_their_own_order():
+    """Ranks print their result lines at once: kept grouped by rank, a rerun records the same text."""
+    from repro.host.upstream.script_runs import judge, rank_of
+
+    output = "rank 1: Hugging Face a\nrank 0: Hugging Face b\nrank 1: OK: c\nrank 0: OK: d\n"
+    assert judge(0, output).lines == ("rank 0: Hugging Face b", "rank 0: OK: d", "rank 1: Hugging Face a",
+                                      "rank 1: OK: c")  # fmt: skip
+    assert rank_of("OK: one process") == -1 and rank_of("rank 12: x") == 12
