@@ -125,3 +125,22 @@ def _is_finding(identifier: str) -> bool:
     from . import FINDINGS
 
     return any(f.id == identifier for f in FINDINGS)
+
+
+def closing(finding_ids: tuple[str, ...]) -> str:
+    """What a pull request carrying these findings says of the reports: "Fixes" each report its findings explain
+    alone, "see" each one they explain only in part (GitHub's cross-repository form)."""
+    fixes, sees = [], []
+    for report in load():
+        if report.verdict != EXPLAINED or not set(report.by) & set(finding_ids):
+            continue
+        ref = f"{report.repo}#{report.number}"
+        (fixes if set(report.by) <= set(finding_ids) else sees).append(ref)
+    parts = [f"Fixes {ref}" for ref in fixes] + ([f"see {', '.join(sees)} (explained in part)"] if sees else [])
+    return "; ".join(parts)
+
+
+def mentioned(ref: str, text: str) -> bool:
+    """Whether a registry reference ("#4788" in DeepSpeed, "DeepSpeedExamples#628") is in a closing() text."""
+    repo, _, number = ref.rpartition("#")
+    return f"deepspeedai/{repo or 'DeepSpeed'}#{number}" in text

@@ -119,3 +119,20 @@ def test_the_committed_page_is_what_the_data_renders():
     assert affected.block_in(text, reports.BEGIN, reports.END) == reports.page(
         json.loads(affected.CELLS.read_text())["cells"]
     )
+
+
+def test_a_pull_request_fixes_only_what_its_findings_explain_alone():
+    said = reports.closing(("zero3-qkv-bias",))
+    assert "Fixes deepspeedai/DeepSpeedExamples#821" in said and "Fixes deepspeedai/DeepSpeed#4788" in said
+    assert "Fixes deepspeedai/DeepSpeed#4345" not in said and "see deepspeedai/DeepSpeed#4345" in said  # 4 findings
+    assert reports.closing(("opt-bias",)) == ""
+    assert reports.mentioned("#4788", said) and reports.mentioned("DeepSpeedExamples#821", said)
+
+
+def test_the_committed_pull_requests_say_what_they_fix():
+    from repro.findings.prs import PRS, directory
+
+    for pr in PRS:
+        said = reports.closing(pr.findings)
+        text = (ROOT / "repro/patches/prs" / directory(pr) / "PR.md").read_text()
+        assert not said or said in text, directory(pr)

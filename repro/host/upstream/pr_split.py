@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from ... import findings
+from ...findings import reports
 from ...findings.prs import PRS, PullRequest, directory, required
 from ...paths import REPO_ROOT
 from . import patched_copy, tp_cost
@@ -168,8 +169,10 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
                   "CPU evidence: our kernel stand-ins, gloo). At tp 2 each rank holds its half of every layer's "
                   "weights while it generates, where tp 1 holds every layer gathered:", "",
                   tp_cost.render(json.loads(TP_COST.read_text()))]  # fmt: skip
-    refs = sorted({r for f in found for r in f.upstream})
-    lines += ["", "## Closes or answers", "", ", ".join(refs) if refs else "no upstream issue names these bugs", ""]
+    reported = reports.closing(pr.findings)  # the triaged user reports (docs/upstream-reports.md)
+    refs = sorted({r for f in found for r in f.upstream if not reports.mentioned(r, reported)})
+    answers = "; ".join(filter(None, [", ".join(refs), reported])) or "no upstream issue names these bugs"
+    lines += ["", "## Closes or answers", "", answers, ""]
     lines += [
         "## Evidence",
         "",
