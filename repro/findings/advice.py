@@ -17,7 +17,7 @@ from itertools import combinations
 from .answer import CORRECT, Answer, answer
 from .finding import SILENTLY_OFF
 from .registry import NO_WORKAROUND, TP_1, ZERO_2
-from .setup import DS_CHAT_ORDER, Setup, version_tuple
+from .setup import DS_CHAT_ORDER, Setup, releases_apart, version_tuple
 
 HYBRID_ENGINE_OFF = NO_WORKAROUND
 SHIM = "gptneox-hidden-heads"  # the finding the GPT-NeoX shim works around (repro.shim)
@@ -79,19 +79,14 @@ def transformers_choices(setup: Setup, newest: str) -> list[tuple[str, str]]:
     """The other Transformers ranges of the user's architecture (low, high), nearest first."""
     from .table import transformers_ranges  # the table renders these ranges too
 
-    mine = version_tuple(setup.transformers)
-    ranges = [r for r in transformers_ranges(setup.arch, newest) if not _inside(mine, r)]
-    return sorted(ranges, key=lambda r: min(_gap(mine, r[0]), _gap(mine, r[1])))
+    mine = setup.transformers
+    ranges = [r for r in transformers_ranges(setup.arch, newest) if not _inside(version_tuple(mine), r)]
+    return sorted(ranges, key=lambda r: min(releases_apart(mine, r[0]), releases_apart(mine, r[1])))
 
 
 def _inside(version: tuple[int, ...], span: tuple[str, str]) -> bool:
     low, high = version_tuple(span[0]), version_tuple(span[1])
     return low[:2] <= version[:2] <= high[:2]
-
-
-def _gap(a: tuple[int, ...], b: str) -> int:
-    theirs = version_tuple(b)
-    return abs((a[0] - theirs[0]) * 100 + a[1] - theirs[1])
 
 
 def span_words(low: str, high: str) -> str:

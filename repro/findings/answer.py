@@ -50,8 +50,7 @@ class Answer:
 
 
 def covering(item: Finding | Limit, setup: Setup) -> tuple[Scope, ...]:
-    scopes = item.scopes if isinstance(item, Finding) else (item.scope,)
-    return tuple(scope for scope in scopes if covers(scope, setup))
+    return tuple(scope for scope in item.scopes if covers(scope, setup))
 
 
 def outcome_of(item: Finding | Limit, setup: Setup, path: str = CPU) -> str | None:
@@ -120,8 +119,9 @@ def answer(
 
 def _only_config_missing(item: Finding | Limit, setup: Setup) -> bool:
     """The item's scope holds on every axis but the model's config, which is not known."""
-    scopes = item.scopes if isinstance(item, Finding) else (item.scope,)
-    return any(scope.when is not None and covers(replace(scope, when=None, config=None), setup) for scope in scopes)
+    return any(
+        scope.when is not None and covers(replace(scope, when=None, config=None), setup) for scope in item.scopes
+    )
 
 
 OUTSIDE_CONTRACT = "outside the Hybrid Engine's contract"  # repro.host.conformance.diagnosis.OUTSIDE_CONTRACT

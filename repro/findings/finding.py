@@ -146,3 +146,8 @@ class Limit:
     workaround: str
     series: str = REFUSED  # what the series leaves there: REFUSED (DeepSpeed's own refusal), SILENTLY_OFF, CRASH
     measured: str = ""  # the cell or run that measured it, for the answer's evidence line
+
+    @property
+    def scopes(self) -> tuple[Scope, ...]:
+        """As a finding's: a limit has one scope."""
+        return (self.scope,)

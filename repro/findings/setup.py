@@ -23,6 +23,13 @@ def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(parts + [0] * (3 - len(parts)))
 
 
+def releases_apart(a: str, b: str) -> int:
+    """How far apart two releases are, in minor releases, a major counting as 100 (so 5.0 is nearer to 4.57 than
+    4.48 is): the distance the answer ranks its evidence and its Transformers plans by."""
+    (a_major, a_minor, _), (b_major, b_minor, _) = version_tuple(a), version_tuple(b)
+    return abs((a_major - b_major) * 100 + a_minor - b_minor)
+
+
 @dataclass(frozen=True)
 class Setup:
     """DeepSpeed-Chat step 3's defaults where not given: pinned ZeRO-3 parameters, no mpu, left-padded prompts,

@@ -24,8 +24,8 @@ from ..findings.answer import (
     measured,
     series_measured,
 )
-from ..findings.finding import CRASH, SILENTLY_OFF, Finding
-from ..findings.setup import Setup, version_tuple
+from ..findings.finding import CRASH, SILENTLY_OFF
+from ..findings.setup import Setup, releases_apart, version_tuple
 from ..options import EXIT_BROKEN, UsageError
 from ..paths import REPO_ROOT
 from . import launch
@@ -157,20 +157,13 @@ def nearest(setup: Setup, cells: list[dict], count: int = 3) -> list[dict]:
             theirs.mpu != setup.mpu,
             theirs.pin != setup.pin,
             theirs.left_pad != setup.left_pad,
-            _releases_apart(theirs.transformers, setup.transformers),
+            releases_apart(theirs.transformers, setup.transformers),
             theirs.dtype != setup.dtype,
             theirs.ranks < 2,
         )  # fmt: skip
 
     usable = [c for c in cells if c["build"] == "released" and measured(c) is not None and c["arch"] == setup.arch]
     return sorted(usable, key=distance)[:count]
-
-
-def _releases_apart(a: str, b: str) -> int:
-    """Minor releases between two Transformers versions, across majors (4.57 is 1 from 5.0 by this count's scale
-    only roughly, but always nearer than 4.48)."""
-    (a_major, a_minor, _), (b_major, b_minor, _) = version_tuple(a), version_tuple(b)
-    return abs((a_major - b_major) * 100 + a_minor - b_minor)
 
 
 def describe(setup: Setup) -> str:
@@ -192,8 +185,7 @@ def describe(setup: Setup) -> str:
 
 def _config_words(item) -> str:
     """Each config condition of an item, with the outcome measured for it where causes differ."""
-    scopes = item.scopes if isinstance(item, Finding) else (item.scope,)
-    return " or ".join(f"{s.config} ({s.outcome or item.outcome})" for s in scopes if s.config)
+    return " or ".join(f"{s.config} ({s.outcome or item.outcome})" for s in item.scopes if s.config)
 
 
 def _because(said: Answer, item) -> str:

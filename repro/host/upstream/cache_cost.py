@@ -12,10 +12,9 @@ import tempfile
 from pathlib import Path
 
 from ... import findings
-from ...paths import write_json
 from .. import launch
 from ..conformance import transformers_env
-from . import patched_copy
+from . import cost_run, patched_copy
 
 RANKS = 2
 ARCHS = ("llama", "gpt-neo", "opt")
@@ -59,19 +58,7 @@ def render(result: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m repro.host.upstream.cache_cost OUT", file=sys.stderr)
-        return 2
-    out = Path(argv[0])
-    if (out / "cache-cost.json").exists():
-        print(f"error: {out / 'cache-cost.json'} exists; choose another OUT", file=sys.stderr)
-        return 2
-    result = measure()
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "cache-cost.json", result)
-    (out / "cache-cost.md").write_text(render(result) + "\n")
-    print(render(result))
-    return 0
+    return cost_run.main(argv, "repro.host.upstream.cache_cost", "cache-cost", measure, render, table_file=True)
 
 
 if __name__ == "__main__":

@@ -11,9 +11,8 @@ import tempfile
 from pathlib import Path
 
 from ... import findings
-from ...paths import write_json
 from .. import launch
-from . import patched_copy
+from . import cost_run, patched_copy
 
 RANKS = 2
 TPS = (1, 2)
@@ -43,18 +42,7 @@ def render(result: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m repro.host.upstream.tp_cost OUT", file=sys.stderr)
-        return 2
-    out = Path(argv[0])
-    if (out / "tp-cost.json").exists():
-        print(f"error: {out / 'tp-cost.json'} exists; choose another OUT", file=sys.stderr)
-        return 2
-    result = measure()
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "tp-cost.json", result)
-    print(render(result))
-    return 0
+    return cost_run.main(argv, "repro.host.upstream.tp_cost", "tp-cost", measure, render)
 
 
 if __name__ == "__main__":

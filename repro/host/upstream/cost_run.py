@@ -1,0 +1,29 @@
+"""The command line a cost measurement shares (`python -m repro.host.upstream.tp_cost OUT`, `... .cache_cost OUT`):
+an OUT that already holds the measurement is refused, nothing there overwritten; else it measures, writes NAME.json
+(and NAME.md, the table, where asked) and prints the table."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from ...paths import write_json
+
+
+def main(argv: list[str], module: str, name: str, measure: Callable[[], dict], render: Callable[[dict], str],
+         table_file: bool = False) -> int:  # fmt: skip
+    if len(argv) != 1:
+        print(f"usage: python -m {module} OUT", file=sys.stderr)
+        return 2
+    out = Path(argv[0])
+    if (out / f"{name}.json").exists():
+        print(f"error: {out / f'{name}.json'} exists; choose another OUT", file=sys.stderr)
+        return 2
+    result = measure()
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / f"{name}.json", result)
+    if table_file:
+        (out / f"{name}.md").write_text(render(result) + "\n")
+    print(render(result))
+    return 0
