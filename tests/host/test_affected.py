@@ -237,3 +237,22 @@ def test_the_committed_measurements_of_models_without_a_policy():
         found = json.loads((ROOT / "results/reference/unserved" / model / "unserved.json").read_text())
         assert found["inference_containers"] == 0 and found["module_generate"]["tokens_equal_native"]
         assert found["engine_generate"]["raised"]["type"] == "AttributeError"
+
+
+@pytest.mark.parametrize("model_type, expected", [("gpt2", 0), ("qwen2", 1)])
+def test_an_initialize_crash_is_judged_against_the_answer(tmp_path, monkeypatch, model_type, expected):
+    """The probe's `initialize_raised` agrees where the answer says crashes (GPT-2) and is reported as a disagreement
+    where it says the model runs natively (a model without a policy): never read as agreement by default."""
+    path = _config(tmp_path, model_type=model_type, hidden_size=256, num_attention_heads=4, n_embd=256, n_head=4)
+
+    def fake_probe(module, args, root, ranks, timeout_s):
+        out = Path(args[args.index("--out") + 1])
+        raised = {"type": "AttributeError", "message": "no attribute 'set_params_wo_copy'", "at": "deepspeed/x.py:1"}
+        out.write_text(json.dumps({"model_type": model_type, "initialize_raised": raised}))
+        return 0, ""
+
+    monkeypatch.setattr(affected.launch, "run_module", fake_probe)
+    req = affected.Request(config=path, zero=3, transformers="4.57.6", run=tmp_path / "run")
+    setup, _, served = affected.resolve(req)
+    said = affected.answer(setup, served=served)
+    assert affected.measure_unserved(req, setup, said, log=lambda _: None) == expected
