@@ -43,6 +43,20 @@ def test_gpu_backend_without_gpu_is_refused_with_what_is_missing(capsys):
     assert "--backend cpu" in err and len(err.strip().splitlines()) == 1
 
 
+def test_a_gpu_run_with_more_ranks_than_gpus_is_refused_before_a_rank_starts(capsys, monkeypatch):
+    """On a one-GPU machine (torch's count faked: none here), rank 1 would die on a device that is not there."""
+    import torch
+
+    from repro.host import preflight
+
+    monkeypatch.setattr(preflight, "resolve_backend", lambda requested: "cuda")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.delenv("REPRO_SHARED_GPU", raising=False)
+    code, err = _run(capsys, "run", "--model", "tiny", "--backend", "cuda")
+    assert code == 2 and "2 ranks need 2 GPUs (one per rank) but 1 are visible" in err and "REPRO_SHARED_GPU=1" in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def _cli(*argv, env=None, cwd=None):
     full_env = {**os.environ, "DS_ACCELERATOR": "cpu", **(env or {})}
     return subprocess.run(

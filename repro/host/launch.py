@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import progress
+from .. import gpu_sharing, progress
 from ..paths import REPO_ROOT, cache_root, write_json
 
 
@@ -78,7 +78,7 @@ class LaunchSpec:
 
     @property
     def dist_backend(self) -> str:
-        return "gloo" if self.backend == "cpu" else "nccl"
+        return gpu_sharing.dist_backend(self.backend)
 
 
 def free_port() -> int:

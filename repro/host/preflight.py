@@ -8,7 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
-from .. import fixstatus
+from .. import fixstatus, gpu_sharing
 from ..model_registry import ARCHITECTURES, DTYPE_NAMES, ModelUnavailable, check_available
 from ..options import (
     LAUNCHERS,
@@ -56,6 +56,17 @@ def resolve_backend(requested: str) -> str:
     return wanted
 
 
+def check_gpus(backend: str, ranks: int) -> None:
+    """One GPU per rank, or REPRO_SHARED_GPU=1 asked for: refused before a rank starts on a GPU that is not there."""
+    if backend == "cpu":
+        return
+    import torch
+
+    too_few = gpu_sharing.too_few_gpus(backend, ranks, torch.cuda.device_count())
+    if too_few:
+        raise UsageError(f"--backend {backend}: {too_few}")
+
+
 def validate(opts: RunOptions) -> RunOptions:
     variants = variants_of(opts.variant)
     check_ranks(opts.ranks, opts.allow_single_rank)
@@ -81,6 +92,7 @@ def validate(opts: RunOptions) -> RunOptions:
         check_new_out(opts.out, variants)
         _check_writable(opts.out)
     backend = resolve_backend(opts.backend)
+    check_gpus(backend, opts.ranks)
     opts.backend, opts.dtype = backend, dtype or ("fp32" if backend == "cpu" else "bf16")
     try:
         check_pair(opts, variants)

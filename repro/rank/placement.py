@@ -8,11 +8,13 @@ import os
 
 import torch
 
+from .. import gpu_sharing
+
 BACKENDS = ("cpu", "rocm", "cuda")
 
 
 def dist_backend(backend: str) -> str:
-    return "gloo" if backend == "cpu" else "nccl"
+    return gpu_sharing.dist_backend(backend)
 
 
 def rank_device(backend: str) -> torch.device:
@@ -26,5 +28,7 @@ def rank_device(backend: str) -> torch.device:
     if backend != "cpu":
         if accelerator.device_name() == "cpu":  # DS_ACCELERATOR=cpu on a GPU run: never measure the CPU instead
             raise RuntimeError(f"backend {backend} but DeepSpeed's accelerator is the CPU (DS_ACCELERATOR?)")
+        if gpu_sharing.shares_gpu():  # every rank on GPU 0: DeepSpeed's engine picks its device by LOCAL_RANK too
+            os.environ["LOCAL_RANK"] = "0"
         accelerator.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     return torch.device(accelerator.current_device_name())

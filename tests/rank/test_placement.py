@@ -7,9 +7,12 @@ import pytest
 from repro.rank import cell_probe, placement
 
 
-def test_the_cpu_talks_gloo_and_a_gpu_nccl():
+def test_the_cpu_talks_gloo_and_a_gpu_nccl_unless_ranks_share_one(monkeypatch):
+    monkeypatch.delenv("REPRO_SHARED_GPU", raising=False)
     assert placement.dist_backend("cpu") == "gloo"
     assert placement.dist_backend("rocm") == placement.dist_backend("cuda") == "nccl"
+    monkeypatch.setenv("REPRO_SHARED_GPU", "1")  # nccl refuses two ranks on one GPU; gloo carries CUDA tensors
+    assert placement.dist_backend("cuda") == "gloo"
 
 
 def test_a_gpu_rank_whose_deepspeed_accelerator_is_the_cpu_refuses_rather_than_measure_the_cpu():

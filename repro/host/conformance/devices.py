@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 
+from ... import gpu_sharing
 from ...options import UsageError
 from ...paths import REPO_ROOT
 from .. import preflight
@@ -50,12 +51,11 @@ def check(backend: str, cells: list[dict], facts: Callable[[str], dict] | None =
     preflight.resolve_backend(backend)  # torch sees no GPU of this kind: refused, naming what is missing
     found = (facts or device_facts)(backend)
     need = max((c["world_size"] for c in cells), default=1)
-    if found["device_count"] < need:
+    too_few = gpu_sharing.too_few_gpus(backend, need, found["device_count"])
+    if too_few:
         raise UsageError(
-            f"--backend {backend}: the cells need {need} GPUs (one per rank) but {found['device_count']} are "
-            "visible (--gpus, HIP_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES); no cell runs two ranks on one GPU "
-            "(fewer GPUs: --ranks 1 or --ranks 2 runs only the cells of that world size, which cannot show what "
-            "needs more ranks)"
+            f"--backend {backend}: the widest cell has {too_few} (fewer GPUs: --ranks 1 runs only the cells of one "
+            "rank, which cannot show what needs more ranks)"
         )
     if found["accelerator"] == "cpu":
         raise UsageError(f"--backend {backend}: DeepSpeed's accelerator is the CPU; unset DS_ACCELERATOR")
@@ -72,10 +72,11 @@ def check(backend: str, cells: list[dict], facts: Callable[[str], dict] | None =
             f"--backend {backend}: the cells run {', '.join(unsupported)}, which {found['devices'][0]} does not "
             "support according to DeepSpeed's accelerator; no cell is run in another dtype in its place"
         )
+    shared = need > found["device_count"]  # allowed only when asked for (too_few_gpus)
     return {
         "backend": backend,
-        "evidence": EVIDENCE[backend],
-        "devices": found["devices"][:need],
+        "evidence": EVIDENCE[backend] + (f", {need} ranks sharing one GPU through gloo" if shared else ""),
+        "devices": found["devices"][: 1 if shared else need],
         "torch": found["torch"],
         "gpu_runtime": f"HIP {found['hip']}" if backend == "rocm" else f"CUDA {found['cuda']}",
     }

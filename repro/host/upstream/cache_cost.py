@@ -1,18 +1,25 @@
-"""What `empty-cache-positions`' fix costs in memory (`python -m repro.host.upstream.cache_cost OUT`): the bytes of
+"""What `empty-cache-positions`' fix costs in memory (`python -m repro.host.upstream.cache_cost OUT [--backend cuda
+--ranks 1 --transformers installed]`): the bytes of
 keys and values a Transformers Cache holds beside the injected layers' own, per token it counts, for Llama (a model
 that does not place its steps by the Cache's length), GPT-Neo and OPT (which do, from Transformers 5.4), with the
 series without the fix and with it (repro.rank.cache_cost), next to native Hugging Face generation. Writes
-OUT/cache-cost.json. CPU evidence: our kernel stand-ins, gloo, 2 ranks, pinned ZeRO-3."""
+OUT/cache-cost.json. By default CPU evidence: our kernel stand-ins, gloo, 2 ranks, pinned ZeRO-3; with --backend cuda
+or rocm, DeepSpeed's compiled kernels on GPUs (one per rank, or shared: repro.gpu_sharing), with each generate's time
+and the device memory it peaks at. `--transformers installed`: the environment's own (a machine that cannot
+install the overlay)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import tempfile
+from functools import partial
 from pathlib import Path
 
-from ... import findings
-from .. import launch
+from ... import findings, gpu_sharing
+from ...options import UsageError
+from .. import launch, preflight
 from ..conformance import transformers_env
 from . import cost_run, patched_copy
 
@@ -23,23 +30,33 @@ FIX = findings.by_id("empty-cache-positions").patch
 BUILDS = {f"series without {FIX}": tuple(p for p in findings.SERIES if p != FIX), "whole series": findings.SERIES}
 
 
-def measure(timeout_s: float = 600) -> dict:
-    overlay = transformers_env.overlay(TRANSFORMERS)
+def measure(
+    timeout_s: float = 600, backend: str = "cpu", ranks: int = RANKS, transformers: str = TRANSFORMERS
+) -> dict:
+    overlay = None if transformers == "installed" else transformers_env.overlay(transformers)
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for build, patches in BUILDS.items():
             root = transformers_env.joined(patched_copy.prepare_patched_copy(patches=patches), overlay)
             for arch in ARCHS:
                 out = Path(tmp) / f"{arch}.json"
-                code, output = launch.run_module("repro.rank.cache_cost", [str(out), arch], root, RANKS, timeout_s)
+                code, output = launch.run_module(
+                    "repro.rank.cache_cost", [str(out), arch, backend], root, ranks, timeout_s, backend
+                )
                 if code != 0 or not out.exists():
                     raise RuntimeError(
                         f"{build}, {arch}: the ranks failed (exit {code}): {launch.first_error(output)}"
                     )
                 runs.append({"build": build, **json.loads(out.read_text())})
                 out.unlink()
-    return {"evidence": "CPU (PyTorch stand-ins for DeepSpeed's kernels, gloo)", "transformers": TRANSFORMERS,
-            "runs": runs}  # fmt: skip
+    return {"evidence": evidence(backend, ranks), "transformers": runs[0]["transformers"], "runs": runs}
+
+
+def evidence(backend: str, ranks: int) -> str:
+    if backend == "cpu":
+        return "CPU (PyTorch stand-ins for DeepSpeed's kernels, gloo)"
+    talk = gpu_sharing.dist_backend(backend)
+    return f"{backend.upper()} (DeepSpeed's compiled kernels, {ranks} rank{'s' if ranks > 1 else ''}, {talk})"
 
 
 def per_token(part: dict) -> str:
@@ -47,18 +64,42 @@ def per_token(part: dict) -> str:
 
 
 def render(result: dict) -> str:
-    lines = ["| build | model | Cache bytes (tokens it counts) | per token | native: bytes (tokens) | tokens = native "
-             "| logits vs native |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    gpu = any(run["hybrid_engine"].get("peak_bytes_above_held") is not None for run in result["runs"])
+    extra = " | HE generate s (again) | native generate s | GPU peak above held: HE (again) / native" if gpu else ""
+    lines = [
+        "| build | model | Cache bytes (tokens it counts) | per token | native: bytes (tokens) | tokens = native "
+        f"| logits vs native{extra} |",
+        "|---|---|---|---|---|---|---|" + ("---|---|---|" if gpu else ""),
+    ]
     for run in result["runs"]:
         he, native = run["hybrid_engine"], run["native"]
+        cells = ""
+        if gpu:
+            again = run["hybrid_engine_again"]
+            cells = (f" | {he['generate_s']:.3f} ({again['generate_s']:.3f}) | {native['generate_s']:.3f} | "
+                     f"{he['peak_bytes_above_held']} ({again['peak_bytes_above_held']}) / "
+                     f"{native['peak_bytes_above_held']}")  # fmt: skip
         lines.append(f"| {run['build']} | {run['arch']} | {he['cache_bytes']} ({he['cache_tokens']}) | "
                      f"{per_token(he)} | {native['cache_bytes']} ({native['cache_tokens']}) | "
-                     f"{run['tokens_equal_native']} | {run['logits_max_abs_vs_native']:.2g} |")  # fmt: skip
+                     f"{run['tokens_equal_native']} | {run['logits_max_abs_vs_native']:.2g}{cells} |")  # fmt: skip
     return "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:
-    return cost_run.main(argv, "repro.host.upstream.cache_cost", "cache-cost", measure, render, table_file=True)
+    parser = argparse.ArgumentParser(prog="python -m repro.host.upstream.cache_cost")
+    parser.add_argument("out")
+    parser.add_argument("--backend", choices=("cpu", "cuda", "rocm"), default="cpu")
+    parser.add_argument("--ranks", type=int, choices=(1, 2), default=RANKS)
+    parser.add_argument("--transformers", default=TRANSFORMERS, help="a version, or `installed`")
+    args = parser.parse_args(argv)
+    if args.backend != "cpu":  # the GPU asked for, and one per rank (or shared), before a rank starts
+        try:
+            preflight.check_gpus(preflight.resolve_backend(args.backend), args.ranks)
+        except UsageError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    measured = partial(measure, backend=args.backend, ranks=args.ranks, transformers=args.transformers)
+    return cost_run.main([args.out], "repro.host.upstream.cache_cost", "cache-cost", measured, render, table_file=True)
 
 
 if __name__ == "__main__":

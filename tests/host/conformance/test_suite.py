@@ -182,8 +182,9 @@ def test_a_gpu_run_measures_every_cell_in_a_torchrun_of_its_own_on_that_backend(
 @pytest.mark.parametrize(
     "found, refusal",
     [
-        ({"device_count": 1, "devices": ["NVIDIA H200"]}, "need 4 GPUs .* but 1 are visible"),
-        ({"device_count": 2, "devices": ["NVIDIA H200"] * 2}, "need 4 GPUs .* but 2 are visible.*--ranks 2"),
+        ({"device_count": 1, "devices": ["NVIDIA H200"]}, "need 4 GPUs .* but 1 are visible.*REPRO_SHARED_GPU=1"),
+        ({"device_count": 2, "devices": ["NVIDIA H200"] * 2}, "need 4 GPUs .* but 2 are visible.*--ranks 1"),
+        ({"device_count": 0, "devices": []}, "but 0 are visible \\(HIP_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES\\) \\("),
         ({"inference_op_error": "ImportError: no transformer_inference_op"}, "transformer_inference op does not load"),
         ({"dtypes": {"fp32": True, "bf16": False, "fp16": True}}, "run bf16, which NVIDIA H200 does not support"),
         ({"dtypes": {"fp32": True, "bf16": True, "fp16": False}}, "run fp16, which NVIDIA H200 does not support"),

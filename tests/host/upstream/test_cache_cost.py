@@ -31,3 +31,16 @@ def test_an_earlier_measurement_is_kept(tmp_path, capsys):
     (tmp_path / "cache-cost.json").write_text("{}")
     assert cache_cost.main([str(tmp_path)]) == 2
     assert "exists" in capsys.readouterr().err and (tmp_path / "cache-cost.json").read_text() == "{}"
+
+
+def test_a_gpu_measurement_adds_time_and_device_memory_and_names_its_transport(monkeypatch):
+    timed = run("whole series", 240, 15)
+    timed["hybrid_engine"].update(generate_s=0.0512, peak_bytes_above_held=2048)
+    timed["native"].update(generate_s=0.0101, peak_bytes_above_held=4096)
+    timed["hybrid_engine_again"] = {"generate_s": 0.0301, "peak_bytes_above_held": 1024}
+    table = cache_cost.render({"runs": [timed]})
+    assert "| True | 5.5e-07 | 0.051 (0.030) | 0.010 | 2048 (1024) / 4096 |" in table
+    monkeypatch.delenv("REPRO_SHARED_GPU", raising=False)
+    assert cache_cost.evidence("cuda", 1) == "CUDA (DeepSpeed's compiled kernels, 1 rank, nccl)"
+    monkeypatch.setenv("REPRO_SHARED_GPU", "1")
+    assert cache_cost.evidence("cuda", 2) == "CUDA (DeepSpeed's compiled kernels, 2 ranks, gloo)"
