@@ -4,7 +4,7 @@
 # goes to OUT/summary.txt; a stage that fails does not stop the next. Everything it writes is GPU evidence of the
 # machine named in OUT/device.json, and says so.
 #
-#   scripts/gpu-check.sh OUT [--budget SECONDS] [--wheels DIR]
+#   scripts/gpu-check.sh OUT [--budget SECONDS] [--wheels DIR] [--only STAGE,...]
 #
 # Needs torch with a GPU, DeepSpeed with its transformer_inference op built (DS_BUILD_TRANSFORMER_INFERENCE=1) and
 # this repository's Python dependencies. --wheels DIR (a machine that cannot reach a package index): installs the
@@ -18,14 +18,15 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { echo "usage: scripts/gpu-check.sh OUT [--budget SECONDS] [--wheels DIR]" >&2; exit 2; }
+usage() { echo "usage: scripts/gpu-check.sh OUT [--budget SECONDS] [--wheels DIR] [--only STAGE,...]" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 OUT=$1; shift
-BUDGET=1800; WHEELS=""
+BUDGET=1800; WHEELS=""; ONLY=""
 while [ $# -gt 0 ]; do
   case $1 in
     --budget) BUDGET=$2; shift 2 ;;
     --wheels) WHEELS=$2; shift 2 ;;
+    --only) ONLY=",$2,"; shift 2 ;;
     *) usage ;;
   esac
 done
@@ -43,6 +44,7 @@ note() { echo "$*" | tee -a "$OUT/summary.txt"; }
 # stage NAME CAP CMD...: runs CMD for at most CAP seconds and what is left of the budget (less 20 s to pack up).
 stage() {
   local name=$1 cap=$2; shift 2
+  case $name in setup) ;; *) [ -z "$ONLY" ] || [[ $ONLY == *",$name,"* ]] || return 0 ;; esac
   local limit; limit=$(left); limit=$(( limit - 20 )); [ "$limit" -gt "$cap" ] && limit=$cap
   if [ "$limit" -lt 15 ]; then note "$name: not run (budget spent)"; return 0; fi
   local t0; t0=$(date +%s)

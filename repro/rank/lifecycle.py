@@ -24,8 +24,14 @@ def init_distributed(dist_backend: str) -> None:
     inference all-reduce on CPU; with inference_tp_size 1 nothing calls it, and ZeRO-3's gathers go
     through torch.distributed. Marking it incompatible (the flag `build_shm_op` reads) skips the build.
     """
+    import os
+
     import deepspeed
 
+    from .. import gpu_sharing
+
+    if gpu_sharing.shares_gpu():  # DeepSpeed binds the process group to the device of LOCAL_RANK: GPU 0 for all
+        os.environ["LOCAL_RANK"] = "0"
     skip_shm_comm_op()
     deepspeed.init_distributed(dist_backend=dist_backend)
 

@@ -73,6 +73,9 @@ def qkv_report(
     per_layer, total, count = [], 0.0, 0
     finite = equals_inference = equals_training = layouts_differ = True
     for layer, ((w, b), (iw, ib), (tw, tb)) in enumerate(zip(actual, inference, training, strict=True)):
+        # The containers' copy lives on the rank's device; the native layouts were spilled to the CPU (seen on a
+        # GPU run: cuda:0 against cpu). Copying is exact, so the bitwise verdicts are unchanged.
+        w, b = w.detach().cpu(), b.detach().cpu()
         dw, db = (w.float() - iw.float()).abs(), (b.float() - ib.float()).abs()
         row = {
             "layer": layer,

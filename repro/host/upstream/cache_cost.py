@@ -39,6 +39,7 @@ def measure(
         for build, patches in BUILDS.items():
             root = transformers_env.joined(patched_copy.prepare_patched_copy(patches=patches), overlay)
             for arch in ARCHS:
+                print(f"{build}, {arch}: {ranks} rank(s) on {backend}", flush=True)  # where a stalled run stopped
                 out = Path(tmp) / f"{arch}.json"
                 code, output = launch.run_module(
                     "repro.rank.cache_cost", [str(out), arch, backend], root, ranks, timeout_s, backend
