@@ -4,6 +4,8 @@ REQUIRES and its PR.md. Each pull request is taken alone by `git am -3` onto a c
 first), so its patches carry that base's context, not the whole series'.
 
     python -m repro.host.upstream.pr_split MASTER_CHECKOUT MASTER_BASE RELEASE_CHECKOUT RELEASE_BASE
+    python -m repro.host.upstream.pr_split MASTER_CHECKOUT MASTER_BASE RELEASE_CHECKOUT RELEASE_BASE --only SLUG
+    python -m repro.host.upstream.pr_split --texts      (each PR.md again from the registry and its patches)
 
 The checkouts are git trees of DeepSpeed master and of the 0.19.8 sdist (with master's tests/), at the given base
 commits; the series comes from repro/patches and repro/patches/0.19.8. A pull request that does not apply alone
@@ -23,11 +25,13 @@ from ... import findings
 from ...findings import reports
 from ...findings.prs import PRS, PullRequest, directory, required
 from ...paths import REPO_ROOT
-from . import patched_copy, tp_cost
+from . import cache_cost, patched_copy, tp_cost
 
 PRS_DIR = REPO_ROOT / "repro" / "patches" / "prs"
 # What the tensor-parallel pull request costs a rank, measured (repro.host.upstream.tp_cost).
 TP_COST = REPO_ROOT / "results" / "reference" / "tp-cost" / "tp-cost.json"
+# What the Cache fix holds beside the injected layers' keys and values, measured (repro.host.upstream.cache_cost).
+CACHE_COST = REPO_ROOT / "results" / "reference" / "cache-cost" / "cache-cost.json"
 RELEASE = "0.19.8"
 CPU_PARAGRAPH = "The figures above were measured on CPU"  # how a commit message says what is CPU evidence
 AUTHOR = (
@@ -110,9 +114,12 @@ def _body(patch: Path) -> str:
     return re.sub(r"^@@ -\d+(,\d+)? \+\d+(,\d+)? @@", "@@", text, flags=re.MULTILINE)
 
 
-def split(master: Path, master_base: str, release: Path, release_base: str) -> list[str]:
+def split(master: Path, master_base: str, release: Path, release_base: str, only: str | None = None) -> list[str]:
+    """Every pull request, or the one whose folder or slug is `only` (what it requires is taken as committed)."""
     written = []
     for pr in PRS:
+        if only and only not in (pr.slug, directory(pr)):
+            continue
         folder = PRS_DIR / directory(pr)
         if folder.exists():
             shutil.rmtree(folder)
@@ -146,6 +153,51 @@ def _changed_lines(patches: list[Path]) -> int:
     )  # fmt: skip
 
 
+def texts() -> list[str]:
+    """Every PR.md rendered again from the registry and the committed patches (no checkout needed)."""
+    for pr in PRS:
+        (PRS_DIR / directory(pr) / "PR.md").write_text(render(pr, pr_patches(pr, None)))
+    return [directory(pr) for pr in PRS]
+
+
+def _for_maintainers(text: str) -> str:
+    """The registry's words without the commands of this repository (a user's answer names them; a PR does not)."""
+    return re.sub(r" \(`python -m repro[^`]*`[^)]*\)", "", text)
+
+
+def _released(f) -> str:
+    """As released, and where DeepSpeed's compiled kernels differ from the PyTorch path the evidence ran on, there."""
+    if f.kernel is None:
+        return f"As released: {f.outcome}."
+    there = f.kernel.outcome or "not hit"
+    return (f"As released, on DeepSpeed's PyTorch path (accelerators without the compiled op): {f.outcome}; on the "
+            f"compiled CUDA/ROCm kernels: {there} ({f.kernel.read}; read from the code, not run).")  # fmt: skip
+
+
+def cache_memory(measured: dict) -> str:
+    """The Cache fix's memory, from its measurement: what the Cache holds with the fix, per model, against native."""
+    fixed = [r for r in measured["runs"] if r["build"] == "whole series"]
+    filled = [r for r in fixed if r["hybrid_engine"]["cache_tokens"]]
+    left = [r for r in fixed if not r["hybrid_engine"]["cache_bytes"]]
+    names = {"gpt-neo": "GPT-Neo", "opt": "OPT", "llama": "Llama"}
+    per_token = sorted({cache_cost.per_token(r["hybrid_engine"]) for r in filled})
+    native = sorted({cache_cost.per_token(r["native"]) for r in fixed})
+    words = [f"Measured with tiny models (2 layers, hidden 256, 4 heads, fp32; pinned ZeRO-3 on 2 ranks; a prompt "
+             f"of 8 and 8 new tokens; Transformers {measured['transformers']}; {measured['evidence']}):"]  # fmt: skip
+    if filled:
+        words.append(f"the Cache `generate` returns holds {' / '.join(per_token)} bytes per token it counts for "
+                     f"{', '.join(names.get(r['arch'], r['arch']) for r in filled)}, where native generation's holds "
+                     f"{' / '.join(native)}: one element per token, layer and sequence, not the keys and "
+                     "values;")  # fmt: skip
+    if left:
+        words.append(f"{', '.join(names.get(r['arch'], r['arch']) for r in left)}, which does not read the Cache's "
+                     "length, gets nothing in it, as without the fix;")  # fmt: skip
+    equal = all(r["tokens_equal_native"] for r in fixed)
+    words.append(f"tokens {'equal' if equal else 'differ from'} native's for every model. On a GPU this has not been "
+                 "measured.")  # fmt: skip
+    return " ".join(words) + "\n\n" + cache_cost.render(measured)
+
+
 def render(pr: PullRequest, patches: list[Path]) -> str:
     """PR.md: what breaks for whom, the fix, the tests, the issues it closes, and what is CPU evidence."""
     found = [findings.by_id(f) for f in pr.findings]
@@ -153,7 +205,7 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
     if pr.requires:
         lines += [f"**Requires:** {', '.join(directory(p) for p in required(pr))} (applied first).", ""]
     lines += ["## What breaks, for whom", ""]
-    lines += [f"- **{f.id}** (`{f.patch}`): {f.summary} As released: {f.outcome}. Workaround: {f.workaround}."
+    lines += [f"- **{f.id}** (`{f.patch}`): {f.summary} {_released(f)} Workaround: {_for_maintainers(f.workaround)}."
               for f in found]  # fmt: skip
     lines += ["", "## The fix", ""]
     lines += [f"- {_subject(p)}" for p in patches]
@@ -165,10 +217,12 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
     lines += [f"- `tests/{t}` (`{f.patch}`)" for f in found for t in f.tests]
     if pr.slug == "tensor-parallel" and TP_COST.exists():
         lines += ["", "## What it costs", "", "Pinned ZeRO-3 on 2 ranks, a 4-layer GPT-NeoX of hidden size 1024, "
-                  "prompt 32 and 8 new tokens, with the whole series (`python -m repro.host.upstream.tp_cost OUT`; "
-                  "CPU evidence: our kernel stand-ins, gloo). At tp 2 each rank holds its half of every layer's "
+                  "prompt 32 and 8 new tokens, with the whole series (CPU evidence: PyTorch stand-ins for the "
+                  "kernels, gloo). At tp 2 each rank holds its half of every layer's "
                   "weights while it generates, where tp 1 holds every layer gathered:", "",
                   tp_cost.render(json.loads(TP_COST.read_text()))]  # fmt: skip
+    if pr.slug == "transformers-5" and CACHE_COST.exists():
+        lines += ["", "## What it costs", "", cache_memory(json.loads(CACHE_COST.read_text()))]
     reported = reports.closing(pr.findings)  # the triaged user reports (docs/upstream-reports.md)
     refs = sorted({r for f in found for r in f.upstream if not reports.mentioned(r, reported)})
     answers = "; ".join(filter(None, [", ".join(refs), reported])) or "no upstream issue names these bugs"
@@ -178,9 +232,10 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
         "",
         f"{len(patches)} commit{'s' if len(patches) > 1 else ''}, {_changed_lines(patches)} changed lines. "
         "Each commit's test fails on DeepSpeed "
-        "without the commit and passes with it (run on CPU with DeepSpeed's PyTorch paths, and with our PyTorch "
-        "stand-ins for the `transformer_inference` kernels where a test needs a kernel: CPU evidence). No GPU "
-        "or AMD run has been made. The figures in the commit messages come from the same CPU runs.",
+        "without the commit and passes with it (run on CPU with DeepSpeed's PyTorch paths, and with PyTorch "
+        "stand-ins for the `transformer_inference` kernels where a test needs a kernel: CPU evidence). These "
+        "commits have not run on a GPU or an AMD host: their GPU cost is not measured. The figures in the commit "
+        "messages come from the same CPU runs.",
         "",
         "Apply: `git am repro/patches/prs/" + directory(pr) + "/*.patch` on master"
         + (f" (on {RELEASE}: its `{RELEASE}/` form)" if (PRS_DIR / directory(pr) / RELEASE).exists() else "")
@@ -191,11 +246,18 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
 
 
 def main(argv: list[str]) -> int:
+    if argv == ["--texts"]:
+        for line in texts():
+            print(f"{line}: PR.md")
+        return 0
+    only = None
+    if len(argv) == 6 and argv[4] == "--only":
+        argv, only = argv[:4], argv[5]
     if len(argv) != 4:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
     try:
-        for line in split(Path(argv[0]), argv[1], Path(argv[2]), argv[3]):
+        for line in split(Path(argv[0]), argv[1], Path(argv[2]), argv[3], only):
             print(line)
     except SplitError as exc:
         print(f"error: {exc}", file=sys.stderr)

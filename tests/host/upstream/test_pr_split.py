@@ -56,3 +56,18 @@ def test_subjects_are_read_across_folded_lines(tmp_path):
         "From 0\nSubject: [PATCH] Serve tensor-parallel generation without an mpu in the\n Hybrid Engine\n\nbody\n"
     )
     assert pr_split._subject(patch) == "Serve tensor-parallel generation without an mpu in the Hybrid Engine"
+
+
+@pytest.mark.parametrize("pr", PRS, ids=directory)
+def test_each_pr_text_is_what_the_registry_and_its_patches_render(pr):
+    """PR.md is derived (`python -m repro.host.upstream.pr_split --texts`), never edited by hand, and names no
+    command of this repository: a maintainer reads it without it."""
+    text = (pr_split.PRS_DIR / directory(pr) / "PR.md").read_text()
+    assert text == pr_split.render(pr, pr_split.pr_patches(pr, None))
+    assert "python -m repro" not in text and "of ours" not in text
+
+
+def test_a_finding_whose_kernels_differ_says_both_and_a_workaround_drops_our_commands():
+    decode = findings.by_id("decode-as-prompt")
+    assert "on the compiled CUDA/ROCm kernels: not hit" in pr_split._released(decode)
+    assert pr_split._for_maintainers("set it (`python -m repro shim`)") == "set it"
