@@ -478,7 +478,8 @@ FINDINGS: tuple[Finding, ...] = (
         kernel=KernelPath(
             None,
             "the compiled softmax_context recomputes is_prompt from the sequence length "
-            "(csrc/transformer/inference/csrc/pt_binding.cpp), so the KV cache is kept there",
+            "(csrc/transformer/inference/csrc/pt_binding.cpp), so the KV cache is kept there; the Triton attention "
+            "(ops/transformer/inference/triton/attention.py) reads no is_prompt and takes a post-LayerNorm QKV whole",
         ),
         scope=Scope(
             archs=("opt",),

@@ -138,8 +138,8 @@ def render(newest: str, root: str = "", oldest: str = "4.43.4") -> str:
             "",
             "Every answer follows from the findings registry (`repro/findings/registry.py`), whose scopes predict "
             f"every committed conformance cell (tiny twins on Transformers {oldest}-{newest}; CPU evidence, one of "
-            "them also measured on an H200), and checks every plan it prints against the same rules. The patches for DeepSpeed's "
-            f"maintainers: `repro/patches/` ([docs/upstream.md]({root}docs/upstream.md)).",
+            "them also measured on an H200), and checks every plan it prints against the same rules. The patches for "
+            f"DeepSpeed's maintainers: `repro/patches/` ([docs/upstream.md]({root}docs/upstream.md)).",
             END,
         ]
     )

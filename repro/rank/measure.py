@@ -15,8 +15,9 @@ from ..verdict import worst
 
 
 def max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
-    """NaN when either holds a NaN (torch's max propagates it)."""
-    return (a.float() - b.float()).abs().max().item()
+    """NaN when either holds a NaN (torch's max propagates it). `b` is brought to `a`'s device: the originals a GPU
+    run compares against are spilled to the CPU."""
+    return (a.float() - b.float().to(a.device)).abs().max().item()
 
 
 def top2_margin(logits: torch.Tensor) -> float:

@@ -34,15 +34,16 @@ class IdentityMLP(torch.nn.Module):
         return attention_output
 
 
-def injected_layer(model_layer_id, layer_id):
+def injected_layer(cache_layer_id, layer_id):
     """DeepSpeedTransformerInference with stand-ins for its attention and MLP kernels: what is left is what the
-    layer does with the cache it is handed. `model_layer_id` is what the container sets (the layer's position in
-    its own model); `layer_id` is DeepSpeed's count of every injected layer in the process."""
+    layer does with the cache it is handed. `cache_layer_id` is what the container sets (the layer's position in
+    its own model, for a model that reads its Cache's length; else None); `layer_id` is DeepSpeed's count of every
+    injected layer in the process."""
     layer = DeepSpeedTransformerInference.__new__(DeepSpeedTransformerInference)
     torch.nn.Module.__init__(layer)
     layer.config = DeepSpeedInferenceConfig(hidden_size=HEADS * HEAD_DIM, heads=HEADS, dtype=torch.float32)
     layer.config.layer_id = layer_id
-    layer.config.model_layer_id = model_layer_id
+    layer.config.cache_layer_id = cache_layer_id
     layer.attention = WorkspaceAttention()
     layer.mlp = IdentityMLP()
     layer.norm_w = layer.norm_b = None
@@ -97,6 +98,24 @@ def test_a_second_model_in_the_process_keeps_its_own_layers():
         cache = transformers.DynamicCache()
         generate(layers, "past_key_values", cache)
         assert len(cache) == 2 and cache.get_seq_length(1) == 7
+
+
+def test_a_model_that_does_not_read_the_cache_length_keeps_its_cache_as_it_was():
+    """Llama and the other models place their steps by cache_position: their Cache gets nothing from the injected
+    layers, so their generate holds no more than without this change."""
+    layers = [injected_layer(None, 0), injected_layer(None, 1)]
+    cache = transformers.DynamicCache()
+    generate(layers, "past_key_values", cache)
+    assert cache.get_seq_length() == 0
+    assert sum(layer.keys.numel() for layer in cache_layers(cache) if layer.keys is not None) == 0
+
+
+def test_only_the_containers_of_models_that_read_the_cache_length_ask_for_it():
+    from deepspeed.module_inject.containers import DS_GPTNEOContainer, DS_LLAMAContainer, DS_OPTContainer
+    from deepspeed.module_inject.containers.base import BaseTransformerContainer
+
+    assert DS_GPTNEOContainer.reads_cache_length and DS_OPTContainer.reads_cache_length
+    assert not BaseTransformerContainer.reads_cache_length and not DS_LLAMAContainer.reads_cache_length
 
 
 def test_without_a_cache_the_layer_keeps_its_own():
