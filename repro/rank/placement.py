@@ -28,7 +28,6 @@ def rank_device(backend: str) -> torch.device:
     if backend != "cpu":
         if accelerator.device_name() == "cpu":  # DS_ACCELERATOR=cpu on a GPU run: never measure the CPU instead
             raise RuntimeError(f"backend {backend} but DeepSpeed's accelerator is the CPU (DS_ACCELERATOR?)")
-        if gpu_sharing.shares_gpu():  # every rank on GPU 0: DeepSpeed's engine picks its device by LOCAL_RANK too
-            os.environ["LOCAL_RANK"] = "0"
+        # Ranks sharing one GPU: lifecycle.init_distributed, which every caller runs first, set LOCAL_RANK to 0.
         accelerator.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     return torch.device(accelerator.current_device_name())
