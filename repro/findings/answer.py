@@ -94,6 +94,8 @@ def answer(
     else:
         for kind in ORDER:
             found = tuple(f for f in hit if outcome_of(f, setup, path) == kind)
+            # a crash in initialize stops the run before any other finding can show
+            found = tuple(f for f in found if f.at_initialize) or found
             if found:
                 outcome, deciding = kind, found
                 break
@@ -106,6 +108,8 @@ def answer(
         behind = tuple(f for f in behind if any(scope.engine_generate for scope in f.scopes))
     if not served:
         with_series = SILENTLY_OFF  # DeepSpeed declines the model: it stays native
+    elif any(f.at_initialize and f.refuses(setup.model_config) for f in hit):
+        with_series = REFUSED  # refused before any container, and so before any limit, is built
     elif limits:  # DeepSpeed's own choice stays with the series
         with_series = next(kind for kind in (SILENTLY_OFF, CRASH, REFUSED) if kind in {x.series for x in limits})
     elif any(f.refuses(setup.model_config) for f in hit):

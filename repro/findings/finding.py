@@ -53,6 +53,8 @@ class Scope:
     left_pad: bool | None = None  # True: only with left-padded prompts
     min_ranks: int = 1  # the fewest ranks it shows with
     data_parallel: bool | None = None  # True: only with more ranks than inference_tp_size (data-parallel rank > 0)
+    # False: only where inference_tp_size does not divide the ranks (a rank is outside every tensor-parallel group)
+    tp_divides_ranks: bool | None = None
     transformers: tuple[str | None, str | None] = (None, None)  # first and last Transformers it shows on
     # A model setting the standard checkpoints of these architectures do not have, in words (None: the standard
     # ones hit), and the test of a Hugging Face config for it (fields it lacks take Transformers' defaults).
@@ -100,6 +102,8 @@ class Finding:
     also: tuple[Scope, ...] = ()  # further scopes where it shows (a union: where any holds)
     # Where the CPU evidence comes from DeepSpeed's PyTorch path and the compiled kernels differ by the code.
     kernel: KernelPath | None = None
+    # True: it shows in deepspeed.initialize, before any other finding can (it decides alone, as a crashing limit).
+    at_initialize: bool = False
 
     def __post_init__(self) -> None:
         if any((scope.config is None) != (scope.when is None) for scope in self.scopes):

@@ -126,6 +126,13 @@ PRS: tuple[PullRequest, ...] = (
         # its lines sit next to the GPT-NeoX, OPT and GPT-J containers' fixes; the tensor under use_cache is Llama's
         requires=("current-transformers", "opt", "gptneox", "refusals"),
     ),
+    PullRequest(
+        "tp-world-size",
+        "Hybrid Engine: refuse an inference_tp_size that does not divide the number of ranks",
+        ("tp-world-size",),
+        "DeepSpeed-Chat's step-3 scripts on fewer GPUs than their inference_tp_size fail with \"no attribute "
+        "'mp_group'\" (two open reports): one check, no cost to anyone else",
+    ),
 )
 
 

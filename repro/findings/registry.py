@@ -804,6 +804,27 @@ FINDINGS: tuple[Finding, ...] = (
         scripts=(Script("cache_positions.py", transformers=NEWEST_TRANSFORMERS),),
         shows=("decode steps placed by a Transformers Cache the injected layers leave empty ({patch})",),
     ),
+    Finding(
+        id="tp-world-size",
+        patch="0036",
+        summary="Without an mpu (DeepSpeed-Chat), an `inference_tp_size` that does not divide the number of ranks "
+        "leaves some or every rank outside a tensor-parallel group: `deepspeed.initialize` fails with "
+        "`AttributeError: 'DeepSpeedHybridEngine' object has no attribute 'mp_group'`, naming neither the setting "
+        "nor the way out.",
+        outcome=CRASH,
+        fix=REFUSED,
+        at_initialize=True,
+        scope=Scope(archs=ALL_ARCHS, tp=True, mpu=False, tp_divides_ranks=False),
+        workaround="an `inference_tp_size` that divides the number of ranks",
+        tests=("unit/hybrid_engine/test_hybrid_engine_tensor_parallel_world_size.py",),
+        bug_errors=("AttributeError",),
+        upstream=("#3740", "DeepSpeedExamples#379", "DeepSpeedExamples#525"),
+        text="ISSUE-tp-world-size.md",
+        scripts=(Script("tp_world_size.py"),),
+        shows=("inference_tp_size leaves a rank without a tensor-parallel group: no attribute 'mp_group' ({patch})",),
+        refusal="refused by name: an inference_tp_size that does not divide the number of ranks ({patch})",
+        kernel_free="it fails in deepspeed.initialize, before any layer is injected",
+    ),
 )
 
 # DeepSpeed's own limits, not bugs of the series: its choice, left as it is, named in a user's answer. Read from

@@ -37,7 +37,6 @@ class Report:
     why: str
     lacks: str | None = None
     setup_notes: str | None = None
-    cause_read: str | None = None  # a cause read in DeepSpeed's code that no finding holds yet
 
     @property
     def label(self) -> str:
@@ -51,7 +50,7 @@ class Report:
             transformers = OLDEST
         tp = s.get("tp") or 1
         return Setup(arch=s["arch"], zero=s.get("zero") or 3, lora=bool(s.get("lora")), tp=tp,
-                     ranks=max(s.get("ranks") or 8, tp), transformers=transformers,
+                     ranks=s.get("ranks") or max(8, tp), transformers=transformers,
                      model_config=s.get("config"))  # fmt: skip
 
 

@@ -87,6 +87,7 @@ def covers(scope: Scope, setup: Setup) -> bool:
         and (scope.left_pad is None or scope.left_pad == setup.left_pad)
         and setup.ranks >= scope.min_ranks
         and (scope.data_parallel is None or scope.data_parallel == (setup.ranks > setup.tp))
+        and (scope.tp_divides_ranks is None or scope.tp_divides_ranks == (setup.ranks % setup.tp == 0))
         and (first is None or version >= version_tuple(first))
         and (last is None or version <= version_tuple(last))
         and (scope.when is None or (setup.model_config is not None and scope.when(setup.model_config)))

@@ -189,6 +189,7 @@ def where(scope: Scope) -> str:
         "pin": ("pinned", "pin_parameters false"),
         "left_pad": ("left-padded prompts", "unpadded prompts"),
         "data_parallel": ("more ranks than inference_tp_size", "ranks = inference_tp_size"),
+        "tp_divides_ranks": ("ranks a multiple of inference_tp_size", "inference_tp_size not dividing the ranks"),
         "engine_generate": ("`engine.generate()`", "`module.generate()`"),
     }
     parts += [flags[axis][0 if getattr(scope, axis) else 1] for axis in flags if getattr(scope, axis) is not None]

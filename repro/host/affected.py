@@ -113,11 +113,6 @@ def resolve(req: Request) -> tuple[Setup, str, bool]:
         raise UsageError("name the model once: --arch NAME (e.g. llama, opt, mistral) or --config PATH")
     if req.tp < 1 or req.ranks < 1:
         raise UsageError(f"--ranks {req.ranks} and --tp {req.tp} must be >= 1")
-    if req.ranks % req.tp:
-        raise UsageError(f"--ranks {req.ranks} must be a multiple of --tp {req.tp}: otherwise DeepSpeed 0.19.8 leaves "
-                         "some ranks without a tensor-parallel group and fails with AttributeError: "
-                         "'DeepSpeedHybridEngine' object has no attribute 'mp_group' (read from hybrid_engine.py, not "
-                         f"run; {', '.join(r.label for r in reports.load() if r.cause_read)})")  # fmt: skip
     version = release_of(req.transformers or installed_transformers())
     config = None
     if req.config is not None:

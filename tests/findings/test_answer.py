@@ -186,3 +186,15 @@ def test_the_answer_predicts_every_committed_run_of_a_model_without_an_adapter(r
         if build == "released":  # engine.generate() without a container (0013; the series runs the model's own)
             assert answer(replace(setup, engine_generate=True), served=served).outcome == CRASH
             assert "raised" in result["engine_generate"]
+
+
+def test_a_crash_in_initialize_decides_alone_and_the_series_refuses_it_before_any_limit():
+    """tp 4 on 2 ranks: initialize fails before the tensor-parallel crashes of generate can show; OPT on 4.52, which
+    DeepSpeed keeps native (a limit), as released stays native, and the series refuses the setting first."""
+    said = answer(Setup(arch="opt", zero=3, lora=False, transformers="4.48.3", tp=4, ranks=2))
+    assert said.outcome == CRASH and [f.id for f in said.deciding] == ["tp-world-size"]
+    assert {"tensor-parallel", "tensor-parallel-mask"} <= {f.id for f in said.behind} and said.with_series == REFUSED
+    native = answer(Setup(arch="opt", zero=3, lora=False, transformers="4.52.4", tp=4, ranks=2))
+    assert native.outcome == SILENTLY_OFF and native.with_series == REFUSED
+    dividing = answer(Setup(arch="opt", zero=3, lora=False, transformers="4.48.3", tp=2, ranks=4))
+    assert "tp-world-size" not in {f.id for f in (*dividing.deciding, *dividing.behind)}

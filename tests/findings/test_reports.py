@@ -98,12 +98,23 @@ def test_the_answer_names_the_reports_of_the_users_setup(argv, label, capsys):
     assert label in capsys.readouterr().out
 
 
-def test_a_tp_that_leaves_ranks_without_a_group_names_the_mp_group_reports(capsys):
+@pytest.mark.parametrize("tp, ranks", [(4, 2), (2, 3), (2, 1)])
+def test_a_tp_that_leaves_ranks_without_a_group_is_answered_and_names_the_mp_group_reports(tp, ranks, capsys):
+    """Above the ranks or not dividing them: initialize fails as released (decided alone, before any other finding),
+    the series refuses it by name, and the reports of that failure are named."""
     from repro.cli import main as cli
 
-    assert cli(["affected", "--arch", "opt", "--tp", "4", "--ranks", "2"]) == 2
-    err = capsys.readouterr().err
-    assert "no attribute 'mp_group'" in err and "DeepSpeedExamples #379" in err and "DeepSpeedExamples #525" in err
+    assert cli(["affected", "--arch", "opt", "--tp", str(tp), "--ranks", str(ranks), "--transformers", "4.48.3"]) == 0
+    out = capsys.readouterr().out
+    assert "as released: CRASHES" in out and "because `0036` tp-world-size" in out
+    assert "With the series (repro/patches: 0036" in out and "refused by name" in out
+    assert "DeepSpeedExamples #379" in out and "DeepSpeedExamples #525" in out
+
+
+def test_a_tp_that_divides_the_ranks_is_not_answered_with_the_mp_group_failure():
+    said = answer(Setup(arch="opt", zero=3, lora=False, transformers="4.48.3", tp=2, ranks=4))
+    assert "tp-world-size" not in {item.id for item in (*said.deciding, *said.behind)}
+    assert not any(r.number in (379, 525) for r in reports.matching(said))
 
 
 def test_the_page_lists_every_report():

@@ -94,6 +94,11 @@ BUG_PADDING_MASK = shows("left-padding")
 # GPT-Neo and OPT place each step by that Cache's length, which the injected layers never filled: every decode token
 # was embedded at the prompt's first positions.
 BUG_CACHE_BEHIND = shows("empty-cache-positions")
+# Positive evidence: initialize failed where the Hybrid Engine reads the tensor-parallel group of a rank it left
+# outside every group (inference_tp_size does not divide the ranks; no mpu).
+BUG_TP_WORLD_SIZE = shows("tp-world-size")
+NO_MP_GROUP = "'DeepSpeedHybridEngine' object has no attribute 'mp_group'"
+HYBRID_ENGINE = "deepspeed/runtime/hybrid_engine.py"
 OUTSIDE_CONTRACT = "outside the Hybrid Engine's contract: an mpu over whole Hugging Face weights"
 REFUSED = refusal("llama-unservable-config")
 REFUSED_ROPE = refusal("rotary-base")
@@ -102,6 +107,7 @@ REFUSED_NEOX_ATTENTION_BIAS = refusal("gptneox-attention-bias")
 REFUSED_OPT_BIAS = refusal("opt-bias")
 REFUSED_OPT_LAYER_NORM = refusal("opt-layer-norm-affine")
 REFUSED_GPTJ_ACTIVATION = refusal("gptj-activation")
+REFUSED_TP_WORLD_SIZE = refusal("tp-world-size")
 REFUSED_BLOOM_RESIDUAL = refusal("bloom-residual")
 # How DeepSpeed's refusals begin (`rotary-base`, `llama-unservable-config`, `gptneox-activation`,
 # `gptneox-attention-bias`, `opt-bias`, `opt-layer-norm-affine`, `gptj-activation`, `bloom-residual`).
@@ -125,7 +131,7 @@ REFUSED_BLOOM_TRANSFORMERS = "refused by name: BLOOM on Transformers newer than 
 # (containers/llama.py, _get_rope_theta: the registry's `llama-rope-scaling` limit).
 REFUSED_LLAMA_ROPE = "refused by name: a Llama with a scaled rotary embedding (DeepSpeed's own check)"
 LLAMA_ROPE = "DeepSpeed kernel injection cannot serve rope_type="
-REFUSALS = (REFUSED, *NAMED_REFUSALS.values(), REFUSED_BLOOM_TRANSFORMERS, REFUSED_LLAMA_ROPE)
+REFUSALS = (REFUSED, *NAMED_REFUSALS.values(), REFUSED_BLOOM_TRANSFORMERS, REFUSED_LLAMA_ROPE, REFUSED_TP_WORLD_SIZE)
 # Positive evidence (a rank's own crash, repro.rank.cell_probe.peer_crash_path): BloomSelfAttention hands the softmax
 # `head_offset = dist.get_rank() * heads per partition`, the global rank whatever the tensor-parallel group, and
 # the softmax adds `alibi[head_offset:head_offset + heads]`: on data-parallel rank 1 of a 4-head model that is
@@ -329,6 +335,12 @@ def _crash(cell: dict) -> str:
     if c["type"] == "RuntimeError" and c["message"].startswith("Transformers version") and \
             c["at"].startswith(CONTAINERS + "bloom.py"):  # fmt: skip
         return REFUSED_BLOOM_TRANSFORMERS
+    # raised by DeepSpeedEngine.__getattr__ (runtime/engine.py), where the Hybrid Engine reads its missing mp_group
+    if c["at"].startswith("deepspeed/runtime/") and (c["type"], c["message"]) == ("AttributeError", NO_MP_GROUP):
+        return BUG_TP_WORLD_SIZE
+    if c["at"].startswith(HYBRID_ENGINE) and c["type"] == "ValueError" and \
+            c["message"].startswith("hybrid_engine.inference_tp_size"):  # fmt: skip
+        return REFUSED_TP_WORLD_SIZE
     tuple_where_tensor = c["type"] == "AttributeError" and c["message"].startswith("'tuple' object has no")
     if tuple_where_tensor and c["at"].startswith("deepspeed/model_implementations/transformers/ds_transformer.py"):
         return BUG_LAYER_TUPLE if cell.get("arch") == "llama" else BUG_LAYER_TENSOR_RETURN

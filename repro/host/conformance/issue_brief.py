@@ -76,11 +76,13 @@ def brief(data: dict, bug: str, meta: dict) -> str:
     lines += ["```", f"With the fix (`{patched_copy.patch_file(finding.patch).name}`) it prints:", "```"]
     for inv in invocations:
         lines += _printed(proof.get("runs", []), inv.key)
+    cpu = (f"Both runs are CPU evidence, and no kernel is involved: {finding.kernel_free}." if finding.kernel_free else
+           "Both runs are CPU evidence: DeepSpeed has no `transformer_inference` kernels on CPU, so PyTorch stand-ins "
+           "ran in their place (`repro/rank/fallbacks.py`, in our repository). On a GPU the compiled kernels run "
+           "instead.")  # fmt: skip
     lines += [
         "```",
-        "Both runs are CPU evidence: DeepSpeed has no `transformer_inference` kernels on CPU, so PyTorch stand-ins "
-        "ran in their place (`repro/rank/fallbacks.py`, in our repository). On a GPU the compiled kernels run "
-        f"instead. {meta['context']}",
+        f"{cpu} {meta['context']}",
         "",
         "**Released DeepSpeed, measured** (tiny models, random weights, CPU):",
         "",

@@ -42,6 +42,7 @@ from .diagnosis import (
     BUG_TP_OUTPUT,
     BUG_TP_RELEASED,
     BUG_TP_UNSLICED,
+    BUG_TP_WORLD_SIZE,
     BUG_UNSERVABLE,
     BUG_WEIGHTLESS_LAYER_NORM,
     CORRECT,
@@ -335,6 +336,12 @@ ISSUES = {
         "scope": "hybrid-engine",
         "shown": lambda c: (c["arch"] == "bloom" or c["scenario"].endswith("left-pad"))
         and c["scenario"].startswith("tp2-mpu") and c["zero_stage"] == 3,
+        "evidence": (("first crash", _first_crash),),
+    },
+    BUG_TP_WORLD_SIZE: {
+        "scope": "hybrid-engine",
+        "shown": lambda c: (c.get("probe") or {}).get("tp", 1) > c["world_size"] or
+        c["world_size"] % (c.get("probe") or {}).get("tp", 1) != 0,
         "evidence": (("first crash", _first_crash),),
     },
 }  # fmt: skip

@@ -313,6 +313,12 @@ def plan(quick: bool = False) -> list[dict]:
               for tp, world in ((2, 2), (2, 4), (4, 4))]  # fmt: skip
     cells += [cell_axes(arch, "heads-16", build, 3, 8, "ds-chat-tp8")
               for arch in ARCHS for build in ("released", "whole series")]  # fmt: skip
+    # An inference_tp_size that does not divide the ranks (`tp-world-size`): above them (4 on 2 ranks: no rank has a
+    # group), before and after the series; beside them (2 on 3 ranks: rank 2 has none) with the series, where every
+    # rank is refused alike (as released, rank 2 fails and ranks 0 and 1 go on into collectives it never joins).
+    cells += [cell_axes(arch, "default", build, 3, 2, "ds-chat-tp4")
+              for arch in ARCHS for build in ("released", "whole series")]  # fmt: skip
+    cells.append(cell_axes("opt", "default", "whole series", 3, 3, "ds-chat-tp2"))
     # BLOOM's tensor-parallel bugs past its QKV copy (`bloom-tensor-parallel`), each alone: the attention mask
     # generate() does not gather (`tensor-parallel-mask`), and the ALiBi offset of ranks 2 and 3, whose global rank is
     # not their tensor-parallel one (`bloom-alibi-offset`).

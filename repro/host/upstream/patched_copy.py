@@ -105,6 +105,18 @@ def is_applied(root: Path, number: str) -> bool:
     return _patch(["--dry-run", "--reverse"], root, number).returncode == 0
 
 
+def label_of(patches: tuple[str, ...]) -> str:
+    """The patches as runs of consecutive numbers (first-last, joined by "+"): the whole series spelled one by one
+    outgrew a file name (255 bytes) at 37 patches."""
+    runs: list[list[str]] = []
+    for number in patches:
+        if runs and number.isdigit() and runs[-1][-1].isdigit() and int(number) == int(runs[-1][-1]) + 1:
+            runs[-1].append(number)
+        else:
+            runs.append([number])
+    return "+".join(run[0] if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
+
+
 def prepare_patched_copy(root: Path | None = None, patches: tuple[str, ...] = (FIX_8391,)) -> Path:
     """A copy of the installed DeepSpeed with `patches` applied, for PYTHONPATH; returns the directory
     holding it. Kept at a stable path keyed by DeepSpeed version, installed source and patch set, so it
@@ -116,7 +128,7 @@ def prepare_patched_copy(root: Path | None = None, patches: tuple[str, ...] = (F
         digest.update(path.read_bytes() if path.exists() else b"-")
     for number in patches:
         digest.update(patch_file(number).read_bytes())
-    label = "after" if patches == (FIX_8391,) else "+".join(patches)
+    label = "after" if patches == (FIX_8391,) else label_of(patches)
     dest = (root or cache_root()) / f"deepspeed-{ds_version}-{label}-{digest.hexdigest()[:12]}"
     copy = dest / "deepspeed"
     if copy.exists() and all(is_applied(dest, n) for n in patches):

@@ -501,3 +501,18 @@ def test_decode_steps_off_an_empty_transformers_cache_are_named_only_when_the_de
     # a wrong prompt step is not explained by the decode steps' Cache
     prompt_wrong = {**prompt_right, "per_step_logits_vs_native": [0.3, 0.46, 0.54], "transformers_cache_steps": behind}
     assert dx.diagnose(prompt_wrong) == [dx.UNEXPLAINED]
+
+
+def test_a_rank_without_a_tensor_parallel_group_is_0036_and_its_refusal_is_named():
+    """The AttributeError DeepSpeedEngine.__getattr__ raises for the mp_group the Hybrid Engine never assigned; any
+    other missing attribute stays unexplained; the series' ValueError from hybrid_engine.py is its refusal."""
+    missing = {"type": "AttributeError", "message": dx.NO_MP_GROUP, "at": "deepspeed/runtime/engine.py:1388"}
+    assert dx.diagnose({"crash": missing}) == [dx.BUG_TP_WORLD_SIZE]
+    other = {**missing, "message": "'DeepSpeedHybridEngine' object has no attribute 'mp_replace'"}
+    assert dx.diagnose({"crash": other})[0].startswith("crash in the Hybrid Engine: AttributeError")
+    refused = {"type": "ValueError", "at": "deepspeed/runtime/hybrid_engine.py:461",
+               "message": "hybrid_engine.inference_tp_size (4) must divide the number of ranks (2) when no mpu is "
+                          "given: choose an inference_tp_size that divides 2"}  # fmt: skip
+    assert dx.diagnose({"crash": refused}) == [dx.REFUSED_TP_WORLD_SIZE] and dx.REFUSED_TP_WORLD_SIZE in dx.REFUSALS
+    elsewhere = {**refused, "at": "deepspeed/runtime/engine.py:10"}
+    assert dx.diagnose({"crash": elsewhere})[0].startswith("crash in the Hybrid Engine: ValueError")

@@ -8,7 +8,7 @@ from repro.host.conformance import plan, transformers_env
 def test_full_covers_every_axis_the_done_criteria_name():
     full = plan.plan()
     assert {c["arch"] for c in full} == {"gpt-neox", "gpt-neo", "llama", "opt", "gpt-j", "bloom"}
-    assert {c["zero_stage"] for c in full} == {2, 3} and {c["world_size"] for c in full} == {1, 2, 4, 8}
+    assert {c["zero_stage"] for c in full} == {2, 3} and {c["world_size"] for c in full} == {1, 2, 3, 4, 8}
     assert {c["order"] for c in full} == {"eval-generate-train", "train-first", "eval-twice"}
     assert {c["lora"] for c in full} == {"none", "all"} and {c["pin"] for c in full} == {True, False}
     for arch, configs in plan.ARCH_CONFIGS.items():

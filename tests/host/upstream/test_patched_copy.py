@@ -118,3 +118,13 @@ def test_the_copy_is_staged_beside_its_destination_never_in_the_system_temp_dir(
     dest = patched_copy.prepare_patched_copy(root=root)
     assert seen and all(d is not None and Path(d) == dest.parent for d in seen)
     assert not list(dest.parent.glob(".staging-*"))
+
+
+def test_a_build_is_named_by_runs_of_its_patches_so_the_whole_series_fits_a_file_name():
+    from repro import findings
+
+    assert patched_copy.label_of(("0000", "0001", "0002", "0005", "0007", "0008")) == "0000-0002+0005+0007-0008"
+    assert patched_copy.label_of(tuple(p for p in findings.SERIES if p != "0012")) == "0000-0011+0013-" + max(
+        findings.SERIES
+    )
+    assert len(patched_copy.label_of(findings.SERIES)) < 20

@@ -122,6 +122,11 @@ EXPECTED_FAILURES = {
         "test_a_second_model_in_the_process_keeps_its_own_layers": A,
         "test_only_the_containers_of_models_that_read_the_cache_length_ask_for_it": A,
     },
+    "0036": {
+        "TestHybridEngineTensorParallelWorldSize::test_inference_tp_size_above_the_world_size_is_refused_by_name": (
+            "AttributeError"
+        )
+    },
 }
 
 
@@ -169,7 +174,7 @@ def test_every_test_passes_with_the_whole_series():
     tests = tuple(t for patch_tests in regression.TESTS_BY_PATCH.values() for t in patch_tests)
     result = regression.run_upstream_test(root, timeout_s=900, tests=tests)
     assert result["outcome"] == "pass", result.get("error", "") + result["output_tail"]
-    assert len(result["tests"]) == 115 and set(result["tests"].values()) == {"passed"}
+    assert len(result["tests"]) == 116 and set(result["tests"].values()) == {"passed"}
 
 
 def test_each_patch_is_proven_on_its_prerequisites_without_and_with_it_and_builds_are_shared():
