@@ -1,7 +1,10 @@
-"""What tensor-parallel generation without an mpu costs a rank (`python -m repro.rank.tp_cost OUT TP`, under
-torchrun; host side: repro.host.upstream.tp_cost): DeepSpeed-Chat's settings (pinned ZeRO-3, no mpu) on a
-GPT-NeoX twin, timing each `generate()` and counting the bytes of layer weights a rank holds while the model
-generates (the slices the fix copies out, or at inference_tp_size 1 the gathered layers themselves).
+"""What tensor-parallel generation without an mpu costs a rank (`python -m repro.rank.tp_cost OUT TP ZERO PIN`,
+PIN pinned or unpinned, under torchrun; host side: repro.host.upstream.tp_cost): DeepSpeed-Chat's settings (no
+mpu; pinned ZeRO-3, non-pinned ZeRO-3 and ZeRO-2) on a GPT-NeoX twin, timing each `generate()` and counting the
+bytes of layer weights a rank holds while the model generates, at its start and at every injected layer's forward
+(the slices the fix copies out, or at inference_tp_size 1 the layers as gathered: all of them pinned, the one
+running non-pinned), and of those the bytes copied beside the training weights (the slices; a gathered or whole
+layer is the training weights themselves).
 
 CPU evidence only: DeepSpeed's kernels are our PyTorch stand-ins (`fallbacks`) and the ranks talk over gloo."""
 
@@ -25,18 +28,26 @@ HELD = (("attention", "attn_qkvw"), ("attention", "attn_qkvb"), ("attention", "a
         ("mlp", "inter_w"), ("mlp", "inter_b"), ("mlp", "output_w"), ("mlp", "output_b"))  # fmt: skip
 
 
-def held_bytes(containers) -> int:
-    """Bytes of the attention and MLP weights the injected layers hold (a released ZeRO-3 partition holds 0)."""
+def held_bytes(containers, training: set[int] | None = None) -> int:
+    """Bytes of the attention and MLP weights the injected layers hold (a released ZeRO-3 partition holds 0); with
+    `training` (the storages of the training weights), only those held in copies beside them."""
     total = 0
     for c in containers:
         for owner, name in HELD:
             t = getattr(getattr(c.module, owner), name, None)
-            if t is not None:
+            if t is not None and (training is None or t.untyped_storage().data_ptr() not in training):
                 total += t.numel() * t.element_size()
     return total
 
 
-def main(out: Path, tp: int) -> None:
+def _sample(engine, model, seen: list[tuple[int, int]]) -> None:
+    """What the layers hold now, and of it what is copied beside the training weights."""
+    training = {p.data.untyped_storage().data_ptr() for p in model.parameters() if p.data.numel() > 0}
+    containers = engine._inference_containers
+    seen.append((held_bytes(containers), held_bytes(containers, training)))
+
+
+def main(out: Path, tp: int, zero: int, pin: bool) -> None:
     import deepspeed
     import transformers
 
@@ -48,21 +59,32 @@ def main(out: Path, tp: int) -> None:
     layer_bytes = sum(p.numel() * p.element_size() for p in model.gpt_neox.layers.parameters())
     ds_config = {
         "train_batch_size": int(os.environ["WORLD_SIZE"]),
-        "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 10_000},
+        "zero_optimization": {"stage": zero, "stage3_param_persistence_threshold": 10_000},
         "optimizer": {"type": "SGD", "params": {"lr": 0.0}},
         "zero_allow_untested_optimizer": True,
-        "hybrid_engine": {"enabled": True, "max_out_tokens": 128, "inference_tp_size": tp, "pin_parameters": True,
+        "hybrid_engine": {"enabled": True, "max_out_tokens": 128, "inference_tp_size": tp, "pin_parameters": pin,
                           "tp_gather_partition_size": 4},
     }  # fmt: skip
     engine, *_ = deepspeed.initialize(model=model, config=ds_config, model_parameters=model.parameters())
-    seen = []
+    seen: list[tuple[int, int]] = []
+    sampling = [True]  # the warm-up generate only: the timed ones run without the sampling
     generate = engine._generate
 
     def measured_generate(*args, **kwargs):
-        seen.append(held_bytes(engine._inference_containers))
+        if sampling[0]:
+            _sample(engine, model, seen)
         return generate(*args, **kwargs)
 
     engine._generate = measured_generate
+    for container in engine._inference_containers:  # the Hybrid Engine calls forward itself (no hooks fire)
+        forward = container.module.forward
+
+        def sampled_forward(*args, _forward=forward, **kwargs):  # inside a non-pinned layer's gather
+            if sampling[0]:
+                _sample(engine, model, seen)
+            return _forward(*args, **kwargs)
+
+        container.module.forward = sampled_forward
     engine.eval()
     ids = torch.arange(10, 10 + PROMPT).unsqueeze(0)
     times = []
@@ -72,16 +94,20 @@ def main(out: Path, tp: int) -> None:
             engine.module.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
                                    min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)  # fmt: skip
             times.append(time.perf_counter() - started)
+            sampling[0] = False
     engine.train()
     if int(os.environ["RANK"]) == 0:
         result = {
             "inference_tp_size": tp,
+            "zero_stage": zero,
+            "pin_parameters": pin,
             "ranks": int(os.environ["WORLD_SIZE"]),
             "model": MODEL,
             "prompt_tokens": PROMPT,
             "new_tokens": NEW_TOKENS,
             "layer_weight_bytes": layer_bytes,
-            "held_during_generate_bytes": max(seen),
+            "held_during_generate_bytes": max(held for held, _ in seen),
+            "copied_during_generate_bytes": max(copied for _, copied in seen),
             "generate_s": [round(t, 4) for t in times[1:]],
             "generate_median_s": round(statistics.median(times[1:]), 4),
         }
@@ -90,4 +116,4 @@ def main(out: Path, tp: int) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), int(sys.argv[2]))
+    main(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "pinned")

@@ -216,11 +216,11 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
     lines += ["", "## Tests", ""]
     lines += [f"- `tests/{t}` (`{f.patch}`)" for f in found for t in f.tests]
     if pr.slug == "tensor-parallel" and TP_COST.exists():
-        lines += ["", "## What it costs", "", "Pinned ZeRO-3 on 2 ranks, a 4-layer GPT-NeoX of hidden size 1024, "
-                  "prompt 32 and 8 new tokens, with the whole series (CPU evidence: PyTorch stand-ins for the "
-                  "kernels, gloo). At tp 2 each rank holds its half of every layer's "
-                  "weights while it generates, where tp 1 holds every layer gathered:", "",
-                  tp_cost.render(json.loads(TP_COST.read_text()))]  # fmt: skip
+        cost = json.loads(TP_COST.read_text())
+        lines += ["", "## What it costs", "", "2 ranks, a 4-layer GPT-NeoX of hidden size 1024, prompt 32 and 8 new "
+                  "tokens, with the whole series, on each ZeRO path generate() takes (CPU evidence: PyTorch stand-ins "
+                  f"for the kernels, gloo; not measured on a GPU). {tp_cost.trades(cost)}", "",
+                  tp_cost.render(cost)]  # fmt: skip
     if pr.slug == "transformers-5" and CACHE_COST.exists():
         lines += ["", "## What it costs", "", cache_memory(json.loads(CACHE_COST.read_text()))]
     reported = reports.closing(pr.findings)  # the triaged user reports (docs/upstream-reports.md)
