@@ -25,11 +25,13 @@ from ... import findings
 from ...findings import reports
 from ...findings.prs import PRS, PullRequest, directory, required
 from ...paths import REPO_ROOT
-from . import cache_cost, patched_copy, tp_cost
+from . import cache_cost, lora_cost, patched_copy, tp_cost
 
 PRS_DIR = REPO_ROOT / "repro" / "patches" / "prs"
 # What the tensor-parallel pull request costs a rank, measured (repro.host.upstream.tp_cost).
 TP_COST = REPO_ROOT / "results" / "reference" / "tp-cost" / "tp-cost.json"
+# What persisting LoRA on the non-pinned ZeRO-3 path costs per generate (repro.host.upstream.lora_cost).
+LORA_COST = REPO_ROOT / "results" / "reference" / "lora-cost" / "lora-cost.json"
 # What the Cache fix holds beside the injected layers' keys and values, measured (repro.host.upstream.cache_cost).
 CACHE_COST = REPO_ROOT / "results" / "reference" / "cache-cost" / "cache-cost.json"
 RELEASE = "0.19.8"
@@ -221,6 +223,12 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
                   "tokens, with the whole series, on each ZeRO path generate() takes (CPU evidence: PyTorch stand-ins "
                   f"for the kernels, gloo; not measured on a GPU). {tp_cost.trades(cost)}", "",
                   tp_cost.render(cost)]  # fmt: skip
+    if pr.slug == "engine-generate" and LORA_COST.exists():
+        cost = json.loads(LORA_COST.read_text())
+        lines += ["", "## What it costs", "", "2 ranks, a 4-layer GPT-NeoX of hidden size 1024 with LoRA on every "
+                  "Linear, prompt 32 and 8 new tokens (CPU evidence: PyTorch stand-ins for the kernels, gloo; not "
+                  f"measured on a GPU or across nodes). {lora_cost.trades(cost)}", "",
+                  lora_cost.render(cost)]  # fmt: skip
     if pr.slug == "transformers-5" and CACHE_COST.exists():
         lines += ["", "## What it costs", "", cache_memory(json.loads(CACHE_COST.read_text()))]
     reported = reports.closing(pr.findings)  # the triaged user reports (docs/upstream-reports.md)

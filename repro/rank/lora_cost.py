@@ -1,0 +1,83 @@
+"""What LoRA on the non-pinned ZeRO-3 path costs a rank per generate (`python -m repro.rank.lora_cost OUT`, under
+torchrun; host side: repro.host.upstream.lora_cost): DeepSpeed-Chat's LoRA on every Linear of a GPT-NeoX twin,
+pin_parameters false, counting the bytes ZeRO-3 broadcasts during one generate() (where a gather with
+modifier_rank persists a layer's fused or unfused weights) and timing each generate.
+
+CPU evidence only: DeepSpeed's kernels are our PyTorch stand-ins (`fallbacks`) and the ranks talk over gloo."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from . import fallbacks, lora
+from .lifecycle import init_distributed, shutdown
+from .tp_cost import MODEL, NEW_TOKENS, PROMPT, REPEATS
+
+
+def main(out: Path) -> None:
+    import deepspeed
+    import deepspeed.comm as dist
+    import transformers
+
+    init_distributed("gloo")
+    fallbacks.install()
+    torch.manual_seed(0)
+    config = transformers.GPTNeoXConfig(vocab_size=1024, max_position_embeddings=128, **MODEL)
+    model = transformers.GPTNeoXForCausalLM(config)
+    targets = lora.attach(model, "all", arch="gpt-neox")
+    layer_bytes = sum(p.numel() * p.element_size() for p in model.gpt_neox.layers.parameters())
+    ds_config = {
+        "train_batch_size": int(os.environ["WORLD_SIZE"]),
+        "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 10_000},
+        "optimizer": {"type": "SGD", "params": {"lr": 0.0}},
+        "zero_allow_untested_optimizer": True,
+        "hybrid_engine": {"enabled": True, "max_out_tokens": 128, "pin_parameters": False},
+    }
+    engine, *_ = deepspeed.initialize(model=model, config=ds_config, model_parameters=model.parameters())
+    broadcast, sent = dist.broadcast, []
+
+    def counted_broadcast(tensor, *args, **kwargs):
+        sent.append(tensor.numel() * tensor.element_size())
+        return broadcast(tensor, *args, **kwargs)
+
+    dist.broadcast = counted_broadcast
+    engine.eval()
+    ids = torch.arange(10, 10 + PROMPT).unsqueeze(0)
+    times, per_generate = [], []
+    with torch.no_grad():
+        for _ in range(REPEATS + 1):  # the first is a warm-up
+            sent.clear()
+            started = time.perf_counter()
+            engine.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
+                            min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)  # fmt: skip
+            times.append(time.perf_counter() - started)
+            per_generate.append((len(sent), sum(sent)))
+    dist.broadcast = broadcast
+    engine.train()
+    if int(os.environ["RANK"]) == 0:
+        calls, sent_bytes = per_generate[-1]
+        result = {
+            "ranks": int(os.environ["WORLD_SIZE"]),
+            "model": MODEL,
+            "lora_targets": len(targets),
+            "prompt_tokens": PROMPT,
+            "new_tokens": NEW_TOKENS,
+            "layer_weight_bytes": layer_bytes,
+            "broadcasts_per_generate": calls,
+            "broadcast_bytes_per_generate": sent_bytes,
+            "generate_s": [round(t, 4) for t in times[1:]],
+            "generate_median_s": round(statistics.median(times[1:]), 4),
+        }
+        out.write_text(json.dumps(result, indent=2) + "\n")
+    shutdown()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))

@@ -1,0 +1,42 @@
+"""The LoRA cost table and sentence are the JSON's; the committed measurement shows what the fix adds; a result
+already there is never overwritten."""
+
+import json
+from pathlib import Path
+
+from repro.host.upstream import lora_cost
+
+COMMITTED = Path(__file__).resolve().parents[3] / "results/reference/lora-cost/lora-cost.json"
+
+
+def _run(build, calls, sent, s):
+    return {"build": build, "broadcasts_per_generate": calls, "broadcast_bytes_per_generate": sent,
+            "layer_weight_bytes": 2**21, "generate_median_s": s}  # fmt: skip
+
+
+def test_the_table_and_the_sentence_read_each_run():
+    result = {"runs": [_run("whole series", 8, 2**22, 0.5), _run("series without 0003", 0, 0, 0.25)]}
+    table = lora_cost.render(result)
+    assert "| whole series | 8 | 4.0 MiB | 2.00 | 0.500 s |" in table
+    assert "| series without 0003 | 0 | 0.0 MiB | 0.00 | 0.250 s |" in table
+    said = lora_cost.trades(result)
+    assert "broadcasts 4.0 MiB from rank 0 (8 broadcasts" in said and "2.00 times its layers' weights" in said
+
+
+def test_the_builds_are_the_series_with_and_without_the_lora_patch():
+    builds = lora_cost.builds()
+    with_it, without = builds.values()
+    assert set(with_it) - set(without) == {"0003"}
+
+
+def test_the_committed_measurement_shows_the_broadcast_the_fix_adds():
+    result = json.loads(COMMITTED.read_text())
+    with_it, without = result["runs"]
+    assert with_it["build"] == "whole series" and without["broadcast_bytes_per_generate"] == 0
+    assert with_it["broadcast_bytes_per_generate"] >= with_it["layer_weight_bytes"]
+
+
+def test_an_existing_result_is_not_overwritten(tmp_path, capsys):
+    (tmp_path / "lora-cost.json").write_text("{}")
+    assert lora_cost.main([str(tmp_path)]) == 2
+    assert "exists" in capsys.readouterr().err and (tmp_path / "lora-cost.json").read_text() == "{}"
