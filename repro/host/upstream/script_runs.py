@@ -69,6 +69,7 @@ SCRIPTS = tuple(
     for sc in f.scripts
 )
 VERDICT = re.compile(r"^(?:rank \d+: )?(BUG|OK): ", re.MULTILINE)
+RUN_TOGETHER = re.compile(r"(?<=\S)(?=rank \d+: )")
 
 
 def scripts_of(text: str) -> list[IssueScript]:
@@ -101,6 +102,8 @@ def rank_of(line: str) -> int:
 def judge(returncode: int, output: str) -> Outcome:
     """From the script's exit status AND its own result lines: a crash (status 1 without a BUG line) or a
     status that contradicts the lines is `broken`, never a verdict."""
+    # two ranks writing at once can run one's line into the other's: each `rank N: ` starts a line of its own
+    output = RUN_TOGETHER.sub("\n", output)
     found = {m.group(1) for m in VERDICT.finditer(output)}
     lines = tuple(line for line in output.splitlines() if VERDICT.match(line) or "Hugging Face" in line)
     lines = tuple(sorted(lines, key=rank_of))  # ranks print at once: grouped by rank, a rerun reads the same

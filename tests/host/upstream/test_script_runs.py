@@ -117,3 +117,17 @@ def test_lines_are_grouped_by_rank_in_their_own_order():
     assert judge(0, output).lines == ("rank 0: Hugging Face b", "rank 0: OK: d", "rank 1: Hugging Face a",
                                       "rank 1: OK: c")  # fmt: skip
     assert rank_of("OK: one process") == -1 and rank_of("rank 12: x") == 12
+
+
+def test_a_line_one_rank_ran_into_another_s_is_split_at_the_rank_prefix():
+    """Seen in the wheel's proof: rank 1's last line and rank 0's next one written at once, without a newline."""
+    output = ("rank 0: Hybrid Engine vs Hugging Face: tokens [1] vs [1]\n"
+              "rank 1: Hybrid Engine vs Hugging Face: tokens [1] vs [1]rank 0: OK: computes the model\n"
+              "rank 1: OK: computes the model\n")  # fmt: skip
+    assert judge(0, output).lines == (
+        "rank 0: Hybrid Engine vs Hugging Face: tokens [1] vs [1]",
+        "rank 0: OK: computes the model",
+        "rank 1: Hybrid Engine vs Hugging Face: tokens [1] vs [1]",
+        "rank 1: OK: computes the model",
+    )
+    assert judge(0, output).verdict == "ok"
