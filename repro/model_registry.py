@@ -39,7 +39,9 @@ TINY = dict(
     intermediate_size=1024,
     max_position_embeddings=256,
 )
-ARCHITECTURES = {"pythia-410m": PYTHIA_410M, "tiny": TINY}
+# Pythia-410M's architecture with seeded random weights: the default model on CPU (no model hub needed).
+RANDOM_PYTHIA = "pythia-410m"
+ARCHITECTURES = {RANDOM_PYTHIA: PYTHIA_410M, "tiny": TINY}
 DEFAULT_PROMPT_IDS = (12092, 13, 309, 1353, 253, 1921, 310, 247)
 
 

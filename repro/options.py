@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from .model_registry import RANDOM_PYTHIA
+
 EXIT_OK, EXIT_EXPECTATION, EXIT_USAGE, EXIT_BROKEN, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 # The one table of exit statuses: the CLI's help, the invoke tasks and the in-image proof all read it.
 EXIT_MEANING = {
@@ -45,7 +47,7 @@ class UsageError(RuntimeError):
 @dataclass
 class RunOptions:
     variant: str = "both"
-    model: str = "pythia-410m"
+    model: str = RANDOM_PYTHIA
     dtype: str | None = None
     ranks: int = 2
     backend: str = "auto"
