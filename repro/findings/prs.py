@@ -51,18 +51,28 @@ PRS: tuple[PullRequest, ...] = (
         ("zero3-qkv-bias", "post-layer-norm-qkv-bias"),
         "Llama-2 under ZeRO-3 (DeepSpeed-Chat's Llama-2 scripts) generates silently wrong",
     ),
+    # The tensor-parallel fixes as three: generate() without an mpu; then what it hands back and the masks it gathers
+    # (the mask gather's lines sit in the rows' return, so the two go together after it); the containers' copies.
     PullRequest(
         "tensor-parallel",
         "Hybrid Engine: tensor-parallel generation without an mpu (DeepSpeed-Chat's inference_tp_size)",
-        (
-            "tensor-parallel",
-            "tensor-parallel-released",
-            "tensor-parallel-output",
-            "gptneox-tensor-parallel-heads",
-            "bloom-tensor-parallel",
-            "tensor-parallel-mask",
-        ),
+        ("tensor-parallel",),
         "DeepSpeed-Chat's OPT-13B and OPT-66B scripts (inference_tp_size 2 and 8) cannot generate",
+        requires=("zero3-qkv-layout",),
+    ),
+    PullRequest(
+        "tensor-parallel-generate",
+        "Hybrid Engine: tensor-parallel generate() hands each rank its rows and each prompt its mask",
+        ("tensor-parallel-output", "tensor-parallel-mask"),
+        "left-padded batches (DeepSpeed-Chat's) and BLOOM fail under tensor-parallel generate; "
+        "return_dict_in_generate gets a tuple",
+        requires=("tensor-parallel",),
+    ),
+    PullRequest(
+        "tensor-parallel-copies",
+        "Hybrid Engine: tensor-parallel copies of split Q/K/V, GPT-NeoX's heads and BLOOM's QKV",
+        ("tensor-parallel-released", "gptneox-tensor-parallel-heads", "bloom-tensor-parallel"),
+        "with an mpu (Megatron-style callers), Llama, GPT-NeoX and BLOOM generate from released or misread slices",
         requires=("zero3-qkv-layout",),
     ),
     PullRequest(

@@ -77,13 +77,18 @@ def _take(tree: Path, base: str, pr: PullRequest, release: str | None) -> str:
         _git(tree, "am", "-q", "-3", *map(str, patches))
     start = _git(tree, "rev-parse", "HEAD").strip()
     for number in pr.patches:
+        patch = str(_series_patch(number, release))
         try:
-            _git(tree, "am", "-q", "-3", str(_series_patch(number, release)))
-        except SplitError as exc:
+            _git(tree, "am", "-q", "-3", patch)
+        except SplitError:
             subprocess.run(["git", "-C", str(tree), "am", "--abort"], capture_output=True)
-            before = [directory(n) for n in required(pr)] or "nothing"
-            raise SplitError(f"{directory(pr)}: patch {number} does not apply on {release or 'master'} with only "
-                             f"{before} before it: {exc}") from None  # fmt: skip
+            try:  # the series' context may hold an earlier patch's lines this pull request does not carry
+                _git(tree, "am", "-q", "-C1", patch)
+            except SplitError as exc:
+                subprocess.run(["git", "-C", str(tree), "am", "--abort"], capture_output=True)
+                before = [directory(n) for n in required(pr)] or "nothing"
+                raise SplitError(f"{directory(pr)}: patch {number} does not apply on {release or 'master'} with "
+                                 f"only {before} before it: {exc}") from None  # fmt: skip
     if pr.squash:
         _squash(tree, start, pr.squash)
     return start
