@@ -41,9 +41,17 @@ PRS: tuple[PullRequest, ...] = (
     ),
     PullRequest(
         "current-transformers",
-        "Kernel injection: Llama and GPT-NeoX layers on current Transformers (tensor returns, Cache, bool masks)",
-        ("llama-layer-tuple", "cache-return", "left-padding"),
-        "Llama crashes on Transformers >= 4.54; left-padded prompts attend to their padding from 4.53",
+        "Kernel injection: what the Llama and GPT-NeoX layers return on current Transformers (a tensor, the Cache)",
+        ("llama-layer-tuple", "cache-return"),
+        "Llama crashes on Transformers >= 4.54; GPT-NeoX, GPT-Neo and GPT-J fail at the second generate step on "
+        "4.45 to 4.53",
+    ),
+    PullRequest(
+        "left-padding",
+        "DeepSpeedSelfAttention: mask left padding with the bool and decode masks Transformers hands it",
+        ("left-padding",),
+        "left-padded prompts (DeepSpeed-Chat pads every batch) of GPT-NeoX and Llama attend to their padding from "
+        "Transformers 4.53",
     ),
     PullRequest(
         "zero3-qkv-bias",
@@ -83,30 +91,50 @@ PRS: tuple[PullRequest, ...] = (
     ),
     PullRequest(
         "engine-generate",
-        "Hybrid Engine: engine.generate() without containers; LoRA on the non-pinned ZeRO-3 path",
-        ("lora-non-pinned", "engine-generate"),
-        "OPT on Transformers >= 4.49 crashes in engine.generate(); non-pinned ZeRO-3 LoRA fusion is lost",
+        "Hybrid Engine: engine.generate() runs the model's own generate() when no container was built",
+        ("engine-generate",),
+        "OPT on Transformers >= 4.49 (and models without a policy) crash in engine.generate()",
+    ),
+    PullRequest(
+        "lora-non-pinned",
+        "Hybrid Engine: keep LoRA fused for every decode step on the non-pinned ZeRO-3 path",
+        ("lora-non-pinned",),
+        "non-pinned ZeRO-3 with LoRA generates every token after the first without LoRA",
     ),
     PullRequest(
         "opt",
-        "Kernel injection: OPT's activation, biases and post-LayerNorm layers",
-        ("opt-activation", "opt-bias", "opt-post-layer-norm", "opt-layer-norm-affine"),
+        "Kernel injection: OPT's activation and post-LayerNorm layers",
+        ("opt-activation", "opt-post-layer-norm"),
         "opt-350m (post-LayerNorm) and GELU OPTs compute the wrong model",
         requires=("zero3-qkv-bias",),
     ),
     PullRequest(
+        "opt-refusals",
+        "Kernel injection: refuse by name OPT without biases or without LayerNorm weights",
+        ("opt-bias", "opt-layer-norm-affine"),
+        "OPTs without biases crash at initialize and without LayerNorm weights compute wrong: refused by name",
+        requires=("opt",),
+    ),
+    PullRequest(
         "gptneox",
-        "Kernel injection: GPT-NeoX on current Transformers and its config fields",
-        (
-            "gptneox-hidden-heads",
-            "3453",
-            "rotary-base",
-            "gptneox-layer-class",
-            "gptneox-activation",
-            "gptneox-attention-bias",
-        ),
-        "GPT-NeoX injection fails on current Transformers; sequential residual, rotary base and activation ignored",
-    ),  # fmt: skip
+        "Kernel injection: GPT-NeoX's layers found and sized on current Transformers",
+        ("gptneox-hidden-heads", "gptneox-layer-class"),
+        "GPT-NeoX (Pythia) injection fails on Transformers >= 4.49 and is silently off on 4.45 to 4.51",
+    ),
+    PullRequest(
+        "gptneox-config",
+        "Kernel injection: GPT-NeoX's residual and rotary base from its config (#3453)",
+        ("3453", "rotary-base"),
+        "GPT-NeoX with a sequential residual (#3453) or a rotary base other than 10000 computes the wrong model",
+        requires=("gptneox",),
+    ),
+    PullRequest(
+        "gptneox-activation",
+        "Kernel injection: GPT-NeoX's activation from its config; refuse one without attention biases",
+        ("gptneox-activation", "gptneox-attention-bias"),
+        "GPT-NeoX with an activation other than GELU computes wrong; without attention biases it crashes",
+        requires=("gptneox-config",),
+    ),
     PullRequest(
         "layer-norm",
         "Hybrid Engine: the model's own LayerNorms outside the layers (epsilon, no weights)",
@@ -134,7 +162,7 @@ PRS: tuple[PullRequest, ...] = (
         "GPT-NeoX crashes on Transformers >= 5.2, OPT and GPT-J from 5.24; GPT-Neo and OPT generate at the wrong "
         "positions from 5.4 (the newest, 5.25.0, included)",
         # its lines sit next to the GPT-NeoX, OPT and GPT-J containers' fixes; the tensor under use_cache is Llama's
-        requires=("current-transformers", "opt", "gptneox", "refusals"),
+        requires=("current-transformers", "opt-refusals", "gptneox-activation", "refusals"),
     ),
     PullRequest(
         "tp-world-size",

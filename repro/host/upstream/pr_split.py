@@ -228,7 +228,7 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
                   "tokens, with the whole series, on each ZeRO path generate() takes (CPU evidence: PyTorch stand-ins "
                   f"for the kernels, gloo; not measured on a GPU). {tp_cost.trades(cost)}", "",
                   tp_cost.render(cost)]  # fmt: skip
-    if pr.slug == "engine-generate" and LORA_COST.exists():
+    if pr.slug == "lora-non-pinned" and LORA_COST.exists():
         cost = json.loads(LORA_COST.read_text())
         lines += ["", "## What it costs", "", "2 ranks, a 4-layer GPT-NeoX of hidden size 1024 with LoRA on every "
                   "Linear, prompt 32 and 8 new tokens (CPU evidence: PyTorch stand-ins for the kernels, gloo; not "

@@ -40,3 +40,11 @@ def test_an_existing_result_is_not_overwritten(tmp_path, capsys):
     (tmp_path / "lora-cost.json").write_text("{}")
     assert lora_cost.main([str(tmp_path)]) == 2
     assert "exists" in capsys.readouterr().err and (tmp_path / "lora-cost.json").read_text() == "{}"
+
+
+def test_the_pull_request_of_the_lora_fix_states_the_cost():
+    from repro.findings.prs import directory, pr_of
+
+    pr = pr_of(lora_cost.FINDING)
+    text = (COMMITTED.parents[3] / "repro/patches/prs" / directory(pr) / "PR.md").read_text()
+    assert "## What it costs" in text and lora_cost.trades(json.loads(COMMITTED.read_text())) in text
