@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ... import findings
 from .. import launch
-from . import cost_run, patched_copy
+from . import cost_run, patched_copy, tp_cost
 from .script_runs import series_without
 
 RANKS = 2
@@ -46,6 +46,14 @@ def render(result: dict) -> str:
         lines.append(f"| {run['build']} | {run['broadcasts_per_generate']} | {sent / 2**20:.1f} MiB | "
                      f"{sent / whole:.2f} | {run['generate_median_s']:.3f} s |")  # fmt: skip
     return "\n".join(lines)
+
+
+def section(result: dict) -> str:
+    """A pull request's cost section: the setup, what the fix adds per generate, the table."""
+    run = result["runs"][0]
+    return (f"{tp_cost.setup(run)} with LoRA on every Linear, prompt {run['prompt_tokens']} and {run['new_tokens']} "
+            "new tokens (CPU evidence: PyTorch stand-ins for the kernels, gloo; not measured on a GPU or across "
+            f"nodes). {trades(result)}\n\n{render(result)}")  # fmt: skip
 
 
 def trades(result: dict) -> str:

@@ -205,6 +205,14 @@ def cache_memory(measured: dict) -> str:
     return " ".join(words) + "\n\n" + cache_cost.render(measured)
 
 
+# A pull request's cost section, from its committed measurement: the measurement and what renders it.
+COSTS = {
+    "tensor-parallel": (TP_COST, tp_cost.section),
+    "lora-non-pinned": (LORA_COST, lora_cost.section),
+    "transformers-5": (CACHE_COST, cache_memory),
+}
+
+
 def render(pr: PullRequest, patches: list[Path]) -> str:
     """PR.md: what breaks for whom, the fix, the tests, the issues it closes, and what is CPU evidence."""
     found = [findings.by_id(f) for f in pr.findings]
@@ -222,20 +230,9 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
     lines += ["", "Each commit's message says the cause, the fix and its test in full."]
     lines += ["", "## Tests", ""]
     lines += [f"- `tests/{t}` (`{f.patch}`)" for f in found for t in f.tests]
-    if pr.slug == "tensor-parallel" and TP_COST.exists():
-        cost = json.loads(TP_COST.read_text())
-        lines += ["", "## What it costs", "", "2 ranks, a 4-layer GPT-NeoX of hidden size 1024, prompt 32 and 8 new "
-                  "tokens, with the whole series, on each ZeRO path generate() takes (CPU evidence: PyTorch stand-ins "
-                  f"for the kernels, gloo; not measured on a GPU). {tp_cost.trades(cost)}", "",
-                  tp_cost.render(cost)]  # fmt: skip
-    if pr.slug == "lora-non-pinned" and LORA_COST.exists():
-        cost = json.loads(LORA_COST.read_text())
-        lines += ["", "## What it costs", "", "2 ranks, a 4-layer GPT-NeoX of hidden size 1024 with LoRA on every "
-                  "Linear, prompt 32 and 8 new tokens (CPU evidence: PyTorch stand-ins for the kernels, gloo; not "
-                  f"measured on a GPU or across nodes). {lora_cost.trades(cost)}", "",
-                  lora_cost.render(cost)]  # fmt: skip
-    if pr.slug == "transformers-5" and CACHE_COST.exists():
-        lines += ["", "## What it costs", "", cache_memory(json.loads(CACHE_COST.read_text()))]
+    measured, section = COSTS.get(pr.slug, (None, None))
+    if measured is not None and measured.exists():
+        lines += ["", "## What it costs", "", section(json.loads(measured.read_text()))]
     reported = reports.closing(pr.findings)  # the triaged user reports (docs/upstream-reports.md)
     refs = sorted({r for f in found for r in f.upstream if not reports.mentioned(r, reported)})
     answers = "; ".join(filter(None, [", ".join(refs), reported])) or "no upstream issue names these bugs"

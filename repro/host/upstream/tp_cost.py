@@ -41,6 +41,20 @@ def path_of(zero: int, pin: bool) -> str:
     return "ZeRO-2" if zero == 2 else f"ZeRO-3, {'pinned' if pin else 'not pinned'}"
 
 
+def setup(run: dict) -> str:
+    """The measured setup in words, from a run's own record."""
+    return (f"{run['ranks']} ranks, a {run['model']['num_hidden_layers']}-layer GPT-NeoX of hidden size "
+            f"{run['model']['hidden_size']}")  # fmt: skip
+
+
+def section(result: dict) -> str:
+    """A pull request's cost section: the setup, what the fix trades on each ZeRO path, the table."""
+    run = result["runs"][0]
+    return (f"{setup(run)}, prompt {run['prompt_tokens']} and {run['new_tokens']} new tokens, with the whole series, "
+            "on each ZeRO path generate() takes (CPU evidence: PyTorch stand-ins for the kernels, gloo; not measured "
+            f"on a GPU). {trades(result)}\n\n{render(result)}")  # fmt: skip
+
+
 def trades(result: dict) -> str:
     """What the fix trades on each ZeRO path, in words, from the measured runs (inference_tp_size 1 against 2)."""
     by = {(r["zero_stage"], r["pin_parameters"], r["inference_tp_size"]): r for r in result["runs"]}
