@@ -241,8 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     wheel = sub.add_parser(
         "patched-deepspeed",
         help="a fixed DeepSpeed to install: 0.19.8's source with the series (or --findings) built into a wheel "
-        "(0.19.8+heN, N the series' length); --prove installs it in a fresh virtualenv and runs every issue "
-        "script on it",
+        "(0.19.8+heN.fallbacks: N the series' length, and DeepSpeed's PyTorch fallbacks completed); --prove "
+        "installs it in a fresh virtualenv and runs every issue script on it",
     )
     wheel.add_argument("--out", type=Path, required=True, help="a new directory for the wheel and its manifest")
     wheel.add_argument("--findings", help="comma-separated finding ids (repro/findings/registry.py; default: all)")

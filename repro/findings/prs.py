@@ -20,6 +20,12 @@ class PullRequest:
     # One commit instead of one per finding, under this subject, where the findings' patches edit the same lines
     # (a reviewer reads them as one change): the commit message is each patch's, in order.
     squash: str = ""
+    # A pull request outside the series (no finding: what the Hybrid Engine's evidence stands on, as DeepSpeed's
+    # PyTorch fallbacks): what breaks, for whom; its upstream tests; the exceptions that are its bugs. Its patches
+    # are committed as written, not split from the series.
+    breaks: str = ""
+    tests: tuple[str, ...] = ()
+    bug_errors: tuple[str, ...] = ()
 
     @property
     def patches(self) -> tuple[str, ...]:
@@ -171,7 +177,32 @@ PRS: tuple[PullRequest, ...] = (
         "DeepSpeed-Chat's step-3 scripts on fewer GPUs than their inference_tp_size fail with \"no attribute "
         "'mp_group'\" (two open reports): one check, no cost to anyone else",
     ),
+    PullRequest(
+        "inference-fallbacks",
+        "transformer_inference: complete the PyTorch fallbacks, and take them where the op cannot be built (CPU)",
+        (),
+        "kernel injection and the Hybrid Engine then run every model they serve on accelerators without the "
+        "kernels (ROCm in bf16 from 0.18.4, CPU), and the Hybrid Engine's tests can compare with Transformers on "
+        "DeepSpeed's CPU runners",
+        breaks="Where the `transformer_inference` op has no kernel, the op bindings take their PyTorch fallbacks: "
+        "on ROCm in bf16 (DeepSpeed >= 0.18.4 builds no bf16 kernels there) and, once the op can be skipped, on "
+        "CPU. As released, those fallbacks crash or compute something else than the kernels for every model "
+        "kernel injection serves but Llama: GPT-NeoX's rotary (TypeError, and the whole head would turn), GPT-J's "
+        "rotary (skipped), BLOOM's layer scale (AttributeError) and ALiBi (the first sequence's rows for every "
+        "sequence), GPT-Neo's local attention (ignored), GPT-NeoX's parallel-residual MLP (NotImplementedError), "
+        "OPT's ReLU (GELU applied), GPT-J's MLP (\"mat1 and mat2 shapes cannot be multiplied\"), post-LayerNorm "
+        "OPT's QKV (NotImplementedError); on CPU no injected layer can be built (`InferenceBuilder().load()` "
+        "raises ValueError). The compiled kernels are not touched",
+        tests=("unit/ops/transformer/inference/test_fallbacks.py",),
+        bug_errors=("TypeError", "NotImplementedError", "RuntimeError", "ValueError"),
+    ),
 )
+
+
+# The pull requests that carry no finding: the patched wheel carries them beside the series, and says so by the last
+# segment of its local version (0.19.8+he37.fallbacks).
+OUTSIDE_SERIES: tuple[PullRequest, ...] = tuple(pr for pr in PRS if not pr.findings)
+OUTSIDE_SERIES_LABEL = "fallbacks"
 
 
 def by_slug(slug: str) -> PullRequest:

@@ -9,6 +9,7 @@ from dataclasses import replace
 from .answer import CORRECT, Answer, answer
 from .ds_chat import SETUPS, ChatSetup
 from .finding import Finding, Limit, Scope
+from .prs import OUTSIDE_SERIES, OUTSIDE_SERIES_LABEL
 from .registry import FINDINGS, LIMITS
 from .setup import Setup, version_tuple
 
@@ -133,8 +134,10 @@ def render(newest: str, root: str = "", oldest: str = "4.43.4") -> str:
             *rows(newest),
             "",
             "**Use the fixes today**: `scripts/bootstrap.sh && .venv/bin/invoke patched-deepspeed --out DIR` builds "
-            f"DeepSpeed 0.19.8 with every fix as a wheel, then `pip install DIR/deepspeed-0.19.8+he{len(FINDINGS)}-"
-            "py3-none-any.whl` in your environment (`--findings ID,...` for some; ops JIT-built as from PyPI).",
+            f"DeepSpeed 0.19.8 with every fix as a wheel, then `pip install DIR/deepspeed-0.19.8+he{len(FINDINGS)}"
+            f"{'.' + OUTSIDE_SERIES_LABEL if OUTSIDE_SERIES else ''}-py3-none-any.whl` in your environment "
+            "(`--findings ID,...` for some; ops JIT-built as from PyPI; DeepSpeed's PyTorch fallbacks completed, so "
+            "it runs every model on CPU with no stand-in of ours).",
             "",
             "Every answer follows from the findings registry (`repro/findings/registry.py`), whose scopes predict "
             f"every committed conformance cell (tiny twins on Transformers {oldest}-{newest}; CPU evidence, one of "

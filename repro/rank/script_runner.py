@@ -1,6 +1,7 @@
 """Runs an issue text's standalone script on this CPU (`python -m repro.rank.script_runner SCRIPT ARGS`, under
 torchrun): DeepSpeed's CPU build has no `transformer_inference` kernels, so the completed PyTorch fallbacks
-stand in for them (`fallbacks.install`), and the CPU shm comm op is not JIT-built. The script itself is run
+stand in for them (`fallbacks.install`; not where REPRO_STAND_INS=0 says the DeepSpeed carries them completed), and
+the CPU shm comm op is not JIT-built. The script itself is run
 unchanged, as `__main__`, and its exit status is the rank's.
 
 When the script ends (returns or calls `sys.exit`), every rank leaves the process group together
@@ -11,16 +12,22 @@ leaves at once, as before: torchrun stops the other ranks."""
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 
 from . import fallbacks
 from .lifecycle import shutdown, skip_shm_comm_op
 
+# "0": the DeepSpeed under test carries its PyTorch fallbacks completed (the patched wheel): run on them, as a user's
+# CPU does, with no stand-in.
+STAND_INS_ENV = "REPRO_STAND_INS"
+
 
 def main(argv: list[str]) -> None:
     skip_shm_comm_op()
-    fallbacks.install()
+    if os.environ.get(STAND_INS_ENV, "1") != "0":
+        fallbacks.install()
     sys.argv = list(argv)
     try:
         runpy.run_path(argv[0], run_name="__main__")

@@ -11,7 +11,7 @@ from repro.rank import script_runner as issue_script
 def calls(monkeypatch) -> list[str]:
     seen: list[str] = []
     monkeypatch.setattr(issue_script, "skip_shm_comm_op", lambda: None)
-    monkeypatch.setattr(issue_script.fallbacks, "install", lambda: None)
+    monkeypatch.setattr(issue_script.fallbacks, "install", lambda: seen.append("stand-ins"))
     monkeypatch.setattr(issue_script, "shutdown", lambda: seen.append("shutdown"))
     return seen
 
@@ -23,14 +23,14 @@ def test_a_script_that_exits_leaves_the_group_first_and_keeps_its_status(tmp_pat
     with pytest.raises(SystemExit) as exited:
         issue_script.main([str(script)])
     assert exited.value.code == status
-    assert calls == ["shutdown"]
+    assert calls == ["stand-ins", "shutdown"]
 
 
 def test_a_script_that_returns_leaves_the_group(tmp_path, calls):
     script = tmp_path / "s.py"
     script.write_text("x = 1\n")
     issue_script.main([str(script)])
-    assert calls == ["shutdown"]
+    assert calls == ["stand-ins", "shutdown"]
 
 
 def test_a_script_that_raises_leaves_at_once_without_a_barrier_the_others_never_reach(tmp_path, calls):
@@ -38,11 +38,23 @@ def test_a_script_that_raises_leaves_at_once_without_a_barrier_the_others_never_
     script.write_text("raise RuntimeError('boom')\n")
     with pytest.raises(RuntimeError, match="boom"):
         issue_script.main([str(script)])
-    assert calls == []
+    assert calls == ["stand-ins"]
 
 
 def test_the_script_sees_its_own_arguments(tmp_path, calls):
     script = tmp_path / "s.py"
     script.write_text("import sys\nassert sys.argv[1:] == ['--order', 'train-first'], sys.argv\n")
     issue_script.main([str(script), "--order", "train-first"])
+    assert calls == ["stand-ins", "shutdown"]
+
+
+def test_a_deepspeed_with_its_own_fallbacks_runs_the_script_on_them(tmp_path, calls, monkeypatch):
+    """The patched wheel carries DeepSpeed's fallbacks completed: its proof runs them, not ours."""
+    from repro.host.upstream.script_runs import STAND_INS_ENV
+
+    assert STAND_INS_ENV == issue_script.STAND_INS_ENV  # the host side names what the rank side reads
+    monkeypatch.setenv(STAND_INS_ENV, "0")
+    script = tmp_path / "s.py"
+    script.write_text("x = 1\n")
+    issue_script.main([str(script)])
     assert calls == ["shutdown"]

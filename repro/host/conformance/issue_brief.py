@@ -76,10 +76,13 @@ def brief(data: dict, bug: str, meta: dict) -> str:
     lines += ["```", f"With the fix (`{patched_copy.patch_file(finding.patch).name}`) it prints:", "```"]
     for inv in invocations:
         lines += _printed(proof.get("runs", []), inv.key)
+    own = str(proof.get("evidence", "")).endswith("no stand-in")  # the fixed wheel carries the fallbacks completed
     cpu = (f"Both runs are CPU evidence, and no kernel is involved: {finding.kernel_free}." if finding.kernel_free else
-           "Both runs are CPU evidence: DeepSpeed has no `transformer_inference` kernels on CPU, so PyTorch stand-ins "
-           "ran in their place (`repro/rank/fallbacks.py`, in our repository). On a GPU the compiled kernels run "
-           "instead.")  # fmt: skip
+           "Both runs are CPU evidence: DeepSpeed has no `transformer_inference` kernels on CPU, so "
+           + ("the released run took PyTorch stand-ins (`repro/rank/fallbacks.py`, in our repository) and the fixed "
+              "one DeepSpeed's own PyTorch fallbacks, completed by the patched wheel." if own else
+              "PyTorch stand-ins ran in their place (`repro/rank/fallbacks.py`, in our repository).")
+           + " On a GPU the compiled kernels run instead.")  # fmt: skip
     lines += [
         "```",
         f"{cpu} {meta['context']}",

@@ -28,7 +28,7 @@ from ...paths import REPO_ROOT, cache_root, write_json
 from .. import launch, matrix, table_dir
 from ..conformance import transformers_env
 from ..conformance.transformers_env import version_order
-from .script_runs import RUNNER, SCRIPTS, IssueScript, Outcome, judge
+from .script_runs import RUNNER, SCRIPTS, STAND_INS_ENV, IssueScript, Outcome, judge
 
 # Every release whose inference ops have a CPU fallback (0.14.5 has none; 0.9.3 to 0.13.5 need IPEX on CPU).
 DEFAULT = ("0.15.4", "0.16.9", "0.17.6", "0.18.3", "0.19.7", "0.19.8")
@@ -57,16 +57,18 @@ def invocations(scripts: tuple[IssueScript, ...] = SCRIPTS) -> list[Invocation]:
     return [Invocation(same[0], tuple(sorted(s.fixed_by for s in same))) for same in found.values()]
 
 
-def run_one(inv: Invocation, python: Path, release: str, timeout_s: float = 300) -> dict:
+def run_one(inv: Invocation, python: Path, release: str, timeout_s: float = 300, stand_ins: bool = True) -> dict:
     """The script on `release`'s interpreter; its verdict, result lines and, when broken (its Transformers could
-    not be installed, its ranks could not start, no BUG/OK line), why."""
+    not be installed, its ranks could not start, no BUG/OK line), why. `stand_ins` False: on DeepSpeed's own
+    PyTorch fallbacks (a DeepSpeed that carries them completed)."""
     extensions = cache_root() / "torch_extensions" / f"deepspeed-{release}-release-venv"
     started = time.time()
+    env = {"TORCH_EXTENSIONS_DIR": str(extensions), STAND_INS_ENV: "1" if stand_ins else "0"}
     try:
         overlay = transformers_env.overlay(inv.script.transformers) if inv.script.transformers else None
         returncode, output = launch.run_module(
             RUNNER, [str(inv.script.path), *inv.script.args], overlay, inv.script.ranks, timeout_s,
-            python=str(python), env={"TORCH_EXTENSIONS_DIR": str(extensions)},
+            python=str(python), env=env,
         )  # fmt: skip
         outcome = judge(returncode, output)
         error = "" if outcome.verdict != "broken" else launch.first_error(output)

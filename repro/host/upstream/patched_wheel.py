@@ -21,10 +21,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ... import findings
+from ...findings.prs import OUTSIDE_SERIES, OUTSIDE_SERIES_LABEL, directory
 from ...fixstatus import PatchError
 from ...options import EXIT_BROKEN, EXIT_EXPECTATION, EXIT_OK, UsageError
 from ...paths import REPO_ROOT, cache_root, write_json
 from . import patched_copy
+from .pr_split import pr_patches
 
 RELEASE = "0.19.8"  # the release the series is built on (repro/patches/0.19.8/)
 MANIFEST = "patched-deepspeed.json"
@@ -91,7 +93,13 @@ def build(out: Path, ids: tuple[str, ...] = (), log: Callable[[str], None] = pri
         # each checked on the tree the ones before it left (`gptneox-activation` sits beside `rotary-base`)
         for number in patches:
             patched_copy.apply_to(tree, RELEASE, number, release=RELEASE)
-        build_string = local_version(patches)
+        for pr in OUTSIDE_SERIES:  # DeepSpeed's PyTorch fallbacks completed: the wheel runs every model on CPU
+            for patch in pr_patches(pr, RELEASE):
+                done = patched_copy.run_patch([], tree, patch.read_text())
+                if done.returncode != 0:
+                    raise PatchError(f"{directory(pr)}/{patch.name} does not apply to DeepSpeed {RELEASE}'s source: "
+                                     f"{(done.stdout + done.stderr).strip()[-300:]}")  # fmt: skip
+        build_string = local_version(patches) + (f".{OUTSIDE_SERIES_LABEL}" if OUTSIDE_SERIES else "")
         env = dict(os.environ, DS_BUILD_OPS="0", DS_BUILD_STRING=build_string)
         log(f"[patched-deepspeed] building deepspeed {RELEASE}{build_string} ({len(patches)} patches)")
         staging = Path(tmp) / "wheel"
@@ -110,6 +118,7 @@ def build(out: Path, ids: tuple[str, ...] = (), log: Callable[[str], None] = pri
         "deepspeed": RELEASE,
         "version": RELEASE + build_string,
         "patches": list(patches),
+        "prs": [directory(pr) for pr in OUTSIDE_SERIES],
         "findings": [findings.by_patch(p).id for p in patches],
         "built_s": round(time.time() - started, 1),
         "command": " ".join(["python -m repro patched-deepspeed --out", str(out),
@@ -151,18 +160,26 @@ def prove(out: Path, log: Callable[[str], None] = print) -> int:
     if not site or site[0] != manifest["version"]:
         raise PatchError(f"the fresh virtualenv imports DeepSpeed {site[:1]}, not {manifest['version']}")
     carried = set(manifest["patches"])
+    # A wheel with DeepSpeed's fallbacks completed runs the scripts on them, as a user's CPU does: no stand-in.
+    own_fallbacks = bool(manifest.get("prs"))
     runs = []
     for inv in invocations():
         if not set(inv.fixed_by) <= carried:
             continue
-        runs.append(run_one(inv, python, manifest["version"]))
+        runs.append(run_one(inv, python, manifest["version"], stand_ins=not own_fallbacks))
         log(f"[patched-deepspeed] {inv.key}: {runs[-1]['verdict']} {' '.join(runs[-1]['lines'])[:160]}")
     verdicts = [r["verdict"] for r in runs]
+    evidence = (
+        f"CPU: gloo, DeepSpeed's own PyTorch fallbacks as the wheel carries them ({', '.join(manifest['prs'])}), no "
+        "stand-in"
+        if own_fallbacks
+        else "CPU: gloo, our PyTorch stand-ins for DeepSpeed's kernels (repro/rank/fallbacks.py)"
+    )
     write_json(Path(out) / "proof.json", {
         "version": manifest["version"],
         "deepspeed_file": site[1],
         "command": manifest["command"] + " --prove",
-        "evidence": "CPU: gloo, our PyTorch stand-ins for DeepSpeed's kernels (repro/rank/fallbacks.py)",
+        "evidence": evidence,
         "wall_s": round(time.time() - started, 1),
         "runs": runs,
     })  # fmt: skip

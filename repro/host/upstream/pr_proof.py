@@ -34,8 +34,8 @@ def patched(dest: Path, patches: list[Path]) -> Path:
 
 
 def prove(pr: PullRequest, timeout_s: float = 900) -> dict:
-    tests = tuple(t for f in pr.findings for t in findings.by_id(f).tests)
-    errors = tuple(e for f in pr.findings for e in findings.by_id(f).bug_errors)
+    tests = tuple(t for f in pr.findings for t in findings.by_id(f).tests) + pr.tests
+    errors = tuple(e for f in pr.findings for e in findings.by_id(f).bug_errors) + pr.bug_errors
     before = [p for needed in required(pr) for p in pr_patches(needed, RELEASE)]
     with tempfile.TemporaryDirectory() as tmp:
         started = time.time()

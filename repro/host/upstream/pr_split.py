@@ -125,7 +125,7 @@ def split(master: Path, master_base: str, release: Path, release_base: str, only
     """Every pull request, or the one whose folder or slug is `only` (what it requires is taken as committed)."""
     written = []
     for pr in PRS:
-        if only and only not in (pr.slug, directory(pr)):
+        if (only and only not in (pr.slug, directory(pr))) or not pr.findings:  # outside the series: as written
             continue
         folder = PRS_DIR / directory(pr)
         if folder.exists():
@@ -222,6 +222,7 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
     lines += ["## What breaks, for whom", ""]
     lines += [f"- **{f.id}** (`{f.patch}`): {f.summary} {_released(f)} Workaround: {_for_maintainers(f.workaround)}."
               for f in found]  # fmt: skip
+    lines += [f"- {pr.breaks}."] if pr.breaks else []
     lines += ["", "## The fix", ""]
     lines += [f"- {_subject(p)}" for p in patches]
     if pr.squash:
@@ -230,6 +231,7 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
     lines += ["", "Each commit's message says the cause, the fix and its test in full."]
     lines += ["", "## Tests", ""]
     lines += [f"- `tests/{t}` (`{f.patch}`)" for f in found for t in f.tests]
+    lines += [f"- `tests/{t}`" for t in pr.tests]
     measured, section = COSTS.get(pr.slug, (None, None))
     if measured is not None and measured.exists():
         lines += ["", "## What it costs", "", section(json.loads(measured.read_text()))]
@@ -237,15 +239,21 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
     refs = sorted({r for f in found for r in f.upstream if not reports.mentioned(r, reported)})
     answers = "; ".join(filter(None, [", ".join(refs), reported])) or "no upstream issue names these bugs"
     lines += ["", "## Closes or answers", "", answers, ""]
+    ran = (
+        "(run on CPU with DeepSpeed's PyTorch paths, and with PyTorch stand-ins for the `transformer_inference` "
+        "kernels where a test needs a kernel: CPU evidence). These commits have not run on a GPU or an AMD host: "
+        "their GPU cost is not measured."
+        if pr.findings
+        else "(run on CPU: DeepSpeed's own fallbacks against Transformers' modules, no stand-in: CPU evidence). "
+        "Where the compiled op loads, every op binding takes its kernel as before, so nothing changes on a GPU; "
+        "not run on a GPU or an AMD host (ROCm in bf16, which takes these fallbacks, included)."
+    )
     lines += [
         "## Evidence",
         "",
         f"{len(patches)} commit{'s' if len(patches) > 1 else ''}, {_changed_lines(patches)} changed lines. "
-        "Each commit's test fails on DeepSpeed "
-        "without the commit and passes with it (run on CPU with DeepSpeed's PyTorch paths, and with PyTorch "
-        "stand-ins for the `transformer_inference` kernels where a test needs a kernel: CPU evidence). These "
-        "commits have not run on a GPU or an AMD host: their GPU cost is not measured. The figures in the commit "
-        "messages come from the same CPU runs.",
+        f"Each commit's test fails on DeepSpeed without the commit and passes with it {ran} The figures in the "
+        "commit messages come from the same CPU runs.",
         "",
         "Apply: `git am repro/patches/prs/" + directory(pr) + "/*.patch` on master"
         + (f" (on {RELEASE}: its `{RELEASE}/` form)" if (PRS_DIR / directory(pr) / RELEASE).exists() else "")

@@ -30,6 +30,7 @@ from .regression import PREREQUISITES, TESTS_BY_PATCH
 WARM_BUILDS = 2
 SCRIPTS_DIR = Path(__file__).resolve().parents[2] / "issue_scripts"
 RUNNER = "repro.rank.script_runner"
+STAND_INS_ENV = "REPRO_STAND_INS"  # repro.rank.script_runner reads it (the rank side imports no host module)
 SERIES = findings.SERIES  # every patch of the series comes with its upstream test
 # Where the bug shows before DeepSpeed needs a kernel, so the script shows it on a plain CPU install too.
 BEFORE_KERNELS = {f.patch: f.kernels_needed for f in findings.FINDINGS if f.kernels_needed}

@@ -33,11 +33,14 @@ def test_a_wheel_with_one_fix_has_it_and_only_it(tmp_path):
     out = tmp_path / "wheel"
     wheel = patched_wheel.build(out, ("zero3-qkv-layout",), log=lambda _: None)
     manifest = json.loads((out / patched_wheel.MANIFEST).read_text())
-    assert manifest["patches"] == ["0001"] and manifest["version"] == "0.19.8+he.1"
-    assert wheel.name == "deepspeed-0.19.8+he.1-py3-none-any.whl"
+    assert manifest["patches"] == ["0001"] and manifest["version"] == "0.19.8+he.1.fallbacks"
+    assert manifest["prs"] == ["22-inference-fallbacks"]  # the completed fallbacks ride with any fix
+    assert wheel.name == "deepspeed-0.19.8+he.1.fallbacks-py3-none-any.whl"
     with zipfile.ZipFile(wheel) as z:
         z.extractall(tmp_path / "site", [n for n in z.namelist() if n.startswith("deepspeed/")])
     assert is_fixed(fix_status_of_package(tmp_path / "site" / "deepspeed"))
+    linear = (tmp_path / "site/deepspeed/ops/transformer/inference/op_binding/linear.py").read_text()
+    assert "def linear_fallback" in linear and "return output + bias if add_bias else output" in linear
     idempotent = (tmp_path / "site/deepspeed/module_inject/containers/features/hybrid_megatron.py").read_text()
     assert "_qkv_inference_layout" not in idempotent  # 0002's record: not asked for, not carried
 
@@ -51,7 +54,8 @@ def test_a_directory_that_holds_anything_is_refused_untouched(tmp_path):
 
 def test_the_committed_proof_shows_every_issue_script_ok_on_the_whole_series():
     proof = json.loads((REPO_ROOT / "results/reference/patched-deepspeed/proof.json").read_text())
-    assert proof["version"] == f"0.19.8+he{len(findings.SERIES)}"
+    assert proof["version"] == f"0.19.8+he{len(findings.SERIES)}.fallbacks"
+    assert proof["evidence"].endswith("no stand-in")  # the wheel's own fallbacks ran, as on a user's CPU
     scripts = {(s.name, s.transformers) for s in patched_wheel_scripts()}
     assert len(proof["runs"]) == len(scripts) and all(r["verdict"] == "ok" for r in proof["runs"])
 
