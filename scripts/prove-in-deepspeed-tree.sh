@@ -11,7 +11,8 @@
 # for a release where a patch's context differs there. SERIES_DIR may also be one pull request
 # (repro/patches/prs/NN-slug): what it REQUIRES is taken first on both trees, so its tests run on the tree with
 # only those (they must fail) and with the pull request too (they must pass); a pull request's form for the
-# checkout's version (NN-slug/<version>/, from version.txt) is taken where it has one. Set DS_TESTS="unit/... unit/..." to also run DeepSpeed's
+# checkout's version (NN-slug/<version>/, from version.txt) is taken where it has one; the whole series takes the
+# pull requests outside it first (the fallbacks its end-to-end tests run on, on CPU). Set DS_TESTS="unit/... unit/..." to also run DeepSpeed's
 # own tests of the areas the series touches with the series applied (docs/upstream.md lists the CPU set).
 # CPU: DS_ACCELERATOR=cpu, and LOCAL_SIZE=2 so that the CPU accelerator offers the two ranks the tests ask for.
 set -euo pipefail
@@ -38,6 +39,13 @@ requires() {  # the pull requests a pull request directory REQUIRES, transitivel
 mapfile -t patches < <(form "$series")
 [ "${#patches[@]}" -gt 0 ] || { echo "error: no NNNN-*.patch in $series" >&2; exit 2; }
 mapfile -t required < <(requires "$series" | awk '!seen[$0]++')
+if [ "$(basename "$(dirname "$series")")" != prs ]; then
+  # the whole series: first, on both trees, what its tests of the injected layers stand on where there is no kernel
+  # (the pull requests outside the series: DeepSpeed's PyTorch fallbacks completed), as a pull request's REQUIRES
+  mapfile -t required < <(cd "$repo" && "$python" -c 'from repro.findings.prs import OUTSIDE_SERIES, directory
+from repro.host.upstream.patched_copy import PRS_DIR
+print("\n".join(str(PRS_DIR / directory(pr)) for pr in OUTSIDE_SERIES))' 2>/dev/null)
+fi
 for dir in "${required[@]}"; do
   [ -d "$dir" ] || { echo "error: $series requires ${dir##*/}, which is not beside it" >&2; exit 2; }
 done

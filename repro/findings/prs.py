@@ -34,10 +34,31 @@ class PullRequest:
 
 PRS: tuple[PullRequest, ...] = (
     PullRequest(
+        "inference-fallbacks",
+        "transformer_inference: complete the PyTorch fallbacks, and take them where the op cannot be built (CPU)",
+        (),
+        "kernel injection and the Hybrid Engine then run every model they serve on accelerators without the "
+        "kernels (ROCm in bf16 from 0.18.4, CPU), and the Hybrid Engine's tests can compare with Transformers on "
+        "DeepSpeed's CPU runners",
+        breaks="Where the `transformer_inference` op has no kernel, the op bindings take their PyTorch fallbacks: "
+        "on ROCm in bf16 (DeepSpeed >= 0.18.4 builds no bf16 kernels there) and, once the op can be skipped, on "
+        "CPU. As released, those fallbacks crash or compute something else than the kernels for every model "
+        "kernel injection serves but Llama: GPT-NeoX's rotary (TypeError, and the whole head would turn), GPT-J's "
+        "rotary (skipped), BLOOM's layer scale (AttributeError) and ALiBi (the first sequence's rows for every "
+        "sequence), GPT-Neo's local attention (ignored), GPT-NeoX's parallel-residual MLP (NotImplementedError), "
+        "OPT's ReLU (GELU applied), GPT-J's MLP (\"mat1 and mat2 shapes cannot be multiplied\"), post-LayerNorm "
+        "OPT's QKV (NotImplementedError); on CPU no injected layer can be built (`InferenceBuilder().load()` "
+        "raises ValueError). The compiled kernels are not touched",
+        tests=("unit/ops/transformer/inference/test_fallbacks.py",),
+        bug_errors=("TypeError", "NotImplementedError", "RuntimeError", "ValueError"),
+    ),
+    PullRequest(
         "zero3-qkv-layout",
         "Hybrid Engine: keep GPT-NeoX's QKV layout changes under ZeRO-3 (#8391, with #8392)",
         ("zero3-qkv-layout", "lora-qkv-layout", "qkv-transform-idempotent"),
         "Pythia / GPT-NeoX under ZeRO-3 generates from a scrambled QKV: the upstream report, #8392's fix made safe",
+        # its end-to-end test generates through the injected layers, which on CPU runners need the fallbacks
+        requires=("inference-fallbacks",),
     ),
     PullRequest(
         "llama-lora",
@@ -176,25 +197,6 @@ PRS: tuple[PullRequest, ...] = (
         ("tp-world-size",),
         "DeepSpeed-Chat's step-3 scripts on fewer GPUs than their inference_tp_size fail with \"no attribute "
         "'mp_group'\" (two open reports): one check, no cost to anyone else",
-    ),
-    PullRequest(
-        "inference-fallbacks",
-        "transformer_inference: complete the PyTorch fallbacks, and take them where the op cannot be built (CPU)",
-        (),
-        "kernel injection and the Hybrid Engine then run every model they serve on accelerators without the "
-        "kernels (ROCm in bf16 from 0.18.4, CPU), and the Hybrid Engine's tests can compare with Transformers on "
-        "DeepSpeed's CPU runners",
-        breaks="Where the `transformer_inference` op has no kernel, the op bindings take their PyTorch fallbacks: "
-        "on ROCm in bf16 (DeepSpeed >= 0.18.4 builds no bf16 kernels there) and, once the op can be skipped, on "
-        "CPU. As released, those fallbacks crash or compute something else than the kernels for every model "
-        "kernel injection serves but Llama: GPT-NeoX's rotary (TypeError, and the whole head would turn), GPT-J's "
-        "rotary (skipped), BLOOM's layer scale (AttributeError) and ALiBi (the first sequence's rows for every "
-        "sequence), GPT-Neo's local attention (ignored), GPT-NeoX's parallel-residual MLP (NotImplementedError), "
-        "OPT's ReLU (GELU applied), GPT-J's MLP (\"mat1 and mat2 shapes cannot be multiplied\"), post-LayerNorm "
-        "OPT's QKV (NotImplementedError); on CPU no injected layer can be built (`InferenceBuilder().load()` "
-        "raises ValueError). The compiled kernels are not touched",
-        tests=("unit/ops/transformer/inference/test_fallbacks.py",),
-        bug_errors=("TypeError", "NotImplementedError", "RuntimeError", "ValueError"),
     ),
 )
 

@@ -139,7 +139,12 @@ FINDINGS: tuple[Finding, ...] = (
         outcome=SILENTLY_WRONG,
         scope=Scope(archs=("gpt-neox",), zero=(3,), min_ranks=2),
         workaround=ZERO_2,
-        tests=("unit/hybrid_engine/test_hybrid_megatron_zero3.py",),
+        # the layout under real ZeRO-3 partitions; then generate() through the injected layers against the model's
+        # own (on CPU on DeepSpeed's PyTorch fallbacks, completed by the pull request outside the series)
+        tests=(
+            "unit/hybrid_engine/test_hybrid_megatron_zero3.py",
+            "unit/hybrid_engine/test_hybrid_engine_zero3_generate.py",
+        ),
         upstream=("#8391", "#8392"),
         text="PR-8392-COMMENT.md",
         scripts=(Script("zero3_qkv_layout.py", 2),),
@@ -615,10 +620,12 @@ FINDINGS: tuple[Finding, ...] = (
         id="tensor-parallel-output",
         patch="0026",
         summary="Tensor-parallel generate hands back a tuple where the caller asked for a ModelOutput "
-        "(`return_dict_in_generate=True`).",
+        "(`return_dict_in_generate=True`), and with `num_return_sequences` > 1 a rank gets as many rows as it has "
+        "prompts, cut from the group's rows by the prompts' count: fewer sequences than asked for, some of them "
+        "another rank's prompts'.",
         outcome=CRASH,
         scope=Scope(archs=ALL_ARCHS, zero=(3,), tp=True, mpu=True, pin=True, min_ranks=2),
-        workaround="no `return_dict_in_generate` (DeepSpeed-Chat passes none)",
+        workaround="no `return_dict_in_generate` and no `num_return_sequences` > 1 (DeepSpeed-Chat passes neither)",
         # its lines sit in the tensor-parallel generate path that the no-mpu fix moves into its own method
         needs=("tensor-parallel",),
         tests=("unit/hybrid_engine/test_hybrid_engine_tensor_parallel_generate.py",),

@@ -20,5 +20,6 @@ def test_a_pull_request_requires_only_earlier_ones_and_lists_them_in_order():
 
 
 def test_directories_say_the_order_and_the_slug():
-    assert [prs.directory(pr) for pr in prs.PRS[:2]] == ["01-zero3-qkv-layout", "02-llama-lora"]
+    assert [prs.directory(pr) for pr in prs.PRS[:2]] == ["01-inference-fallbacks", "02-zero3-qkv-layout"]
     assert prs.pr_of("tensor-parallel").slug == "tensor-parallel"
+    assert prs.required(prs.by_slug("zero3-qkv-layout")) == [prs.PRS[0]]  # its end-to-end test, on CPU

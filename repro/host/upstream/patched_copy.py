@@ -11,10 +11,12 @@ import tempfile
 from pathlib import Path
 
 from ... import findings
+from ...findings.prs import OUTSIDE_SERIES, OUTSIDE_SERIES_LABEL, PullRequest, directory
 from ...fixstatus import TARGET, PatchError, fix_status_of_package, installed_deepspeed, is_fixed
 from ...paths import cache_root
 
 PATCH_DIR = Path(__file__).resolve().parents[2] / "patches"
+PRS_DIR = PATCH_DIR / "prs"  # the series as pull requests, and the pull requests outside it
 
 
 # The upstream series: one commit per bug, `git format-patch` output, each commit its fix and its test under
@@ -105,6 +107,21 @@ def is_applied(root: Path, number: str) -> bool:
     return _patch(["--dry-run", "--reverse"], root, number).returncode == 0
 
 
+def pr_patches(pr: PullRequest, release: str | None) -> list[Path]:
+    """A pull request's exported patches for master (release None) or for `release`: its own form where it has
+    one, else master's."""
+    folder = PRS_DIR / directory(pr)
+    own = folder / release if release else folder
+    return sorted((own if release and own.is_dir() else folder).glob("[0-9][0-9][0-9][0-9]-*.patch"))
+
+
+def environment_patches(ds_version: str) -> list[Path]:
+    """What the upstream tests stand on where DeepSpeed has no kernel (CPU): the pull requests outside the series,
+    DeepSpeed's PyTorch fallbacks completed, in `ds_version`'s form. A test that runs the injected layers needs
+    them on CPU, as it needs the kernels on a GPU."""
+    return [patch for pr in OUTSIDE_SERIES for patch in pr_patches(pr, ds_version)]
+
+
 def label_of(patches: tuple[str, ...]) -> str:
     """The patches as runs of consecutive numbers (first-last, joined by "+"): the whole series spelled one by one
     outgrew a file name (255 bytes) at 37 patches."""
@@ -117,22 +134,30 @@ def label_of(patches: tuple[str, ...]) -> str:
     return "+".join(run[0] if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
 
 
-def prepare_patched_copy(root: Path | None = None, patches: tuple[str, ...] = (FIX_8391,)) -> Path:
+def prepare_patched_copy(
+    root: Path | None = None, patches: tuple[str, ...] = (FIX_8391,), environment: bool = False
+) -> Path:
     """A copy of the installed DeepSpeed with `patches` applied, for PYTHONPATH; returns the directory
     holding it. Kept at a stable path keyed by DeepSpeed version, installed source and patch set, so it
-    is made once."""
+    is made once. `environment`: first the pull requests outside the series (environment_patches), for the
+    upstream tests that run the injected layers on CPU."""
     package_dir, ds_version = installed_deepspeed()
+    around = environment_patches(ds_version) if environment else []
     digest = hashlib.sha256()
     for rel in KEY_FILES:  # what the patches touch, and the gather the matrix's harness fix changes
         path = package_dir.parent / rel
         digest.update(path.read_bytes() if path.exists() else b"-")
+    for patch in around:
+        digest.update(patch.read_bytes())
     for number in patches:
         digest.update(patch_file(number).read_bytes())
     label = "after" if patches == (FIX_8391,) else label_of(patches)
+    label = f"{label or 'released'}+{OUTSIDE_SERIES_LABEL}" if environment else label
     dest = (root or cache_root()) / f"deepspeed-{ds_version}-{label}-{digest.hexdigest()[:12]}"
     copy = dest / "deepspeed"
     if copy.exists() and all(is_applied(dest, n) for n in patches):
-        return dest
+        if all(run_patch(["--dry-run", "--reverse"], dest, p.read_text()).returncode == 0 for p in around):
+            return dest
     # Each patch is checked on the copy as the patches before it left it (apply_to): a patch may need an earlier one's
     # lines as its context (`gptneox-activation` sits beside `rotary-base`'s), so none is checked on the pristine tree
     # alone. Staged beside its destination, never in the system temp dir: os.replace cannot cross filesystems.
@@ -140,6 +165,11 @@ def prepare_patched_copy(root: Path | None = None, patches: tuple[str, ...] = (F
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=dest.parent))
     try:
         shutil.copytree(package_dir, staging / "deepspeed", ignore=shutil.ignore_patterns("__pycache__"))
+        for patch in around:
+            done = run_patch([], staging, patch.read_text())
+            if done.returncode != 0:
+                raise PatchError(f"{patch.parent.name}/{patch.name} does not apply to DeepSpeed {ds_version}: "
+                                 f"{(done.stdout + done.stderr).strip()[-300:]}")  # fmt: skip
         for number in patches:
             apply_to(staging, ds_version, number)
         if FIX_8391 in patches and not is_fixed(fix_status_of_package(staging / "deepspeed")):

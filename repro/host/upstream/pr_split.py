@@ -27,7 +27,8 @@ from ...findings.prs import PRS, PullRequest, directory, required
 from ...paths import REPO_ROOT
 from . import cache_cost, lora_cost, patched_copy, tp_cost
 
-PRS_DIR = REPO_ROOT / "repro" / "patches" / "prs"
+PRS_DIR = patched_copy.PRS_DIR
+pr_patches = patched_copy.pr_patches  # where the harness finds a pull request's patches
 # What the tensor-parallel pull request costs a rank, measured (repro.host.upstream.tp_cost).
 TP_COST = REPO_ROOT / "results" / "reference" / "tp-cost" / "tp-cost.json"
 # What persisting LoRA on the non-pinned ZeRO-3 path costs per generate (repro.host.upstream.lora_cost).
@@ -57,14 +58,6 @@ def _git(tree: Path, *args: str) -> str:
 
 def _series_patch(number: str, release: str | None) -> Path:
     return patched_copy.patch_file(number, release or "master")
-
-
-def pr_patches(pr: PullRequest, release: str | None) -> list[Path]:
-    """A pull request's exported patches for master (release None) or for `release`: its own form where it has
-    one, else master's."""
-    folder = PRS_DIR / directory(pr)
-    own = folder / release if release else folder
-    return sorted((own if release and own.is_dir() else folder).glob("[0-9][0-9][0-9][0-9]-*.patch"))
 
 
 def _take(tree: Path, base: str, pr: PullRequest, release: str | None) -> str:
@@ -218,7 +211,9 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
     found = [findings.by_id(f) for f in pr.findings]
     lines = [f"# {pr.title}", "", f"**Why take it:** {pr.value}.", ""]
     if pr.requires:
-        lines += [f"**Requires:** {', '.join(directory(p) for p in required(pr))} (applied first).", ""]
+        why = " (for its end-to-end test on CPU runners: on a GPU the kernels run, and this one stands without it)"
+        needs = [directory(p) + (why if not p.findings and p.slug in pr.requires else "") for p in required(pr)]
+        lines += [f"**Requires:** {', '.join(needs)}, applied first.", ""]
     lines += ["## What breaks, for whom", ""]
     lines += [f"- **{f.id}** (`{f.patch}`): {f.summary} {_released(f)} Workaround: {_for_maintainers(f.workaround)}."
               for f in found]  # fmt: skip
@@ -239,8 +234,13 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
     refs = sorted({r for f in found for r in f.upstream if not reports.mentioned(r, reported)})
     answers = "; ".join(filter(None, [", ".join(refs), reported])) or "no upstream issue names these bugs"
     lines += ["", "## Closes or answers", "", answers, ""]
+    on = [directory(p) for p in required(pr) if not p.findings and p.slug in pr.requires]  # its end-to-end test's
     ran = (
-        "(run on CPU with DeepSpeed's PyTorch paths, and with PyTorch stand-ins for the `transformer_inference` "
+        f"(run on CPU: the end-to-end test through the injected layers on DeepSpeed's own PyTorch fallbacks, "
+        f"completed by {', '.join(on)}, no stand-in: CPU evidence). These commits have not run on a GPU or an AMD "
+        "host: their GPU cost is not measured."
+        if on
+        else "(run on CPU with DeepSpeed's PyTorch paths, and with PyTorch stand-ins for the `transformer_inference` "
         "kernels where a test needs a kernel: CPU evidence). These commits have not run on a GPU or an AMD host: "
         "their GPU cost is not measured."
         if pr.findings

@@ -31,8 +31,9 @@ PREREQUISITES = {p: findings.needs_of(p) for p in findings.SERIES if findings.ne
 BUG_ERRORS = {f.patch: f.bug_errors for f in findings.FINDINGS if f.bug_errors}
 # A test's `pytest.raises` that saw nothing raised: the test's own check failed.
 DID_NOT_RAISE = "DID NOT RAISE"
-# The #8391 tests, run by default (`python -m repro regression`, `invoke test --in-image`).
-TESTS_8391 = findings.by_id("zero3-qkv-layout").tests
+# The #8391 test of the layout, run by default (`python -m repro regression`, `invoke test --in-image`); the finding's
+# end-to-end test runs the injected layers, which on a CPU image need DeepSpeed's fallbacks completed first.
+TESTS_8391 = findings.by_id("zero3-qkv-layout").tests[:1]
 
 
 def run_upstream_test(

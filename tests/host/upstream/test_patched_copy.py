@@ -37,7 +37,11 @@ def _new_files(text: str) -> dict[str, str]:
 def test_0001_is_the_8391_fix_and_its_test():
     text = patched_copy.patch_file().read_text()
     touched = [line.split()[-1] for line in text.splitlines() if line.startswith("diff --git")]
-    assert touched == [f"b/{fixstatus.TARGET}", "b/tests/unit/hybrid_engine/test_hybrid_megatron_zero3.py"]
+    assert touched == [
+        f"b/{fixstatus.TARGET}",
+        "b/tests/unit/hybrid_engine/test_hybrid_engine_zero3_generate.py",  # generate() through the injected layers
+        "b/tests/unit/hybrid_engine/test_hybrid_megatron_zero3.py",
+    ]
     only_code = patched_copy.deepspeed_part(text)
     assert [line for line in only_code.splitlines() if line.startswith("diff --git")] == [
         f"diff --git a/{fixstatus.TARGET} b/{fixstatus.TARGET}"
@@ -128,3 +132,11 @@ def test_a_build_is_named_by_runs_of_its_patches_so_the_whole_series_fits_a_file
         findings.SERIES
     )
     assert len(patched_copy.label_of(findings.SERIES)) < 20
+
+
+def test_the_environment_is_the_pull_requests_outside_the_series():
+    """What a test of the injected layers stands on, on CPU: DeepSpeed's fallbacks completed, in the release's form."""
+    from repro.findings.prs import OUTSIDE_SERIES, directory
+
+    found = patched_copy.environment_patches("0.19.8")
+    assert found and {p.parent.name for p in found} == {directory(pr) for pr in OUTSIDE_SERIES}

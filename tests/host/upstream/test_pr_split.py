@@ -49,8 +49,10 @@ def test_a_pull_request_applies_alone_to_the_release(pr, tmp_path):
 
 def test_a_patch_that_does_not_apply_is_named(tmp_path):
     broken = tmp_path / "0001-broken.patch"
-    text = pr_split.pr_patches(PRS[0], None)[0].read_text()
-    broken.write_text(re.sub(r"(?m)^-(\s+)(\S)", r"-\1XX\2", text, count=1))
+    message, diff = pr_split.pr_patches(PRS[0], None)[0].read_text().split("\ndiff --git", 1)
+    broken.write_text(
+        message + "\ndiff --git" + re.sub(r"(?m)^-(\s+)(\S)", r"-\1XX\2", diff, count=1)
+    )  # a removed line
     with pytest.raises(pr_proof.ProofError, match="0001-broken.patch does not apply"):
         pr_proof.patched(tmp_path / "tree", [broken])
 

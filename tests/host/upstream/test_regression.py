@@ -17,7 +17,10 @@ CALL_ORDERS = ("train_before_first_eval", "eval_twice", "train_twice_after_eval"
 # the bug's own exception where the bug is one.
 EXPECTED_FAILURES = {
     "0000": {"test_get_hidden_heads_reads_the_layer_config": "AttributeError"},
-    "0001": {"TestHybridMegatronZeRO3Layout::test_transform_for_inference_persists_layout": A},
+    "0001": {
+        "TestHybridMegatronZeRO3Layout::test_transform_for_inference_persists_layout": A,
+        "TestHybridEngineZeRO3Generate::test_generate_computes_the_model": A,
+    },
     "0002": {"test_fuse_lora_after_transform_for_inference": A},
     "0003": {
         f"TestHybridEngineLoRANonPinned::{test}": A
@@ -92,7 +95,10 @@ EXPECTED_FAILURES = {
         "TestHybridEngineTensorParallelCopies::test_split_qkv_keeps_its_copies": A,
         "TestHybridEngineTensorParallelCopies::test_gated_mlp_keeps_its_copies": A,
     },
-    "0026": {"TestHybridEngineTensorParallelGenerate::test_generate_returns_this_rank_s_rows_of_a_model_output": A},
+    "0026": {
+        f"TestHybridEngineTensorParallelGenerate::test_generate_returns_this_rank_s_rows_of_a_model_output[{n}]": A
+        for n in (1, 2)
+    },
     "0027": {f"test_transforms_split_the_heads_the_weight_holds[{mp_size}-True]": A for mp_size in (2, 4)},
     "0028": {
         "test_a_bool_prompt_mask_is_handed_to_the_kernel_as_an_additive_one": A,
@@ -133,7 +139,7 @@ EXPECTED_FAILURES = {
 @functools.cache
 def _on_build(build: tuple[str, ...]) -> dict[str, dict]:
     """Every patch's tests that run on `build`, in one pytest (regression.jobs_by_build), once per session."""
-    root = patched_copy.prepare_patched_copy(patches=build) if build else None
+    root = patched_copy.prepare_patched_copy(patches=build, environment=True)  # the fallbacks: layers run on CPU
     return regression.run_batch(root, regression.jobs_by_build()[build])
 
 
@@ -170,11 +176,11 @@ def test_passes_with_its_patch(number):
 def test_every_test_passes_with_the_whole_series():
     """All the series' tests in one pytest, as in DeepSpeed's tree. Forked ranks once stalled here in libgomp
     (OMP_NUM_THREADS unset); run_upstream_test now gives pytest one OpenMP thread."""
-    root = patched_copy.prepare_patched_copy(patches=tuple(sorted(regression.TESTS_BY_PATCH)))
+    root = patched_copy.prepare_patched_copy(patches=tuple(sorted(regression.TESTS_BY_PATCH)), environment=True)
     tests = tuple(t for patch_tests in regression.TESTS_BY_PATCH.values() for t in patch_tests)
     result = regression.run_upstream_test(root, timeout_s=900, tests=tests)
     assert result["outcome"] == "pass", result.get("error", "") + result["output_tail"]
-    assert len(result["tests"]) == 116 and set(result["tests"].values()) == {"passed"}
+    assert len(result["tests"]) == 118 and set(result["tests"].values()) == {"passed"}
 
 
 def test_each_patch_is_proven_on_its_prerequisites_without_and_with_it_and_builds_are_shared():

@@ -93,23 +93,27 @@ class TestHybridEngineTensorParallelGenerate(DistributedTest):
 
     # Pinned ZeRO-3 tensor-parallel generation runs the model's generate() on every rank's prompts at once and
     # hands each rank its own rows back. With return_dict_in_generate=True (to read the scores, say), those are
-    # the rows of each batched tensor of the output, which must stay a ModelOutput.
-    def test_generate_returns_this_rank_s_rows_of_a_model_output(self):
+    # the rows of each batched tensor of the output, which must stay a ModelOutput; with num_return_sequences
+    # (or beam search's scores, num_beams rows per prompt), each prompt's rows, all of them.
+    @pytest.mark.parametrize("per_prompt", [1, 2])
+    def test_generate_returns_this_rank_s_rows_of_a_model_output(self, per_prompt):
         with pytest.MonkeyPatch.context() as monkeypatch:  # in the rank: the ranks may be spawned, not forked
             monkeypatch.setattr(gptneo, "DeepSpeedGPTInference", InferenceLayerStub)
             engine, *_ = initialize(gpt_neo(), MPU())
 
-        def model_generate(input_ids, **kwargs):  # one new token per prompt: the last one + 10
-            new_token = input_ids[:, -1:] + 10
-            sequences = torch.cat([input_ids, new_token], dim=1)
+        def model_generate(input_ids, num_return_sequences=1, **kwargs):
+            # each prompt's sequences together, as generate() returns them: the last token + 10, + 11, ...
+            rows = input_ids.repeat_interleave(num_return_sequences, dim=0)
+            new_token = rows[:, -1:] + 10 + torch.arange(len(rows), device=rows.device)[:, None] % num_return_sequences
+            sequences = torch.cat([rows, new_token], dim=1)
             return GenerateDecoderOnlyOutput(sequences=sequences, scores=(new_token.float(), ))
 
         engine._generate = model_generate
         rank = deepspeed.comm.get_rank()
         prompt = torch.full((1, 3), rank, dtype=torch.long, device=engine.device)
 
-        output = engine.generate(prompt, return_dict_in_generate=True)
+        output = engine.generate(prompt, return_dict_in_generate=True, num_return_sequences=per_prompt)
 
         assert isinstance(output, transformers.utils.ModelOutput)
-        assert output.sequences.tolist() == [[rank, rank, rank, rank + 10]]
-        assert output.scores[0].tolist() == [[rank + 10.0]]
+        assert output.sequences.tolist() == [[rank, rank, rank, rank + 10 + n] for n in range(per_prompt)]
+        assert output.scores[0].tolist() == [[rank + 10.0 + n] for n in range(per_prompt)]
