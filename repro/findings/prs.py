@@ -153,7 +153,7 @@ PRS: tuple[PullRequest, ...] = (
         "Kernel injection: GPT-NeoX's residual and rotary base from its config (#3453)",
         ("3453", "rotary-base"),
         "GPT-NeoX with a sequential residual (#3453) or a rotary base other than 10000 computes the wrong model",
-        requires=("gptneox",),
+        requires=("inference-fallbacks", "gptneox"),  # its end-to-end test runs the injected layers (CPU: fallbacks)
     ),
     PullRequest(
         "gptneox-activation",
@@ -215,13 +215,12 @@ def by_slug(slug: str) -> PullRequest:
 
 
 def required(pr: PullRequest) -> list[PullRequest]:
-    """The pull requests `pr` needs first, transitively, each once, in the order they apply."""
-    found: list[PullRequest] = []
+    """The pull requests `pr` needs first, transitively, each once, in the order they apply: the table's order,
+    in which each comes after what it requires."""
+    found: set[str] = set()
     for slug in pr.requires:
-        for needed in (*required(by_slug(slug)), by_slug(slug)):
-            if needed not in found:
-                found.append(needed)
-    return found
+        found |= {slug, *(p.slug for p in required(by_slug(slug)))}
+    return [p for p in PRS if p.slug in found]
 
 
 def directory(pr: PullRequest) -> str:

@@ -197,7 +197,12 @@ FINDINGS: tuple[Finding, ...] = (
             when=lambda c: c.get("use_parallel_residual", True) is False,
         ),
         workaround=NO_WORKAROUND,
-        tests=("unit/module_inject/test_gptneox_sequential_residual.py",),
+        # the container's flag; then generate() through the injected layers against the model's own (on CPU on
+        # DeepSpeed's PyTorch fallbacks, completed by the pull request outside the series)
+        tests=(
+            "unit/module_inject/test_gptneox_sequential_residual.py",
+            "unit/hybrid_engine/test_hybrid_engine_gptneox_sequential_residual.py",
+        ),
         upstream=("#3453",),
         needs=("gptneox-hidden-heads",),
         text="ISSUE-3453.md",

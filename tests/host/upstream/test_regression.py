@@ -37,7 +37,10 @@ EXPECTED_FAILURES = {
             for order in CALL_ORDERS
         },
     },
-    "0005": {"test_mlp_after_attn_follows_use_parallel_residual[False]": A},
+    "0005": {
+        "test_mlp_after_attn_follows_use_parallel_residual[False]": A,
+        "TestHybridEngineGPTNeoXSequentialResidual::test_generate_computes_the_model": A,
+    },
     "0006": {
         "test_inference_config_uses_the_models_rotary_base[1000000]": A,
         "test_scaled_rotary_is_refused_by_name[linear]": regression.DID_NOT_RAISE,
@@ -180,7 +183,7 @@ def test_every_test_passes_with_the_whole_series():
     tests = tuple(t for patch_tests in regression.TESTS_BY_PATCH.values() for t in patch_tests)
     result = regression.run_upstream_test(root, timeout_s=900, tests=tests)
     assert result["outcome"] == "pass", result.get("error", "") + result["output_tail"]
-    assert len(result["tests"]) == 118 and set(result["tests"].values()) == {"passed"}
+    assert len(result["tests"]) == 119 and set(result["tests"].values()) == {"passed"}
 
 
 def test_each_patch_is_proven_on_its_prerequisites_without_and_with_it_and_builds_are_shared():
