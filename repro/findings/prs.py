@@ -249,7 +249,7 @@ def table() -> str:
         "|---|---|---|---|---|",
     ]
     for pr in PRS:
-        found = ", ".join(f"{f} (`{by_id(f).patch}`)" for f in pr.findings)
+        found = ", ".join(f"{f} (`{by_id(f).patch}`)" for f in pr.findings) or "none: outside the series"
         needs = ", ".join(f"`{directory(p)}`" for p in required(pr)) or "nothing"
         lines.append(f"| {PRS.index(pr) + 1} | `{directory(pr)}`: {pr.title} | {found} | {needs} | {pr.value} |")
     return "\n".join([*lines, PRS_END])
