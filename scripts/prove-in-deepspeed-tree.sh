@@ -44,7 +44,8 @@ if [ "$(basename "$(dirname "$series")")" != prs ]; then
   # (the pull requests outside the series: DeepSpeed's PyTorch fallbacks completed), as a pull request's REQUIRES
   mapfile -t required < <(cd "$repo" && "$python" -c 'from repro.findings.prs import OUTSIDE_SERIES, directory
 from repro.host.upstream.patched_copy import PRS_DIR
-print("\n".join(str(PRS_DIR / directory(pr)) for pr in OUTSIDE_SERIES))' 2>/dev/null)
+print("\n".join(str(PRS_DIR / directory(pr)) for pr in OUTSIDE_SERIES))')
+  [ "${#required[@]}" -gt 0 ] || { echo "error: cannot read the pull requests outside the series from $repo" >&2; exit 2; }
 fi
 for dir in "${required[@]}"; do
   [ -d "$dir" ] || { echo "error: $series requires ${dir##*/}, which is not beside it" >&2; exit 2; }

@@ -43,12 +43,12 @@ PRS: tuple[PullRequest, ...] = (
         breaks="Where the `transformer_inference` op has no kernel, the op bindings take their PyTorch fallbacks: "
         "on ROCm in bf16 (DeepSpeed >= 0.18.4 builds no bf16 kernels there) and, once the op can be skipped, on "
         "CPU. As released, those fallbacks crash or compute something else than the kernels for every model "
-        "kernel injection serves but Llama: GPT-NeoX's rotary (TypeError, and the whole head would turn), GPT-J's "
-        "rotary (skipped), BLOOM's layer scale (AttributeError) and ALiBi (the first sequence's rows for every "
-        "sequence), GPT-Neo's local attention (ignored), GPT-NeoX's parallel-residual MLP (NotImplementedError), "
-        "OPT's ReLU (GELU applied), GPT-J's MLP (\"mat1 and mat2 shapes cannot be multiplied\"), post-LayerNorm "
-        "OPT's QKV (NotImplementedError); on CPU no injected layer can be built (`InferenceBuilder().load()` "
-        "raises ValueError). The compiled kernels are not touched",
+        "kernel injection serves: GPT-NeoX's and Llama's rotary (TypeError, and GPT-NeoX's whole head would turn), "
+        "GPT-J's rotary (skipped), the ALiBi layer scale (AttributeError), BLOOM's ALiBi (the first sequence's rows "
+        "for every sequence), GPT-Neo's local attention (ignored), GPT-NeoX's parallel-residual MLP "
+        "(NotImplementedError), OPT's ReLU (GELU applied), GPT-J's MLP (\"mat1 and mat2 shapes cannot be "
+        "multiplied\"), post-LayerNorm OPT's QKV (NotImplementedError); on CPU no injected layer can be built "
+        "(`InferenceBuilder().load()` raises ValueError). The compiled kernels are not touched",
         tests=("unit/ops/transformer/inference/test_fallbacks.py",),
         bug_errors=("TypeError", "NotImplementedError", "RuntimeError", "ValueError"),
     ),

@@ -26,7 +26,11 @@ def appendix_name(file: str) -> str:
 
 
 def _proof() -> dict:
-    return json.loads(PROOF.read_text()) if PROOF.is_file() else {}
+    """The wheel's proof, with what the wheel carries beside the series (its manifest's `prs`)."""
+    proof = json.loads(PROOF.read_text()) if PROOF.is_file() else {}
+    manifest = PROOF.with_name("patched-deepspeed.json")
+    carried = json.loads(manifest.read_text()).get("prs", []) if manifest.is_file() else []
+    return {**proof, "prs": proof.get("prs", carried)}
 
 
 def _printed(runs: list[dict], key: str) -> list[str]:
@@ -76,7 +80,7 @@ def brief(data: dict, bug: str, meta: dict) -> str:
     lines += ["```", f"With the fix (`{patched_copy.patch_file(finding.patch).name}`) it prints:", "```"]
     for inv in invocations:
         lines += _printed(proof.get("runs", []), inv.key)
-    own = str(proof.get("evidence", "")).endswith("no stand-in")  # the fixed wheel carries the fallbacks completed
+    own = bool(proof.get("prs"))  # the fixed wheel carries DeepSpeed's fallbacks completed, and ran on them
     cpu = (f"Both runs are CPU evidence, and no kernel is involved: {finding.kernel_free}." if finding.kernel_free else
            "Both runs are CPU evidence: DeepSpeed has no `transformer_inference` kernels on CPU, so "
            + ("the released run took PyTorch stand-ins (`repro/rank/fallbacks.py`, in our repository) and the fixed "

@@ -36,6 +36,11 @@ KEY_FILES = (
     "deepspeed/module_inject/containers/llama.py",
     "deepspeed/module_inject/containers/internlm.py",
     "deepspeed/ops/transformer/inference/ds_attention.py",
+    # what the pull requests outside the series (the fallbacks) edit
+    *(
+        f"deepspeed/ops/transformer/inference/op_binding/{op}.py"
+        for op in ("base", "gelu_gemm", "linear", "mlp_gemm", "softmax", "softmax_context")
+    ),
 )
 
 

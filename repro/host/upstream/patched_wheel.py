@@ -176,6 +176,7 @@ def prove(out: Path, log: Callable[[str], None] = print) -> int:
     write_json(Path(out) / "proof.json", {
         "version": manifest["version"],
         "deepspeed_file": site[1],
+        "prs": manifest.get("prs", []),
         "command": manifest["command"] + " --prove",
         "evidence": evidence,
         "wall_s": round(time.time() - started, 1),

@@ -63,7 +63,12 @@ def test_each_patch_is_a_commit_anyone_can_sign_off(patch):
     assert "Signed-off-by" not in text
 
 
-@pytest.mark.parametrize("patch", SERIES + RELEASE_SERIES, ids=lambda p: str(p.relative_to(patched_copy.PATCH_DIR)))
+OUTSIDE = patched_copy.environment_patches("0.19.8")  # the pull requests outside the series: their tests run too
+
+
+@pytest.mark.parametrize(
+    "patch", SERIES + RELEASE_SERIES + OUTSIDE, ids=lambda p: str(p.relative_to(patched_copy.PATCH_DIR))
+)
 def test_the_tests_a_patch_adds_are_the_ones_we_run(patch):
     added = _new_files(patch.read_text())
     tests = {path: content for path, content in added.items() if path.startswith("tests/unit/")}

@@ -81,7 +81,7 @@ def test_softmax_context_rotary(fallbacks, rotate_every_two, reference):
         config(rotary_dim=rotary_dim, rotate_half=not rotate_every_two, rotate_every_two=rotate_every_two))
     context = InferenceContext.Instance()
     context.gen_workspace(1, HEADS, BATCH, SEQ + 1, HIDDEN, 1, False, torch.float32, 0, SEQ + 1, 1)
-    qkv = torch.randn(BATCH, SEQ + 1, 3 * HIDDEN)
+    qkv = torch.randn(BATCH, SEQ + 1, 3 * HIDDEN, device=get_accelerator().device_name())  # the KV cache's device
     norm_factor = 1 / math.sqrt(math.sqrt(HEAD_DIM))
 
     def step(tokens, is_prompt):
@@ -90,10 +90,11 @@ def test_softmax_context_rotary(fallbacks, rotate_every_two, reference):
                                            torch.empty(1), 10000.0, is_prompt, None, None)[0]
 
     prompt, decode = step(qkv[:, :SEQ], True), step(qkv[:, SEQ:], False)
+    context.release_workspace()
 
-    query, key, value = qkv.view(BATCH, SEQ + 1, 3, HEADS, HEAD_DIM).permute(2, 0, 3, 1, 4)
+    query, key, value = qkv.cpu().view(BATCH, SEQ + 1, 3, HEADS, HEAD_DIM).permute(2, 0, 3, 1, 4)
     expected = causal_attention(*reference(query, key, rotary_dim), value)
-    assert torch.allclose(torch.cat((prompt, decode), dim=1), expected, atol=1e-5)
+    assert torch.allclose(torch.cat((prompt, decode), dim=1).cpu(), expected, atol=1e-5)
 
 
 # BLOOM: each sequence's heads read their own ALiBi rows (Transformers builds [batch * heads, 1, keys]).
