@@ -127,6 +127,16 @@ def environment_patches(ds_version: str) -> list[Path]:
     return [patch for pr in OUTSIDE_SERIES for patch in pr_patches(pr, ds_version)]
 
 
+def apply_environment(tree: Path, ds_version: str) -> None:
+    """Applies environment_patches(ds_version) under `tree` (a dir holding `deepspeed/`); raises PatchError by name
+    where one does not apply."""
+    for patch in environment_patches(ds_version):
+        done = run_patch([], tree, patch.read_text())
+        if done.returncode != 0:
+            raise PatchError(f"{patch.parent.name}/{patch.name} does not apply to DeepSpeed {ds_version}: "
+                             f"{(done.stdout + done.stderr).strip()[-300:]}")  # fmt: skip
+
+
 def label_of(patches: tuple[str, ...]) -> str:
     """The patches as runs of consecutive numbers (first-last, joined by "+"): the whole series spelled one by one
     outgrew a file name (255 bytes) at 37 patches."""
@@ -170,11 +180,8 @@ def prepare_patched_copy(
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=dest.parent))
     try:
         shutil.copytree(package_dir, staging / "deepspeed", ignore=shutil.ignore_patterns("__pycache__"))
-        for patch in around:
-            done = run_patch([], staging, patch.read_text())
-            if done.returncode != 0:
-                raise PatchError(f"{patch.parent.name}/{patch.name} does not apply to DeepSpeed {ds_version}: "
-                                 f"{(done.stdout + done.stderr).strip()[-300:]}")  # fmt: skip
+        if environment:
+            apply_environment(staging, ds_version)
         for number in patches:
             apply_to(staging, ds_version, number)
         if FIX_8391 in patches and not is_fixed(fix_status_of_package(staging / "deepspeed")):

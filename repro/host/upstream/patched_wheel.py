@@ -92,11 +92,7 @@ def build(out: Path, ids: tuple[str, ...] = (), log: Callable[[str], None] = pri
         # each checked on the tree the ones before it left (`gptneox-activation` sits beside `rotary-base`)
         for number in patches:
             patched_copy.apply_to(tree, RELEASE, number, release=RELEASE)
-        for patch in patched_copy.environment_patches(RELEASE):  # the fallbacks: the wheel runs every model on CPU
-            done = patched_copy.run_patch([], tree, patch.read_text())
-            if done.returncode != 0:
-                raise PatchError(f"{patch.parent.name}/{patch.name} does not apply to DeepSpeed {RELEASE}'s source: "
-                                 f"{(done.stdout + done.stderr).strip()[-300:]}")  # fmt: skip
+        patched_copy.apply_environment(tree, RELEASE)  # the fallbacks: the wheel runs every model on CPU
         build_string = local_version(patches) + (f".{OUTSIDE_SERIES_LABEL}" if OUTSIDE_SERIES else "")
         env = dict(os.environ, DS_BUILD_OPS="0", DS_BUILD_STRING=build_string)
         log(f"[patched-deepspeed] building deepspeed {RELEASE}{build_string} ({len(patches)} patches)")
