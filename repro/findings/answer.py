@@ -108,11 +108,11 @@ def answer(
         behind = tuple(f for f in behind if any(scope.engine_generate for scope in f.scopes))
     if not served:
         with_series = SILENTLY_OFF  # DeepSpeed declines the model: it stays native
-    elif any(f.at_initialize and f.refuses(setup.model_config) for f in hit):
+    elif any(f.at_initialize and f.refuses(setup.model_config, setup.tp) for f in hit):
         with_series = REFUSED  # refused before any container, and so before any limit, is built
     elif limits:  # DeepSpeed's own choice stays with the series
         with_series = next(kind for kind in (SILENTLY_OFF, CRASH, REFUSED) if kind in {x.series for x in limits})
-    elif any(f.refuses(setup.model_config) for f in hit):
+    elif any(f.refuses(setup.model_config, setup.tp) for f in hit):
         with_series = REFUSED
     else:
         with_series = FIXED

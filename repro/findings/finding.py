@@ -86,8 +86,10 @@ class Finding:
     workaround: str  # what a user can change today without patching DeepSpeed, or "none"
     tests: tuple[str, ...]  # its upstream tests, under tests/upstream/
     fix: str = FIXED  # what the series does: FIXED, or REFUSED where the kernel cannot compute the setting
-    # Where a fix serves some settings and refuses the rest: the config test of those it refuses.
+    # Where a fix serves some settings and refuses the rest: the config test of those it refuses, and where what it
+    # refuses depends on the tensor-parallel size too, the test of (config, inference_tp_size).
     refused_when: Callable[[dict], bool] | None = None
+    refused_with_tp: Callable[[dict, int], bool] | None = None
     upstream: tuple[str, ...] = ()  # DeepSpeed issues and pull requests it answers
     needs: tuple[str, ...] = ()  # findings whose patches its tests need beside it (ids)
     bug_errors: tuple[str, ...] = ()  # where the bug is an exception: its type, the test's failure
@@ -111,7 +113,7 @@ class Finding:
         for outcome in (self.outcome, *(scope.outcome for scope in self.scopes if scope.outcome)):
             if outcome not in OUTCOMES:
                 raise ValueError(f"finding {self.id}: outcome {outcome!r} is not one of {OUTCOMES}")
-        if self.refused_when is not None and self.fix != FIXED:
+        if (self.refused_when or self.refused_with_tp) is not None and self.fix != FIXED:
             raise ValueError(f"finding {self.id}: refused_when is for a fix that serves some settings (fix={FIXED!r})")
         if self.fix not in (FIXED, REFUSED):
             raise ValueError(f"finding {self.id}: fix {self.fix!r} is not {FIXED!r} or {REFUSED!r}")
@@ -120,11 +122,15 @@ class Finding:
         """A diagnosis or refusal sentence with this finding's patch number filled in."""
         return template.format(patch=self.patch)
 
-    def refuses(self, config: dict | None) -> bool:
-        """Whether the series refuses a model with this config by name (None: a config not known here)."""
+    def refuses(self, config: dict | None, tp: int = 1) -> bool:
+        """Whether the series refuses a model with this config by name at inference_tp_size `tp` (None: a config not
+        known here)."""
         if self.fix == REFUSED:
             return True
-        return self.refused_when is not None and config is not None and self.refused_when(config)
+        if config is None:
+            return False
+        by_tp = self.refused_with_tp is not None and self.refused_with_tp(config, tp)
+        return by_tp or (self.refused_when is not None and self.refused_when(config))
 
     @property
     def scopes(self) -> tuple[Scope, ...]:

@@ -44,6 +44,7 @@ PRS: tuple[PullRequest, ...] = (
         "on ROCm in bf16 (DeepSpeed >= 0.18.4 builds no bf16 kernels there) and, once the op can be skipped, on "
         "CPU. As released, those fallbacks crash or compute something else than the kernels for every model "
         "kernel injection serves: GPT-NeoX's and Llama's rotary (TypeError, and GPT-NeoX's whole head would turn), "
+        "grouped-query attention (the fused QKV split into equal thirds, not by num_kv as the kernel splits it), "
         "GPT-J's rotary (skipped), the ALiBi layer scale (AttributeError), BLOOM's ALiBi (the first sequence's rows "
         "for every sequence), GPT-Neo's local attention (ignored), GPT-NeoX's parallel-residual MLP "
         "(NotImplementedError), OPT's ReLU (GELU applied), GPT-J's MLP (\"mat1 and mat2 shapes cannot be "
@@ -173,7 +174,8 @@ PRS: tuple[PullRequest, ...] = (
         "refusals",
         "Kernel injection: refuse by name the Llama, GPT-J and BLOOM settings the kernel cannot compute",
         ("llama-unservable-config", "gptj-activation", "bloom-residual"),
-        "Llama-3 / Llama-2-70B (grouped-query attention) and rarer settings compute silently wrong",
+        "Llamas with biases, another gate or another head size, and rarer GPT-J and BLOOM settings, compute silently "
+        "wrong or crash deep in the attention",
         requires=("current-transformers",),
     ),
     PullRequest(
@@ -197,6 +199,23 @@ PRS: tuple[PullRequest, ...] = (
         ("tp-world-size",),
         "DeepSpeed-Chat's step-3 scripts on fewer GPUs than their inference_tp_size fail with \"no attribute "
         "'mp_group'\" (two open reports): one check, no cost to anyone else",
+    ),
+    PullRequest(
+        "llama-grouped-query",
+        "Kernel injection: serve grouped-query attention in the Hugging Face Llama container (Llama-2-70B, Llama-3)",
+        ("llama-grouped-query",),
+        "Llama-3 at every size and Llama-2-70B (DeepSpeed-Chat's 70B recipe: tensor parallel 8 over its 8 key/value "
+        "heads) crash in the Hybrid Engine; the kernel already computes them",
+        # its hunks sit next to tensor-parallel-copies' split-QKV copies; its end-to-end test runs a Llama on current
+        # Transformers (current-transformers) with inference_tp_size 2 without an mpu (tensor-parallel, its rows:
+        # tensor-parallel-generate), on the injected layers (CPU: fallbacks)
+        requires=(
+            "inference-fallbacks",
+            "current-transformers",
+            "tensor-parallel",
+            "tensor-parallel-generate",
+            "tensor-parallel-copies",
+        ),
     ),
 )
 

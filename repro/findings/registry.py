@@ -88,9 +88,9 @@ def llama_gate_not_silu(config: dict) -> bool:
 
 
 def llama_unservable(config: dict) -> bool:
-    """What DeepSpeed's Llama layer cannot compute: grouped-query attention, biases, a gate other than SiLU, or a
-    head_dim other than hidden / heads."""
-    return any(test(config) for test in (llama_grouped_query, llama_head_dim_apart, llama_biased, llama_gate_not_silu))
+    """What DeepSpeed's Llama layer cannot compute: biases, a gate other than SiLU, or a head_dim other than
+    hidden / heads."""
+    return any(test(config) for test in (llama_head_dim_apart, llama_biased, llama_gate_not_silu))
 
 
 # The rotary types that mean "no scaling" to DeepSpeed 0.19.8 (containers/llama.py, _UNSCALED_ROPE_TYPES).
@@ -281,47 +281,30 @@ FINDINGS: tuple[Finding, ...] = (
     Finding(
         id="llama-unservable-config",
         patch="0010",
-        summary="Llama configurations the injected layer cannot compute are accepted: grouped-query attention "
-        "(Llama-2-70B, Llama-3) and a head_dim other than hidden / heads crash at the first generate; attention or "
-        "MLP biases and a gate other than SiLU are computed wrong, silently.",
+        summary="Llama configurations the injected layer cannot compute are accepted: a head_dim other than hidden / "
+        "heads crashes at the first generate; attention or MLP biases and a gate other than SiLU are computed wrong, "
+        "silently.",
         outcome=SILENTLY_WRONG,
         fix=REFUSED,
-        # One finding, four causes, each measured by its own leave-one-out cell (`series without 0010`, the
-        # configurations grouped-query, head-dim-32, attention-bias, mlp-bias, gelu-gating) and grouped-query
-        # attention as released by results/reference/my-model/llama-3-8b-*.
+        # One finding, three causes, each measured by its own leave-one-out cell (`series without 0010`, the
+        # configurations head-dim-32, attention-bias, mlp-bias, gelu-gating). Grouped-query attention, refused here
+        # until the series served it, is `llama-grouped-query`.
         scope=Scope(
             archs=("llama",),
-            config="grouped-query attention (Llama-2-70B, Llama-3)",
-            when=llama_grouped_query,
+            config="a head_dim other than hidden / heads",
+            when=llama_head_dim_apart,
             outcome=CRASH,
             explain=lambda c: (
-                f"{c.get('num_key_value_heads')} of its {_heads(c)} heads are key/value heads "
-                "(grouped-query attention)"
+                f"head_dim {c.get('head_dim')}, where hidden_size / heads is {c.get('hidden_size', 4096) // _heads(c)}"
             ),
             kernel=KernelPath(
                 NOT_ESTABLISHED,
-                "the crash is DeepSpeed's PyTorch attention (op_binding/softmax_context.py) splitting the fused QKV "
-                "into equal thirds; the compiled ds_softmax_context splits it by num_kv (pt_binding.cpp), which "
-                "DS_LLAMAContainer never sets, so it reads a grouped-query QKV as if K and V had every head",
+                "the crash is DeepSpeed's PyTorch attention (op_binding/softmax_context.py); the compiled "
+                "kernels take the head size as hidden / heads, and what they compute with another is not "
+                "established",
             ),
         ),
         also=(
-            Scope(
-                archs=("llama",),
-                config="a head_dim other than hidden / heads",
-                when=llama_head_dim_apart,
-                outcome=CRASH,
-                explain=lambda c: (
-                    f"head_dim {c.get('head_dim')}, where hidden_size / heads is "
-                    f"{c.get('hidden_size', 4096) // _heads(c)}"
-                ),
-                kernel=KernelPath(
-                    NOT_ESTABLISHED,
-                    "the crash is DeepSpeed's PyTorch attention (op_binding/softmax_context.py); the compiled "
-                    "kernels take the head size as hidden / heads, and what they compute with another is not "
-                    "established",
-                ),
-            ),
             Scope(
                 archs=("llama",),
                 config="attention or MLP biases",
@@ -836,6 +819,49 @@ FINDINGS: tuple[Finding, ...] = (
         shows=("inference_tp_size leaves a rank without a tensor-parallel group: no attribute 'mp_group' ({patch})",),
         refusal="refused by name: an inference_tp_size that does not divide the number of ranks ({patch})",
         kernel_free="it fails in deepspeed.initialize, before any layer is injected",
+    ),
+    Finding(
+        id="llama-grouped-query",
+        patch="0037",
+        summary="Llama with grouped-query attention (Llama-2-70B, every Llama-3) is accepted, but DeepSpeed's Hugging "
+        "Face Llama container never tells the injected layer how many key/value heads there are, and the Hybrid "
+        "Engine cuts the fused QKV as if k and v were as large as q: generate fails on the shapes.",
+        outcome=CRASH,
+        scope=Scope(
+            archs=("llama",),
+            config="grouped-query attention (Llama-2-70B, Llama-3)",
+            when=llama_grouped_query,
+            explain=lambda c: (
+                f"{c.get('num_key_value_heads')} of its {_heads(c)} heads are key/value heads "
+                "(grouped-query attention)"
+            ),
+        ),
+        kernel=KernelPath(
+            NOT_ESTABLISHED,
+            "under ZeRO-3 (_merge_qkv) and with inference_tp_size > 1 (strided_copy) the failure is in Python, before "
+            "any kernel; under ZeRO-2 the CPU failure is DeepSpeed's PyTorch attention, while the compiled "
+            "ds_softmax_context, handed num_kv unset, takes the narrower QKV as heads of q, k and v alike, and "
+            "whether it then fails or reads past k and v is not established",
+        ),
+        workaround=NO_WORKAROUND,
+        tests=("unit/hybrid_engine/test_hybrid_engine_llama_grouped_query.py",),
+        upstream=("#4345",),
+        # Its hunks sit beside 0025's tensor-parallel copies; its test generates a Llama on Transformers >= 4.54
+        # (0008) and with inference_tp_size 2 without an mpu (0012, its rows 0026, its copies 0025, 0012's own 0001).
+        needs=(
+            "zero3-qkv-layout",
+            "llama-layer-tuple",
+            "tensor-parallel",
+            "tensor-parallel-released",
+            "tensor-parallel-output",
+        ),
+        bug_errors=("RuntimeError", "IndexError"),
+        # each tensor-parallel rank computes whole key/value heads: a size that does not divide them is refused
+        refused_with_tp=lambda c, tp: llama_grouped_query(c) and (c.get("num_key_value_heads") or 1) % tp != 0,
+        text="ISSUE-llama-grouped-query.md",
+        scripts=(Script("llama_grouped_query.py", transformers=OPT_ENGAGED),),
+        shows=("grouped-query attention: the fused QKV cut as if k and v were as large as q ({patch})",),
+        refusal="refused by name: an inference_tp_size that does not divide the key/value heads ({patch})",
     ),
 )
 

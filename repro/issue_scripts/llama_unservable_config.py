@@ -1,5 +1,5 @@
 """Llama kernel injection / Hybrid Engine silently computes a different model for hidden_act != silu (and
-attention_bias, mlp_bias; grouped-query attention crashes).
+attention_bias, mlp_bias).
 
 A tiny Llama with `--setting` (default hidden_act=gelu), random weights: greedy generate through the Hybrid
 Engine against Hugging Face on the same weights. Exit status 1: the bug (the logits differ, or a crash
@@ -24,7 +24,6 @@ SETTINGS = {
     "hidden_act": {"hidden_act": "gelu"},
     "attention_bias": {"attention_bias": True},
     "mlp_bias": {"mlp_bias": True},
-    "num_key_value_heads": {"num_key_value_heads": 2},
 }
 
 

@@ -172,6 +172,9 @@ def run(spec: dict) -> dict:
         },
         "device": _device_name(device),
         "grouped_query_attention": getattr(model.config, "num_key_value_heads", None) not in (None, heads),
+        # The key/value heads of its heads (None: one per head): a rank's slice of a grouped-query QKV is narrower.
+        "key_value_heads": getattr(model.config, "num_key_value_heads", None),
+        "attention_heads": heads,
         "hidden_size": model.config.hidden_size,
         "deepspeed": {
             "version": deepspeed.__version__,

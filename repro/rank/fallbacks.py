@@ -78,6 +78,15 @@ def _positions(is_prompt: bool, seq_len: int, device: torch.device) -> torch.Ten
     return torch.arange(start, start + seq_len, device=device)
 
 
+def split_qkv(query_key_value: torch.Tensor, heads: int, kv_heads: int) -> tuple[torch.Tensor, ...]:
+    """Query, key and value [batch, heads, seq, head_dim] of a fused [batch, seq, (heads + 2 kv_heads) head_dim]
+    QKV: the kernel's split (pt_binding.cpp's ds_softmax_context), where grouped-query K and V have kv_heads."""
+    bsz, seq, width = query_key_value.shape
+    head_dim = width // (heads + 2 * kv_heads)
+    q, k, v = query_key_value.split((heads * head_dim, kv_heads * head_dim, kv_heads * head_dim), dim=-1)
+    return tuple(t.reshape(bsz, seq, -1, head_dim).transpose(1, 2) for t in (q, k, v))
+
+
 def softmax_context_fallback(
     self: Any,
     query_key_value,
@@ -101,11 +110,14 @@ def softmax_context_fallback(
     position_ids,
 ):
     """DeepSpeed's `SoftmaxContextOp.softmax_context_fallback` with partial rotary: GPT-NeoX's halves and GPT-J's
-    interleaved pairs (DeepSpeed's own rotates only halves, and skips `rotate_every_two` silently)."""
+    interleaved pairs (DeepSpeed's own rotates only halves, and skips `rotate_every_two` silently), and the fused QKV
+    split by `num_kv` as the kernel splits it (DeepSpeed's own splits it into equal thirds, wrong for grouped-query
+    attention)."""
     from deepspeed.ops.transformer.inference.op_binding.softmax import SoftmaxOp
     from deepspeed.ops.transformer.inference.op_binding.workspace import InferenceContext
 
-    query, key, value = self.bias_add_transform_0213(query_key_value, None, heads, 3, False)
+    kv_heads = num_kv if num_kv > 0 else heads
+    query, key, value = split_qkv(query_key_value, heads, kv_heads)
     if rotary_dim > 0:
         if rotate_half == rotate_every_two:
             raise NotImplementedError(f"no rotary with rotate_half={rotate_half}, rotate_every_two={rotate_every_two}")
@@ -114,12 +126,13 @@ def softmax_context_fallback(
         query = apply_partial_rotary(query, positions, rotary_dim, base, rotate_every_two)
         key = apply_partial_rotary(key, positions, rotary_dim, base, rotate_every_two)
 
+    # DeepSpeed's PyTorch workspace sizes its cache for every head: grouped-query keys and values are repeated first.
+    key = key.repeat_interleave(heads // kv_heads, dim=1)  # DeepSpeed's repeat_kv leaves one K/V head unrepeated
+    value = value.repeat_interleave(heads // kv_heads, dim=1)
     key, value = InferenceContext.Instance().update_cache(layer_id, token_idx, is_prompt, key, value)
-    key = self.repeat_kv(key, num_kv)
-    value = self.repeat_kv(value, num_kv)
 
     bsz = query_key_value.shape[0]
-    head_dim = query_key_value.shape[2] // (heads * 3)
+    head_dim = query.shape[-1]
     scores = torch.bmm(
         query.reshape(bsz * heads, query.shape[2], head_dim),
         key.reshape(bsz * heads, key.shape[2], head_dim).transpose(1, 2),

@@ -86,23 +86,25 @@ def test_a_model_without_a_policy_is_silently_off():
 
 def test_unknown_config_names_the_config_findings_and_a_known_one_decides():
     said = answer(setup())
-    assert [f.id for f in said.conditional] == ["llama-rope-scaling", "llama-unservable-config"]
+    assert [f.id for f in said.conditional] == ["llama-rope-scaling", "llama-unservable-config", "llama-grouped-query"]
     gqa = {"num_attention_heads": 64, "num_key_value_heads": 8, "hidden_size": 8192}
     said = answer(setup(zero=2, model_config=gqa))
-    assert said.outcome == CRASH and said.with_series == REFUSED and not said.conditional
+    assert said.outcome == CRASH and said.with_series == CORRECT and not said.conditional
+    assert [f.id for f in said.deciding] == ["llama-grouped-query"]
     assert said.causes(said.deciding[0]) == ("8 of its 64 heads are key/value heads (grouped-query attention)",)
+    biased = answer(setup(zero=2, model_config={**gqa, "mlp_bias": True}))  # served heads, a refused bias
+    assert biased.with_series == REFUSED
     assert answer(setup(zero=2, model_config={"num_attention_heads": 32, "hidden_size": 4096})).outcome == CORRECT
 
 
 @pytest.mark.parametrize(
     "config, outcome",
     [
-        ({"num_key_value_heads": 8}, CRASH),  # measured: the grouped-query leave-one-out cell, Llama-3-8B's cells
         ({"head_dim": 32, "hidden_size": 256, "num_attention_heads": 4}, CRASH),  # head-dim-32
         ({"attention_bias": True}, SILENTLY_WRONG),  # attention-bias
         ({"mlp_bias": True}, SILENTLY_WRONG),  # mlp-bias
         ({"hidden_act": "gelu"}, SILENTLY_WRONG),  # gelu-gating
-        ({"attention_bias": True, "num_key_value_heads": 8}, CRASH),  # the crash comes first
+        ({"attention_bias": True, "head_dim": 32, "hidden_size": 256, "num_attention_heads": 4}, CRASH),  # crash first
     ],
 )
 def test_one_finding_answers_the_outcome_measured_for_each_cause(config, outcome):
@@ -114,7 +116,7 @@ def test_deepspeeds_own_refusal_at_initialize_decides_alone():
     llama31 = {"num_attention_heads": 32, "num_key_value_heads": 8, "rope_scaling": {"rope_type": "llama3"}}
     said = answer(setup(transformers="4.57.6", model_config=llama31))
     assert said.outcome == CRASH and [x.id for x in said.deciding] == ["llama-rope-scaling"]
-    assert said.with_series == REFUSED and "llama-unservable-config" in {f.id for f in said.behind}
+    assert said.with_series == REFUSED and "llama-grouped-query" in {f.id for f in said.behind}
     five = {"num_attention_heads": 32, "rope_parameters": {"rope_type": "default", "rope_theta": 5e5}}
     assert answer(setup(zero=2, transformers="4.52.4", model_config=five)).outcome == CORRECT
 

@@ -68,5 +68,6 @@ def test_the_conformance_doc_counts_each_findings_cells_from_the_json():
 def test_the_findings_name_the_deepspeed_chat_setups_they_hit():
     hit = table.ds_chat_hits(pinned())
     assert "Llama-2-7b (`run_llama2_7b.sh`)" in hit["zero3-qkv-bias"]
-    assert "Llama-2-70b" in hit["llama-unservable-config"] and "Llama-2-7b" not in str(hit["llama-unservable-config"])
+    assert "Llama-2-70b" in hit["llama-grouped-query"] and "Llama-2-7b" not in str(hit["llama-grouped-query"])
+    assert "llama-unservable-config" not in hit  # DeepSpeed-Chat's Llama-2s have no bias, another gate or head size
     assert "OPT-13b (`run_13b.sh`)" in hit["tensor-parallel"] and "gptneox-hidden-heads" not in hit

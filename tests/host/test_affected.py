@@ -49,12 +49,22 @@ def test_a_model_without_a_policy_gets_an_answer_from_deepspeeds_list(tmp_path, 
     assert "CRASHES" in capsys.readouterr().out  # engine.generate() without containers (0013)
 
 
-def test_grouped_query_llama_names_the_unservable_config(tmp_path, capsys):
+def test_grouped_query_llama_names_its_finding_and_the_series_serves_it(tmp_path, capsys):
     path = _config(tmp_path, model_type="llama", hidden_size=4096, num_attention_heads=32, num_key_value_heads=8)
     main(["affected", "--config", str(path), "--zero", "2", "--transformers", "4.52.4"])
     out = capsys.readouterr().out
-    assert "CRASHES" in out and "llama-unservable-config" in out and "refused by name" in out
+    assert "CRASHES" in out and "llama-grouped-query" in out and "llama-unservable-config" not in out
+    assert "With the series (repro/patches: 0037): correct." in out
     assert "Your config: 8 of its 32 heads are key/value heads (grouped-query attention)." in out
+
+
+def test_a_tp_the_key_value_heads_do_not_take_is_answered_refused_with_the_series(tmp_path, capsys):
+    path = _config(tmp_path, model_type="llama", hidden_size=4096, num_attention_heads=32, num_key_value_heads=8)
+    assert main(["affected", "--config", str(path), "--tp", "16", "--ranks", "16", "--zero", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "CRASHES" in out and "llama-grouped-query" in out and ": refused by name." in out
+    assert main(["affected", "--config", str(path), "--tp", "8", "--ranks", "8", "--zero", "3"]) == 0
+    assert ": correct." in capsys.readouterr().out  # 8 key/value heads over 8 ranks: one each
 
 
 @pytest.mark.parametrize(

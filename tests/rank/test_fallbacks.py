@@ -257,3 +257,16 @@ def test_a_compiled_kernel_that_exists_is_never_replaced(clean_base_op):
     op = SoftmaxContextOp(_config())
     assert op.softmax_context_func is softmax_context_fp32
     assert fallbacks.kernel_paths([op]) == {"SoftmaxContextOp.softmax_context_func": "compiled"}
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2, 1])
+def test_the_fused_qkv_splits_as_the_kernel_splits_grouped_query_attention(kv_heads):
+    """heads query heads, then kv_heads key and kv_heads value heads (pt_binding.cpp's ds_softmax_context); 4 of 4 is
+    the equal thirds every other model has."""
+    heads, head_dim = 4, 8
+    qkv = torch.randn(2, 5, (heads + 2 * kv_heads) * head_dim)
+    query, key, value = fallbacks.split_qkv(qkv, heads, kv_heads)
+    assert query.shape == (2, heads, 5, head_dim) and key.shape == value.shape == (2, kv_heads, 5, head_dim)
+    assert torch.equal(query[:, 1, :, :], qkv[..., head_dim : 2 * head_dim])
+    assert torch.equal(key[:, -1], qkv[..., (heads + kv_heads - 1) * head_dim : (heads + kv_heads) * head_dim])
+    assert torch.equal(value[:, 0], qkv[..., (heads + kv_heads) * head_dim : (heads + kv_heads + 1) * head_dim])

@@ -4,9 +4,11 @@ named bug shown by positive evidence, or the crash."""
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 from ... import tolerance
-from ...findings import named_in, refusal, shows
+from ...findings import by_id, named_in, refusal, shows
+from ...findings.setup import version_tuple
 from ...verdict import worst
 from ..family import diagnosis as family
 
@@ -20,6 +22,7 @@ BUG_LAYER_TENSOR_RETURN = shows("layer-tensor-return")
 BUG_LORA_NOT_FOUND = shows("llama-lora")
 BUG_LORA_NO_IN_FEATURES = shows("llama-lora", 1)
 BUG_UNSERVABLE = shows("llama-unservable-config")
+BUG_GROUPED_QUERY = shows("llama-grouped-query")
 BUG_NORM_EPS = shows("layer-norm-eps")
 BUG_OPT_ACTIVATION = shows("opt-activation")
 # Positive evidence: the OPT policy concatenated q/k/v biases an OPT with enable_bias=False does not have.
@@ -108,6 +111,9 @@ REFUSED_OPT_BIAS = refusal("opt-bias")
 REFUSED_OPT_LAYER_NORM = refusal("opt-layer-norm-affine")
 REFUSED_GPTJ_ACTIVATION = refusal("gptj-activation")
 REFUSED_TP_WORLD_SIZE = refusal("tp-world-size")
+# `llama-grouped-query`'s refusal of a tensor-parallel size that does not divide the key/value heads (llama.py).
+REFUSED_GQA_TP = refusal("llama-grouped-query")
+GQA_TP_REFUSAL = "key/value heads (grouped-query attention), which"
 REFUSED_BLOOM_RESIDUAL = refusal("bloom-residual")
 # How DeepSpeed's refusals begin (`rotary-base`, `llama-unservable-config`, `gptneox-activation`,
 # `gptneox-attention-bias`, `opt-bias`, `opt-layer-norm-affine`, `gptj-activation`, `bloom-residual`).
@@ -131,7 +137,8 @@ REFUSED_BLOOM_TRANSFORMERS = "refused by name: BLOOM on Transformers newer than 
 # (containers/llama.py, _get_rope_theta: the registry's `llama-rope-scaling` limit).
 REFUSED_LLAMA_ROPE = "refused by name: a Llama with a scaled rotary embedding (DeepSpeed's own check)"
 LLAMA_ROPE = "DeepSpeed kernel injection cannot serve rope_type="
-REFUSALS = (REFUSED, *NAMED_REFUSALS.values(), REFUSED_BLOOM_TRANSFORMERS, REFUSED_LLAMA_ROPE, REFUSED_TP_WORLD_SIZE)
+REFUSALS = (REFUSED, *NAMED_REFUSALS.values(), REFUSED_BLOOM_TRANSFORMERS, REFUSED_LLAMA_ROPE, REFUSED_TP_WORLD_SIZE,
+            REFUSED_GQA_TP)  # fmt: skip
 # Positive evidence (a rank's own crash, repro.rank.cell_probe.peer_crash_path): BloomSelfAttention hands the softmax
 # `head_offset = dist.get_rank() * heads per partition`, the global rank whatever the tensor-parallel group, and
 # the softmax adds `alibi[head_offset:head_offset + heads]`: on data-parallel rank 1 of a 4-head model that is
@@ -210,10 +217,12 @@ def diagnose(cell: dict) -> list[str]:
     elif without_lora and len(steps) > 1 and steps[0] <= tol and worst(without_lora[1:]) <= tol < worst(steps[1:]):
         bugs.append(family.BUG_DECODE)  # the prompt's forward had LoRA, every decode step the model without it
     padding = _padding_mask(cell)
-    # A Cache left behind builds the decode steps' masks (and positions) over too few keys: the padding's mask is its
-    # consequence there, not the injected attention's (`left-padding`)
+    # A Cache left behind builds the decode steps' masks (and positions) over too few keys where the model reads its
+    # length: the padding's mask is its consequence there, not the injected attention's (`left-padding`). A model that
+    # does not (Llama, GPT-NeoX) keeps an empty Cache by design, and a mask over too few keys is the attention's bug.
     behind = _cache_behind(cell) and steps[0] <= tol < worst(steps[1:])
-    if padding and not _cache_behind(cell) and not (cell["tokens_equal_native"] and worst(steps) <= tol):
+    cache_made_the_mask = _cache_behind(cell) and _reads_cache_length(cell)
+    if padding and not cache_made_the_mask and not (cell["tokens_equal_native"] and worst(steps) <= tol):
         bugs.append(padding)
     restored = cell.get("restore_after_first_generate") or {}
     changed = worst([restored.get(kind, {}).get("max_abs", 0.0) for kind in ("base", "lora")])
@@ -250,14 +259,31 @@ def _tp_unsliced(cell: dict) -> str | None:
         return None
     mpu = (cell.get("settings") or {}).get("mpu", False)
     # Fused QKV handed to the GEMM: 3 x hidden / tp rows; separate Q, K, V held by the attention: hidden / tp each.
-    for key, rows, what in (("qkv_weight_shapes", 3, "QKV"), ("split_qkv_weight_shapes", 1, "Q, K and V")):
-        shapes, rows = cell.get(key) or [], rows * cell["hidden_size"] // tp["mp_size"]
-        if shapes and not all(len(shape) == 2 and shape[0] == rows for shape in shapes):
+    # Grouped-query attention's K and V have key/value heads / heads of Q's rows (cells from before the key/value
+    # heads were recorded had none).
+    heads = cell.get("attention_heads")
+    kv_share = Fraction(cell.get("key_value_heads") or heads, heads) if heads else Fraction(1)
+    per_rank = Fraction(cell["hidden_size"], tp["mp_size"])
+    for key, allowed, what in (
+        ("qkv_weight_shapes", {(1 + 2 * kv_share) * per_rank}, "QKV"),
+        ("split_qkv_weight_shapes", {per_rank, kv_share * per_rank}, "Q, K and V"),
+    ):
+        shapes = cell.get(key) or []
+        if shapes and not all(len(shape) == 2 and shape[0] in allowed for shape in shapes):
             released = any(0 in shape for shape in shapes)
             name = (BUG_TP_RELEASED if released else OUTSIDE_CONTRACT) if mpu else BUG_TP_UNSLICED
+            rows = " or ".join(str(int(r)) for r in sorted(allowed))
             return (f"{name}: {tp['heads_per_rank']} heads per rank; {what} weights of shape "
                     f"{', '.join(str(s) for s in shapes)}, where a rank's slice has {rows} rows")  # fmt: skip
     return None
+
+
+def _reads_cache_length(cell: dict) -> bool:
+    """The model places its decode steps by its Transformers Cache's length (`empty-cache-positions`' scopes: GPT-Neo
+    and OPT from Transformers 5.4); cells without a Transformers version ran on the pinned one, before 5."""
+    version = version_tuple(cell.get("transformers") or "4")
+    return any(cell.get("arch") in scope.archs and version >= version_tuple(scope.transformers[0] or "0")
+               for scope in by_id("empty-cache-positions").scopes)  # fmt: skip
 
 
 def _cache_behind(cell: dict) -> bool:
@@ -380,6 +406,8 @@ def _crash(cell: dict) -> str:
                  if c["at"].startswith(CONTAINERS + file) and setting in c["message"]]  # fmt: skip
         if len(named) == 1:
             return named[0]
+    if c["type"] == "ValueError" and GQA_TP_REFUSAL in c["message"] and c["at"].startswith(CONTAINERS + "llama.py"):
+        return REFUSED_GQA_TP
     if cell.get("grouped_query_attention") and c["at"].startswith("deepspeed/"):  # accepted, then failed on
-        return f"{BUG_UNSERVABLE}: grouped-query attention crashes ({c['type']} at {c['at']})"
+        return f"{BUG_GROUPED_QUERY}: {c['type']} at {c['at']}"
     return f"crash in the Hybrid Engine: {c['type']}: {c['message']} ({c['at']})"

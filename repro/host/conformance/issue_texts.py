@@ -23,6 +23,7 @@ from .diagnosis import (
     BUG_DECODE_AS_PROMPT,
     BUG_ENGINE_GENERATE,
     BUG_GPTJ_ACTIVATION,
+    BUG_GROUPED_QUERY,
     BUG_LAYER_TENSOR_RETURN,
     BUG_LAYER_TUPLE,
     BUG_LORA_NO_IN_FEATURES,
@@ -338,6 +339,12 @@ ISSUES = {
         and c["scenario"].startswith("tp2-mpu") and c["zero_stage"] == 3,
         "evidence": (("first crash", _first_crash),),
     },
+    BUG_GROUPED_QUERY: {
+        "scope": "injection",
+        "shown": lambda c: c["arch"] == "llama" and c.get("grouped_query_attention", False),
+        "evidence": (("key/value heads", lambda c: f"{c.get('key_value_heads')} of {c.get('attention_heads')} heads"),
+                     ("what the Hybrid Engine did", _crash)),
+    },
     BUG_TP_WORLD_SIZE: {
         "scope": "hybrid-engine",
         "shown": lambda c: (c.get("probe") or {}).get("tp", 1) > c["world_size"] or
@@ -349,7 +356,7 @@ ISSUES = {
 ISSUES = {bug: {**meta, **prose.issue(bug)} for bug, meta in ISSUES.items()}
 
 
-UNSERVABLE_CONFIGS = ("gelu-gating", "attention-bias", "mlp-bias", "grouped-query")
+UNSERVABLE_CONFIGS = ("gelu-gating", "attention-bias", "mlp-bias")
 
 
 NEOX_PREREQUISITE = (

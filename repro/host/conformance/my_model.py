@@ -77,7 +77,8 @@ def _first(config: dict, *names: str) -> str | None:
 def tiny_twin(config: dict) -> dict:
     """The config with its sizes shrunk to the suite's tiny ones and every other field kept: the forward math
     the Hybrid Engine must reproduce stays the user's (ratios of FFN and projection sizes, grouped-query heads,
-    rotary, norms, activations, biases)."""
+    rotary, norms, activations, biases). A grouped-query twin keeps query heads per key/value head, and 2 key/value
+    heads where the model's count is even, so that tensor parallel 2 divides them as it divides the model's."""
     twin = {k: v for k, v in config.items() if k not in NOT_MATH}
     hidden_key = _first(config, "hidden_size", "n_embd", "n_embed")
     heads_key = _first(config, "num_attention_heads", "num_heads", "n_head")
@@ -88,11 +89,17 @@ def tiny_twin(config: dict) -> dict:
     layers_key = _first(config, "num_hidden_layers", "num_layers", "n_layer")
     if layers_key:
         twin[layers_key] = TWIN["layers"]
-    if config.get("num_key_value_heads"):  # keep the grouped-query ratio
-        twin["num_key_value_heads"] = max(1, TWIN["heads"] * config["num_key_value_heads"] // heads)
+    kv_heads = config.get("num_key_value_heads")
+    if kv_heads and kv_heads != heads:  # grouped-query: its ratio, and an even count stays even (tensor parallel 2)
+        twin["num_key_value_heads"] = 2 if kv_heads % 2 == 0 else 1
+        twin[heads_key] = twin["num_key_value_heads"] * (heads // kv_heads)
+        if TWIN["hidden"] % twin[heads_key]:  # heads of the tiny default's size where they do not divide it
+            twin[hidden_key] = twin[heads_key] * (TWIN["hidden"] // TWIN["heads"])
+    elif kv_heads:
+        twin["num_key_value_heads"] = TWIN["heads"]
     for key in ("intermediate_size", "ffn_dim", "word_embed_proj_dim", "n_inner"):
         if config.get(key):
-            twin[key] = max(1, round(TWIN["hidden"] * config[key] / hidden))
+            twin[key] = max(1, round(twin[hidden_key] * config[key] / hidden))
     if config.get("vocab_size"):
         twin["vocab_size"] = min(config["vocab_size"], TWIN["vocab"])
     for key in ("max_position_embeddings", "n_positions"):

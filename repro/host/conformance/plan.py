@@ -10,6 +10,7 @@ from ...findings.registry import (
     FIRST_TRANSFORMERS_5,
     NEWEST_TRANSFORMERS,
     OPT_ENGAGED,
+    llama_grouped_query,
 )
 from ...options import UsageError
 from .transformers_env import pinned
@@ -76,6 +77,11 @@ ARCH_CONFIGS: dict[str, dict[str, dict]] = {
         "grouped-query": {"num_key_value_heads": 2},
         "head-dim-32": {"head_dim": 32},
         "heads-16": {"num_attention_heads": 16, "num_key_value_heads": 16},
+        # Grouped-query attention's other ratios: one key/value head (multi-query), 8 of 16 (tensor parallel 8 gives
+        # each rank one, as DeepSpeed-Chat's Llama-2-70B recipe does with its 8 of 64) and 2 of 16 (70B's ratio, 8).
+        "multi-query": {"num_key_value_heads": 1},
+        "heads-16-kv-8": {"num_attention_heads": 16, "num_key_value_heads": 8},
+        "heads-16-kv-2": {"num_attention_heads": 16, "num_key_value_heads": 2},
     },
     # Every OPTConfig field that changes the forward math, one value besides the tiny default's (post-LayerNorm
     # is opt-350m's; the projection dim is opt-350m's shape, word embeddings narrower than the layers).
@@ -114,7 +120,7 @@ ARCH_CONFIGS: dict[str, dict[str, dict]] = {
 COVERAGE_ONLY = {
     "gpt-neox": tuple(NEOX_MORE),
     "gpt-neo": ("all-local-window-4", "heads-16"),
-    "llama": ("head-dim-32", "heads-16"),
+    "llama": ("head-dim-32", "heads-16", "multi-query", "heads-16-kv-8", "heads-16-kv-2"),
     "opt": ("heads-16",),
     "gpt-j": ("tied-embeddings", "heads-16"),
     "bloom": ("heads-16",),
@@ -130,6 +136,7 @@ def without(finding: str) -> str:
 # Released, the whole series, and the series without one finding's patch where that patch's bug hides behind another on
 # released DeepSpeed (the Llama crash, `llama-layer-tuple`, comes first there): each such patch shown necessary.
 LEAVE_ONE_OUT_OF = (
+    "llama-grouped-query",
     "zero3-qkv-bias",
     "llama-lora",
     "llama-unservable-config",
@@ -148,6 +155,36 @@ BUILDS = {
     "whole series": SERIES,
     **{without(f): tuple(p for p in SERIES if p != findings.by_id(f).patch) for f in LEAVE_ONE_OUT_OF},
 }
+# Grouped-query attention (`llama-grouped-query`): the Llama twin with 2 and 1 (multi-query) key/value heads of its
+# 4 on every scenario the suite runs for Llama (call orders, LoRA, non-pinned, DeepSpeed-Chat's settings in each dtype,
+# left padding, tensor parallel 2 with and without an mpu's slices, 2 of 4 ranks), with the series and without its
+# patch; 8 and 2 of 16 heads at DeepSpeed-Chat's tensor parallel 4 and 8; as released on the older Transformers, where
+# Llama is injected before `llama-layer-tuple` crashes every Llama.
+GQA_CONFIGS = ("grouped-query", "multi-query")
+GQA_BUILDS = ("whole series", without("llama-grouped-query"))
+GQA_SCENARIOS = (  # (scenario, ZeRO stages, world size, dtype)
+    ("reference", (2, 3), 2, "fp32"),
+    ("train-first", (3,), 2, "fp32"),
+    ("eval-twice", (3,), 2, "fp32"),
+    ("lora", (2, 3), 2, "fp32"),
+    ("unpinned", (3,), 2, "fp32"),
+    ("unpinned-lora", (3,), 2, "fp32"),
+    ("ds-chat", (2, 3), 2, "fp32"),
+    ("ds-chat", (3,), 2, "bf16"),
+    ("ds-chat", (3,), 2, "fp16"),
+    ("left-pad", (3,), 2, "fp32"),
+    ("tp2", (2, 3), 2, "fp32"),
+    ("tp2-mpu-slices", (3,), 2, "fp32"),
+    ("ds-chat-tp2", (3,), 2, "fp32"),
+    ("ds-chat-tp2", (3,), 4, "fp32"),
+)
+# (configuration, scenario, world size) at inference_tp_size 4 and 8: each rank 2 or 1 of 8 key/value heads; 2 of 16
+# over 4 ranks is refused by name (a rank would hold half a key/value head).
+GQA_TP = (
+    ("heads-16-kv-8", "ds-chat-tp4", 4),
+    ("heads-16-kv-2", "ds-chat-tp4", 4),
+    ("heads-16-kv-8", "ds-chat-tp8", 8),
+)
 # (build, scenarios, architectures) of the leave-one-out cells; ZeRO-3, 1 and 2 ranks (non-pinned: 2).
 LEAVE_ONE_OUT = (
     (without("zero3-qkv-bias"), ("reference", "unpinned"), ("gpt-neo", "llama")),
@@ -328,14 +365,25 @@ def plan(quick: bool = False) -> list[dict]:
     cells += [cell_axes(arch, "default", build, 3, 2, "tp2-mpu-slices-left-pad")
               for arch in ARCHS for build in (without("tensor-parallel-mask"), "whole series") if arch != "bloom" or
               build == "whole series"]  # fmt: skip
+    cells += [cell_axes("llama", configuration, build, z, world, scenario, dtype=dtype)
+              for configuration in GQA_CONFIGS for build in GQA_BUILDS
+              for scenario, stages, world, dtype in GQA_SCENARIOS for z in stages]  # fmt: skip
+    cells += [cell_axes("llama", configuration, build, 3, world, scenario)
+              for configuration, scenario, world in GQA_TP for build in GQA_BUILDS]  # fmt: skip
+    cells += [cell_axes("llama", configuration, build, z, w, "reference", OLDER)
+              for configuration in GQA_CONFIGS for build in ("released", "whole series")
+              for z, w in ((2, 1), (3, 2))]  # fmt: skip
     # The other configurations: the reference scenario, ZeRO-2 on 1 rank and ZeRO-3 on 2; Llama as released crashes
     # before any configuration matters (`llama-layer-tuple`), so the series without `llama-unservable-config` stands
-    # in.
+    # in (for grouped-query attention, the series without `llama-grouped-query`, run above).
     for arch in ARCHS:
         before = without("llama-unservable-config") if arch == "llama" else "released"
         eight_cells = CONFIGS if arch == "gpt-neox" else ("default",)  # those already run above
+        eight_cells = (*eight_cells, *GQA_CONFIGS) if arch == "llama" else eight_cells
         for configuration in (c for c in ARCH_CONFIGS[arch] if c not in eight_cells):
-            cells += [cell_axes(arch, configuration, before, 2, 1, "reference"),
+            grouped = arch == "llama" and llama_grouped_query(ARCH_CONFIGS[arch][configuration])
+            cells += [cell_axes(arch, configuration, without("llama-grouped-query") if grouped else before, 2, 1,
+                                "reference"),
                       cell_axes(arch, configuration, "whole series", 3, 2, "reference")]  # fmt: skip
     for build, scenarios, archs in LEAVE_ONE_OUT:
         for arch in archs:

@@ -70,7 +70,8 @@ ARCH_CONFIG_NOTES = {
     "llama `rms_norm_eps`": "read by the policy from the RMSNorm",
     "llama `hidden_act`": "the kernel gates with SiLU whatever the config says",
     "llama `attention_bias` / `mlp_bias`": "the policy hands the kernel no biases",
-    "llama `num_key_value_heads`": "grouped-query attention; the split-QKV merge assumes equal q/k/v sizes",
+    "llama `num_key_value_heads`": "grouped-query attention: 2 and 1 (multi-query) of 4 heads, 8 and 2 of 16; the "
+    f"container never set num_kv and the split-QKV handling assumed equal q/k/v sizes ({P['llama-grouped-query']})",
     "llama `head_dim`": "a head size other than hidden / heads (32 vs 64): does the container derive it?",
     "opt `do_layer_norm_before`": "pre-LayerNorm (default) vs post-LayerNorm (opt-350m); the container reads it, "
     f"the policy swaps its LayerNorms ({P['opt-post-layer-norm']}), the attention takes decode steps for prompts "

@@ -242,8 +242,34 @@ def test_a_refusal_by_name_is_not_a_bug_and_a_grouped_query_crash_is():
     assert dx.diagnose({"crash": ours})[0].startswith("crash in the Hybrid Engine")
     shape = {"type": "RuntimeError", "message": "The expanded size of the tensor (256) must match",
              "at": "deepspeed/ops/transformer/inference/ds_attention.py:123"}  # fmt: skip
-    assert dx.diagnose({"crash": shape, "grouped_query_attention": True})[0].startswith(dx.BUG_UNSERVABLE)
+    assert dx.diagnose({"crash": shape, "grouped_query_attention": True})[0].startswith(dx.BUG_GROUPED_QUERY)
     assert dx.diagnose({"crash": shape, "grouped_query_attention": False})[0].startswith("crash in the")
+
+
+def test_a_tensor_parallel_size_the_key_value_heads_do_not_take_is_refused_by_name():
+    refusal = {"type": "ValueError", "at": "deepspeed/module_inject/containers/llama.py:140",
+               "message": "This Llama has 1 key/value heads (grouped-query attention), which 2 tensor-parallel ranks "
+               "cannot share: ..."}  # fmt: skip
+    assert dx.diagnose({"crash": refusal, "grouped_query_attention": True}) == [dx.REFUSED_GQA_TP]
+    ours = {**refusal, "at": "repro/rank/cell_probe.py:10"}  # a refusal must come from DeepSpeed's Llama container
+    assert dx.diagnose({"crash": ours, "grouped_query_attention": True})[0].startswith("crash in the Hybrid Engine")
+
+
+def test_a_grouped_query_ranks_slice_is_narrower_and_not_unsliced():
+    """With 2 key/value heads of 4, a rank's fused QKV at tp 2 has (4 + 2 x 2) / 4 x 256 / 2 = 256 rows, its K and
+    V 64: the slice, not an unsliced weight; the full-head count's 384 rows are not that rank's slice."""
+    cell = {"hidden_size": 256, "attention_heads": 4, "key_value_heads": 2,
+            "tensor_parallel": {"mp_size": 2, "heads_per_rank": 2}, "settings": {}}  # fmt: skip
+    assert (
+        dx._tp_unsliced(
+            {**cell, "qkv_weight_shapes": [[256, 256]], "split_qkv_weight_shapes": [[64, 256], [128, 256]]}
+        )
+        is None
+    )
+    assert dx._tp_unsliced({**cell, "qkv_weight_shapes": [[384, 256]]}).startswith(dx.BUG_TP_UNSLICED)
+    mha = {**cell, "key_value_heads": 4}
+    assert dx._tp_unsliced({**mha, "qkv_weight_shapes": [[384, 256]]}) is None
+    assert dx._tp_unsliced({**mha, "split_qkv_weight_shapes": [[64, 256]]}).startswith(dx.BUG_TP_UNSLICED)
 
 
 def test_gpt_neox_refusals_are_told_apart_by_the_setting_they_name():
@@ -472,6 +498,18 @@ def test_left_padding_attended_is_named_from_the_masks_the_injected_attention_wa
     assert dx.diagnose(padded_cell(bool_and_short, left_pad=0)) == [dx.UNEXPLAINED]
     assert dx.diagnose(padded_cell([])) == [dx.UNEXPLAINED]
     assert dx.diagnose(padded_cell(bool_and_short, wrong=False)) == [dx.CORRECT]
+
+
+def test_an_empty_cache_hides_the_padding_mask_only_where_the_model_reads_its_length():
+    """Llama keeps an empty Transformers Cache by design (it places its steps by its own positions): a mask over too
+    few keys is the injected attention's bug there; GPT-Neo on Transformers 5.4+ builds its masks from that Cache."""
+    behind = [{"cache_length": 0, "seen": 8}, {"cache_length": 0, "seen": 9}]
+    short = [("bool", 8, 8), ("bool", 1, 9), ("bool", 1, 10)]
+    llama = {**padded_cell(short), "transformers": "4.57.6", "transformers_cache_steps": behind}
+    assert dx.diagnose(llama)[0].startswith(dx.BUG_PADDING_MASK)
+    gpt_neo = {**llama, "arch": "gpt-neo", "transformers": "5.25.0"}
+    assert dx.diagnose(gpt_neo) == [dx.UNEXPLAINED]  # its prompt step is wrong too: not the Cache's either
+    assert dx.diagnose({**gpt_neo, "transformers": "4.57.6"})[0].startswith(dx.BUG_PADDING_MASK)  # before 5.4
 
 
 def test_the_layers_key_and_value_taken_for_the_cache_is_0024_with_one_sequence_or_two():

@@ -39,7 +39,16 @@ def test_the_tiny_twin_shrinks_the_sizes_and_keeps_the_math():
     llama = my_model.tiny_twin({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
                                 "num_key_value_heads": 8, "num_hidden_layers": 32, "intermediate_size": 11008,
                                 "vocab_size": 32000, "bos_token_id": 1, "eos_token_id": 2})  # fmt: skip
-    assert llama["num_key_value_heads"] == 1 and llama["intermediate_size"] == 688  # grouped-query ratio kept
+    # grouped-query: 4 query heads per key/value head, and an even count of those (tensor parallel 2 divides both)
+    assert llama["num_key_value_heads"] == 2 and llama["num_attention_heads"] == 8
+    assert llama["intermediate_size"] == 688
+    odd = my_model.tiny_twin({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
+                              "num_key_value_heads": 1})  # fmt: skip
+    assert odd["num_key_value_heads"] == 1 and odd["num_attention_heads"] == 32  # multi-query: 1 of 32
+    qwen2 = my_model.tiny_twin({"model_type": "qwen2", "hidden_size": 896, "num_attention_heads": 14,
+                                "num_key_value_heads": 2, "intermediate_size": 4864})  # fmt: skip
+    assert (qwen2["num_attention_heads"], qwen2["num_key_value_heads"], qwen2["hidden_size"]) == (14, 2, 896)
+    assert qwen2["intermediate_size"] == 4864  # 14 heads do not divide 256: heads of 64, the FFN ratio kept
     neo = my_model.tiny_twin({"model_type": "gpt_neo", "hidden_size": 2048, "num_heads": 16, "num_layers": 24,
                               "attention_types": [[["global", "local"], 12]], "window_size": 256})  # fmt: skip
     assert neo["num_layers"] == 2 and neo["attention_types"] == [[["global", "local"], 1]]

@@ -53,7 +53,8 @@ def test_the_plan_takes_only_unserved_types_on_a_pinned_transformers(tmp_path):
     config.write_text(json.dumps(mistral))
     cells = unserved.plan(config)
     assert [(c["build"], c["zero_stage"], c["world_size"]) for c in cells] == list(unserved.CELLS)
-    assert cells[0]["config"]["num_key_value_heads"] == 1 and cells[0]["config"]["hidden_size"] == 256
+    assert cells[0]["config"]["num_key_value_heads"] == 2 and cells[0]["config"]["num_attention_heads"] == 8
+    assert cells[0]["config"]["hidden_size"] == 256
     with pytest.raises(UsageError, match="--transformers 9.9.9"):
         unserved.plan(config, "9.9.9")
     config.write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4}))

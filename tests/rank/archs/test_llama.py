@@ -11,7 +11,7 @@ ARCH = llama.ADAPTER
 def test_no_twin_for_a_model_the_injected_layer_computes():
     assert ARCH.fused_qkv is None
     assert ARCH.twins(ARCH.build(1)) == {}
-    assert ARCH.twins(ARCH.build(1, {"num_key_value_heads": 2})) == {}  # grouped-query: a crash, no twin
+    assert ARCH.twins(ARCH.build(1, {"num_key_value_heads": 2})) == {}  # grouped-query: served by 0037, no twin
 
 
 def test_gelu_gating_has_its_silu_twin(logits):

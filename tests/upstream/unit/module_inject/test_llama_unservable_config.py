@@ -63,14 +63,13 @@ def test_servable_configuration_is_accepted():
     assert refusal() is None
 
 
-# The injected layer gates with SiLU, takes no biases, uses heads of hidden_size // num_attention_heads and merges
-# q/k/v of equal size: anything else must be refused by name, not computed wrongly.
+# The injected layer gates with SiLU, takes no biases and uses heads of hidden_size // num_attention_heads: anything
+# else must be refused by name, not computed wrongly.
 UNSERVABLE = [
     pytest.param({"hidden_act": "gelu"}, "hidden_act", id="gelu"),
     pytest.param({"attention_bias": True}, "attention_bias", id="attention_bias"),
     pytest.param({"mlp_bias": True}, "mlp_bias", id="mlp_bias"),
     pytest.param({"head_dim": 16}, "head_dim", id="head_dim"),
-    pytest.param({"num_key_value_heads": 2}, "num_key_value_heads", id="grouped_query_attention"),
 ]
 
 

@@ -97,6 +97,30 @@ def test_softmax_context_rotary(fallbacks, rotate_every_two, reference):
     assert torch.allclose(torch.cat((prompt, decode), dim=1).cpu(), expected, atol=1e-5)
 
 
+# Grouped-query attention (Llama-2-70B, Llama-3): the fused QKV holds HEADS query heads, then num_kv key and num_kv
+# value heads, as the kernel splits it; each key/value head serves HEADS // num_kv query heads (1: multi-query).
+@pytest.mark.parametrize("num_kv", [2, 1])
+def test_softmax_context_grouped_query(fallbacks, num_kv):
+    from transformers.models.llama.modeling_llama import repeat_kv
+    op = SoftmaxContextOp(config())
+    context = InferenceContext.Instance()
+    context.gen_workspace(1, HEADS, BATCH, SEQ + 1, HIDDEN, 1, False, torch.float32, 0, SEQ + 1, 1)
+    qkv = torch.randn(BATCH, SEQ + 1, (HEADS + 2 * num_kv) * HEAD_DIM, device=get_accelerator().device_name())
+    norm_factor = 1 / math.sqrt(math.sqrt(HEAD_DIM))
+
+    def step(tokens, is_prompt):
+        return op.softmax_context_fallback(tokens, None, -1, False, False, HEADS, num_kv, norm_factor, True, False, 1,
+                                           False, 0, 1, torch.empty(1), 10000.0, is_prompt, None, None)[0]
+
+    prompt, decode = step(qkv[:, :SEQ], True), step(qkv[:, SEQ:], False)
+    context.release_workspace()
+
+    query, key, value = qkv.cpu().split([HEADS * HEAD_DIM, num_kv * HEAD_DIM, num_kv * HEAD_DIM], dim=-1)
+    query, key, value = (t.reshape(BATCH, SEQ + 1, -1, HEAD_DIM).transpose(1, 2) for t in (query, key, value))
+    expected = causal_attention(query, repeat_kv(key, HEADS // num_kv), repeat_kv(value, HEADS // num_kv))
+    assert torch.allclose(torch.cat((prompt, decode), dim=1).cpu(), expected, atol=1e-5)
+
+
 # BLOOM: each sequence's heads read their own ALiBi rows (Transformers builds [batch * heads, 1, keys]).
 def test_softmax_alibi_per_sequence(fallbacks):
     from transformers.models.bloom.modeling_bloom import build_alibi_tensor

@@ -1,0 +1,79 @@
+"""What serving grouped-query attention costs (`python -m repro.host.upstream.gqa_cost OUT [--backend cuda]`): a Llama
+twin of 16 heads with 16 (every head its own), 4 and 1 key/value heads through the Hybrid Engine with the whole series
+(repro.rank.gqa_cost): time per generate (the median of several, beside native Hugging Face generation), the bytes of
+the fused QKV weights, of the keys and values DeepSpeed's PyTorch workspace holds, and on a GPU the device memory a
+generate peaks at. Writes OUT/gqa-cost.json and OUT/gqa-cost.md. By default CPU evidence: our kernel stand-ins, gloo,
+2 ranks, pinned ZeRO-3; with --backend cuda or rocm, DeepSpeed's compiled kernels on GPUs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from functools import partial
+from pathlib import Path
+
+from ... import findings
+from ...options import UsageError
+from .. import launch, preflight
+from . import cost_run, patched_copy
+from .cache_cost import evidence
+
+RANKS = 2
+KV_HEADS = (16, 4, 1)
+
+
+def measure(timeout_s: float = 900, backend: str = "cpu", ranks: int = RANKS) -> dict:
+    root = patched_copy.prepare_patched_copy(patches=findings.SERIES)
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for kv_heads in KV_HEADS:
+            print(f"{kv_heads} key/value heads of 16: {ranks} rank(s) on {backend}", flush=True)
+            out = Path(tmp) / f"kv{kv_heads}.json"
+            code, output = launch.run_module(
+                "repro.rank.gqa_cost", [str(out), str(kv_heads), backend], root, ranks, timeout_s, backend
+            )
+            if code != 0 or not out.exists():
+                raise RuntimeError(f"{kv_heads} key/value heads: the ranks failed (exit {code}): "
+                                   f"{launch.first_error(output)}")  # fmt: skip
+            runs.append(json.loads(out.read_text()))
+    return {"evidence": evidence(backend, ranks), "series": list(findings.SERIES), "runs": runs}
+
+
+def render(result: dict) -> str:
+    gpu = any(run["hybrid_engine"].get("peak_bytes_above_held") is not None for run in result["runs"])
+    lines = [
+        "| key/value heads of 16 | QKV weight bytes | workspace K/V bytes | HE generate s (median) | native "
+        "generate s (median) | tokens = native | logits vs native"
+        + (" | GPU peak above held: HE / native |" if gpu else " |"),
+        "|---|---|---|---|---|---|---|" + ("---|" if gpu else ""),
+    ]
+    for run in result["runs"]:
+        he, native = run["hybrid_engine"], run["native"]
+        kv = run["workspace_kv_bytes"]
+        peak = f" {he['peak_bytes_above_held']} / {native['peak_bytes_above_held']} |" if gpu else ""
+        lines.append(f"| {run['key_value_heads']} | {run['qkv_weight_bytes']} | {'-' if kv is None else kv} | "
+                     f"{he['generate_s']:.3f} | {native['generate_s']:.3f} | {run['tokens_equal_native']} | "
+                     f"{run['logits_max_abs_vs_native']:.2g} |{peak}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m repro.host.upstream.gqa_cost")
+    parser.add_argument("out")
+    parser.add_argument("--backend", choices=("cpu", "cuda", "rocm"), default="cpu")
+    parser.add_argument("--ranks", type=int, choices=(1, 2), default=RANKS)
+    args = parser.parse_args(argv)
+    if args.backend != "cpu":
+        try:
+            preflight.check_gpus(preflight.resolve_backend(args.backend), args.ranks)
+        except UsageError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    measured = partial(measure, backend=args.backend, ranks=args.ranks)
+    return cost_run.main([args.out], "repro.host.upstream.gqa_cost", "gqa-cost", measured, render, table_file=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
