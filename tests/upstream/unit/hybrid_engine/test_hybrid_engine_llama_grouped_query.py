@@ -7,6 +7,9 @@ import torch
 
 import deepspeed
 from deepspeed.accelerator import get_accelerator
+from deepspeed.inference.config import DeepSpeedInferenceConfig
+from deepspeed.module_inject.containers import LLAMALayerPolicy
+from deepspeed.module_inject.utils import policy_to_ds_container
 from unit.common import DistributedTest
 
 transformers = pytest.importorskip("transformers")
@@ -85,7 +88,19 @@ class TestHybridEngineLlamaGroupedQuery(DistributedTest):
         assert torch.equal(tokens, expected_tokens)
         assert torch.allclose(logits, expected_logits, atol=1e-3)
 
-    # A tensor-parallel size that does not divide the key/value heads is refused by name at initialize.
-    def test_tensor_parallel_size_must_divide_the_key_value_heads(self):
-        with pytest.raises(ValueError, match="num_key_value_heads"):
-            hybrid_engine(llama(num_key_value_heads=1), zero_stage=2, inference_tp_size=2)
+
+# A tensor-parallel size that does not divide the key/value heads is refused by name when the container builds the
+# inference layer (before any weight is re-pointed): each rank computes whole key/value heads.
+def test_tensor_parallel_size_must_divide_the_key_value_heads():
+    model = llama(num_key_value_heads=1)
+    layer = model.model.layers[0]
+    container = policy_to_ds_container(policy=LLAMALayerPolicy(layer, inference=True),
+                                       config=DeepSpeedInferenceConfig(set_empty_params=True,
+                                                                       dtype=torch.float32,
+                                                                       tensor_parallel={"tp_size": 2}),
+                                       model_config=model.config,
+                                       layer_id=0,
+                                       child=layer)
+    container.create_ds_model_config()
+    with pytest.raises(ValueError, match="num_key_value_heads"):
+        container.create_module()
