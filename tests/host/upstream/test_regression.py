@@ -142,9 +142,7 @@ EXPECTED_FAILURES = {
             for case in ("3-2-1", "3-1-1", "2-2-1", "3-2-2")
         },
         "TestHybridEngineLlamaGroupedQuery::test_generate_computes_the_model[2-2-2]": "IndexError",
-        "test_tensor_parallel_size_must_divide_the_key_value_heads": (
-            regression.DID_NOT_RAISE
-        ),
+        "test_tensor_parallel_size_must_divide_the_key_value_heads": (regression.DID_NOT_RAISE),
     },
 }
 
