@@ -87,12 +87,6 @@ def llama_gate_not_silu(config: dict) -> bool:
     return config.get("hidden_act", "silu") != "silu"
 
 
-def llama_unservable(config: dict) -> bool:
-    """What DeepSpeed's Llama layer cannot compute: biases, a gate other than SiLU, or a head_dim other than
-    hidden / heads."""
-    return any(test(config) for test in (llama_head_dim_apart, llama_biased, llama_gate_not_silu))
-
-
 # The rotary types that mean "no scaling" to DeepSpeed 0.19.8 (containers/llama.py, _UNSCALED_ROPE_TYPES).
 UNSCALED_ROPE_TYPES = (None, "default")
 

@@ -10,7 +10,6 @@ install the overlay)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -18,8 +17,7 @@ from functools import partial
 from pathlib import Path
 
 from ... import findings, gpu_sharing
-from ...options import UsageError
-from .. import launch, preflight
+from .. import launch
 from ..conformance import transformers_env
 from . import cost_run, patched_copy
 
@@ -87,18 +85,11 @@ def render(result: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m repro.host.upstream.cache_cost")
-    parser.add_argument("out")
-    parser.add_argument("--backend", choices=("cpu", "cuda", "rocm"), default="cpu")
-    parser.add_argument("--ranks", type=int, choices=(1, 2), default=RANKS)
+    parser = cost_run.device_parser("repro.host.upstream.cache_cost", RANKS)
     parser.add_argument("--transformers", default=TRANSFORMERS, help="a version, or `installed`")
     args = parser.parse_args(argv)
-    if args.backend != "cpu":  # the GPU asked for, and one per rank (or shared), before a rank starts
-        try:
-            preflight.check_gpus(preflight.resolve_backend(args.backend), args.ranks)
-        except UsageError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+    if cost_run.gpus_missing(args.backend, args.ranks):
+        return 2
     measured = partial(measure, backend=args.backend, ranks=args.ranks, transformers=args.transformers)
     return cost_run.main([args.out], "repro.host.upstream.cache_cost", "cache-cost", measured, render, table_file=True)
 

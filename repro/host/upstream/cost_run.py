@@ -4,11 +4,14 @@ an OUT that already holds the measurement is refused, nothing there overwritten;
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from ...options import UsageError
 from ...paths import write_json
+from .. import preflight
 
 
 def main(argv: list[str], module: str, name: str, measure: Callable[[], dict], render: Callable[[dict], str],
@@ -27,3 +30,25 @@ def main(argv: list[str], module: str, name: str, measure: Callable[[], dict], r
         (out / f"{name}.md").write_text(render(result) + "\n")
     print(render(result))
     return 0
+
+
+def device_parser(module: str, ranks: int) -> argparse.ArgumentParser:
+    """OUT, and where a measurement runs: `--backend` (cpu, or DeepSpeed's compiled kernels on cuda / rocm) and
+    `--ranks`."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}")
+    parser.add_argument("out")
+    parser.add_argument("--backend", choices=("cpu", "cuda", "rocm"), default="cpu")
+    parser.add_argument("--ranks", type=int, choices=(1, 2), default=ranks)
+    return parser
+
+
+def gpus_missing(backend: str, ranks: int) -> bool:
+    """The GPU asked for, one per rank (or shared), checked before a rank starts: True (said on stderr) when absent."""
+    if backend == "cpu":
+        return False
+    try:
+        preflight.check_gpus(preflight.resolve_backend(backend), ranks)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return True
+    return False

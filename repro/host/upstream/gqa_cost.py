@@ -7,7 +7,6 @@ generate peaks at. Writes OUT/gqa-cost.json and OUT/gqa-cost.md. By default CPU 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -15,8 +14,7 @@ from functools import partial
 from pathlib import Path
 
 from ... import findings
-from ...options import UsageError
-from .. import launch, preflight
+from .. import launch
 from . import cost_run, patched_copy
 from .cache_cost import evidence
 
@@ -60,17 +58,9 @@ def render(result: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m repro.host.upstream.gqa_cost")
-    parser.add_argument("out")
-    parser.add_argument("--backend", choices=("cpu", "cuda", "rocm"), default="cpu")
-    parser.add_argument("--ranks", type=int, choices=(1, 2), default=RANKS)
-    args = parser.parse_args(argv)
-    if args.backend != "cpu":
-        try:
-            preflight.check_gpus(preflight.resolve_backend(args.backend), args.ranks)
-        except UsageError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+    args = cost_run.device_parser("repro.host.upstream.gqa_cost", RANKS).parse_args(argv)
+    if cost_run.gpus_missing(args.backend, args.ranks):
+        return 2
     measured = partial(measure, backend=args.backend, ranks=args.ranks)
     return cost_run.main([args.out], "repro.host.upstream.gqa_cost", "gqa-cost", measured, render, table_file=True)
 
