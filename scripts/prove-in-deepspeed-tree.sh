@@ -5,28 +5,31 @@
 # tests/unit/common.py (DeepSpeed's DistributedTest); yapf and flake8 with the checkout's own config leave every
 # file the series touches unchanged.
 #
-#   scripts/prove-in-deepspeed-tree.sh /path/to/DeepSpeed [SERIES_DIR]
+#   scripts/prove-in-deepspeed-tree.sh /path/to/DeepSpeed [PR_DIR]
 #
-# SERIES_DIR defaults to repro/patches (the series for master); repro/patches/<version> holds the same series
-# for a release where a patch's context differs there. SERIES_DIR may also be one pull request
-# (repro/patches/prs/NN-slug): what it REQUIRES is taken first on both trees, so its tests run on the tree with
-# only those (they must fail) and with the pull request too (they must pass); a pull request's form for the
-# checkout's version (NN-slug/<version>/, from version.txt) is taken where it has one; the whole series takes the
-# pull requests outside it first (the fallbacks its end-to-end tests run on, on CPU). Set DS_TESTS="unit/... unit/..." to also run DeepSpeed's
+# Without PR_DIR: the whole series, derived from the pull requests for the checkout (repro.host.upstream.series),
+# after the pull requests outside it (the fallbacks its end-to-end tests run on, on CPU), on both trees. With
+# PR_DIR (repro/patches/prs/NN-slug): one pull request; what it REQUIRES is taken first on both trees, so its tests
+# run on the tree with only those (they must fail) and with the pull request too (they must pass). A commit's form
+# for the checkout's version (NN-slug/<version>/, from version.txt) is taken where it has one. Set DS_TESTS="unit/... unit/..." to also run DeepSpeed's
 # own tests of the areas the series touches with the series applied (docs/upstream.md lists the CPU set).
 # CPU: DS_ACCELERATOR=cpu, and LOCAL_SIZE=2 so that the CPU accelerator offers the two ranks the tests ask for.
 set -euo pipefail
 src=${1:?usage: scripts/prove-in-deepspeed-tree.sh /path/to/DeepSpeed-checkout [SERIES_DIR]}
 repo=$(cd "$(dirname "$0")/.." && pwd)
-series=$(cd "${2:-$repo/repro/patches}" && pwd)
+series=$(cd "${2:-$repo/repro/patches/prs}" && pwd)
 python=${PYTHON:-$repo/.venv/bin/python}
 git -C "$src" rev-parse --git-dir >/dev/null 2>&1 || { echo "error: $src is not a git checkout" >&2; exit 2; }
 version=$(cat "$src/version.txt" 2>/dev/null || true)
-form() {  # the patch files of a series or pull request directory, in their form for the checkout's version
-  local dir=$1
-  if [ -n "$version" ] && [ -d "$dir/$version" ]; then dir="$dir/$version"; fi
-  ls "$dir"/[0-9][0-9][0-9][0-9]-*.patch 2>/dev/null || true
+form() {  # the patch files of a pull request directory, each in its form for the checkout's version if it has one
+  local dir=$1 p
+  for p in "$dir"/[0-9][0-9][0-9][0-9]-*.patch; do
+    [ -e "$p" ] || continue
+    if [ -n "$version" ] && [ -f "$dir/$version/${p##*/}" ]; then echo "$dir/$version/${p##*/}"; else echo "$p"; fi
+  done
 }
+whole=0
+[ "$(basename "$series")" = prs ] && whole=1
 requires() {  # the pull requests a pull request directory REQUIRES, transitively, in the order they apply
   local need
   [ -f "$1/REQUIRES" ] || return 0
@@ -36,10 +39,13 @@ requires() {  # the pull requests a pull request directory REQUIRES, transitivel
     echo "$(dirname "$1")/$need"
   done < "$1/REQUIRES"
 }
-mapfile -t patches < <(form "$series")
-[ "${#patches[@]}" -gt 0 ] || { echo "error: no NNNN-*.patch in $series" >&2; exit 2; }
+patches=()
+if [ "$whole" = 0 ]; then
+  mapfile -t patches < <(form "$series")
+  [ "${#patches[@]}" -gt 0 ] || { echo "error: no NNNN-*.patch in $series" >&2; exit 2; }
+fi
 mapfile -t required < <(requires "$series" | awk '!seen[$0]++')
-if [ "$(basename "$(dirname "$series")")" != prs ]; then
+if [ "$whole" = 1 ]; then
   # the whole series: first, on both trees, what its tests of the injected layers stand on where there is no kernel
   # (the pull requests outside the series: DeepSpeed's PyTorch fallbacks completed), as a pull request's REQUIRES
   mapfile -t required < <(cd "$repo" && "$python" -c 'from repro.findings.prs import OUTSIDE_SERIES, directory
@@ -75,9 +81,15 @@ run() {  # $1: tree; the summary line, then each test that did not pass
   echo "$out" | grep -E '^(FAILED|ERROR) ' | sed 's/^/    /' || true
 }
 
-echo "DeepSpeed $(git -C "$src" rev-parse --short HEAD) ($version), series $series"
 tree "$work/as-is"
 tree "$work/series"
+if [ "$whole" = 1 ]; then  # derived on the checkout as it is, before anything is applied
+  (cd "$repo" && "$python" -m repro.host.upstream.series "$work/as-is" "$work/derived" >/dev/null) \
+    || { echo "error: the series cannot be derived from the pull requests for this checkout" >&2; exit 1; }
+  mapfile -t patches < <(ls "$work/derived"/[0-9][0-9][0-9][0-9]-*.patch)
+  series="the series derived from $series"
+fi
+echo "DeepSpeed $(git -C "$src" rev-parse --short HEAD) ($version), $series"
 if [ "${#first[@]}" -gt 0 ]; then
   echo "first, on both trees, what it requires: ${required[*]##*/} (${#first[@]} commits)"
   for t in as-is series; do

@@ -36,7 +36,9 @@ def test_the_wheel_installs_and_runs_outside_the_source_tree(tmp_path):
     assert "site-packages" in where, where
     site = Path(where)
     assert _subpackages(site) == _subpackages(ROOT / "repro")
-    assert len(list((site / "patches").glob("*.patch"))) == len(list((ROOT / "repro/patches").glob("*.patch")))
+    shipped = sorted(p.relative_to(site).as_posix() for p in (site / "patches").rglob("*") if p.is_file())
+    assert shipped == sorted(p.relative_to(ROOT / "repro").as_posix() for p in (ROOT / "repro/patches").rglob("*")
+                             if p.is_file())  # fmt: skip
     assert (site / "findings" / "deepspeed_policies.json").is_file() and list((site / "findings/texts").glob("*.md"))
     for argv in (("-m", "repro", "--help"), ("-m", "repro", "conformance", "--help")):
         done = run(*argv)

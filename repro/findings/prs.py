@@ -1,7 +1,8 @@
 """The series as pull requests a maintainer can take one at a time: each groups findings of one component, in
 one order of value to users (DeepSpeed-Chat's setups first). `requires`: the pull requests whose lines a pull
 request's patches sit next to or whose code they change (measured: without them `git am` fails, or its tests).
-repro.host.upstream.pr_split writes each one's patches and PR.md under repro/patches/prs/."""
+Each one's commits, one per finding, and its PR.md live under repro/patches/prs/ (the only committed form of the
+patches: repro.host.upstream.series derives the linear series from them)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,6 @@ class PullRequest:
     findings: tuple[str, ...]  # by registry id, in the series' order
     value: str  # why a maintainer takes it, in one sentence
     requires: tuple[str, ...] = ()  # slugs
-    # One commit instead of one per finding, under this subject, where the findings' patches edit the same lines
-    # (a reviewer reads them as one change): the commit message is each patch's, in order.
-    squash: str = ""
     # A pull request outside the series (no finding: what the Hybrid Engine's evidence stands on, as DeepSpeed's
     # PyTorch fallbacks): what breaks, for whom; its upstream tests; the exceptions that are its bugs. Its patches
     # are committed as written, not split from the series.
@@ -168,7 +166,7 @@ PRS: tuple[PullRequest, ...] = (
         "Hybrid Engine: the model's own LayerNorms outside the layers (epsilon, no weights)",
         ("layer-norm-eps", "layer-norm-without-weights"),
         "a model whose epsilon is not 1e-5 drifts; OPT without LayerNorm weights fails at initialize",
-        squash="Keep the model's own LayerNorms in the Hybrid Engine's replacements",
+        requires=("inference-fallbacks",),  # its end-to-end test runs the injected layers (CPU: fallbacks)
     ),
     PullRequest(
         "refusals",

@@ -57,8 +57,10 @@ def write(
         interrupted=interrupted is not None,
         options=options,
         wall_s=None if started is None else round(time.time() - started, 2),
-        patch=patched_copy.patch_file().name,
-        patch_text=patched_copy.patch_file().read_text(),
+        # the fix as a maintainer reads it (its pull request's commit): the series is derived from a DeepSpeed as
+        # released, and the `after` image's DeepSpeed already carries it
+        patch=patched_copy.patch_file(patched_copy.FIX_8391, "master").name,
+        patch_text=patched_copy.patch_file(patched_copy.FIX_8391, "master").read_text(),
         environment=next((r.get("environment") for r in results.values()), None),
     )
     write_json(out / "summary.json", summary)

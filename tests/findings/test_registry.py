@@ -8,6 +8,7 @@ import pytest
 
 from repro import findings
 from repro.findings.finding import Finding, Scope
+from repro.findings.prs import PRS, directory
 from repro.findings.setup import Setup, covers, hits, version_tuple
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -15,10 +16,13 @@ PATCHES = ROOT / "repro" / "patches"
 CELLS = ROOT / "results" / "reference" / "conformance" / "conformance.json"
 
 
-def test_one_finding_per_patch_of_the_series():
-    on_disk = sorted(p.name[:4] for p in PATCHES.glob("00*.patch"))
-    assert list(findings.SERIES) == on_disk
-    assert sorted(p.name[:4] for p in (PATCHES / "0.19.8").glob("00*.patch")) == on_disk
+def test_one_finding_per_commit_of_the_pull_requests():
+    """Each finding is one commit of one pull request (the committed form; the series is derived from them)."""
+    owned = [f for pr in PRS for f in pr.findings]
+    assert sorted(owned) == sorted(f.id for f in findings.FINDINGS)
+    for pr in PRS:
+        commits = sorted((PATCHES / "prs" / directory(pr)).glob("[0-9][0-9][0-9][0-9]-*.patch"))
+        assert len(commits) == max(len(pr.findings), 1), directory(pr)
     assert len({f.id for f in findings.FINDINGS}) == len(findings.FINDINGS)
 
 

@@ -4,26 +4,27 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
 from ... import findings
-from ...findings.prs import OUTSIDE_SERIES, OUTSIDE_SERIES_LABEL, PullRequest, directory
+from ...findings.prs import OUTSIDE_SERIES, OUTSIDE_SERIES_LABEL
 from ...fixstatus import TARGET, PatchError, fix_status_of_package, installed_deepspeed, is_fixed
 from ...paths import cache_root
+from . import series
 
 PATCH_DIR = Path(__file__).resolve().parents[2] / "patches"
-PRS_DIR = PATCH_DIR / "prs"  # the series as pull requests, and the pull requests outside it
+PRS_DIR = series.PRS_DIR  # the pull requests: the only committed form of the patches
+pr_patches = series.pr_patches
+deepspeed_part = series.deepspeed_part
 
 
-# The upstream series: one commit per bug, `git format-patch` output, each commit its fix and its test under
-# tests/unit/. PATCH_DIR holds the series for DeepSpeed master; PATCH_DIR/<version>/ the same series for a
-# release where a patch's context differs there (`git am` takes each on its own tree). A copy of an installed
-# DeepSpeed gets each patch's deepspeed/ part only (site-packages has no tests/). Patches apply in series order;
-# where one needs another, regression.PREREQUISITES says so.
+# The upstream series: one commit per bug, each its fix and its test under tests/unit/, in the registry's order. It
+# is not committed: series.py derives it from the pull requests (repro/patches/prs/) for the installed DeepSpeed, on
+# first use, into the cache. A copy of an installed DeepSpeed gets each patch's deepspeed/ part only (site-packages
+# has no tests/). Patches apply in series order; where one needs another, regression.PREREQUISITES says so.
 FIX_8391 = findings.by_id("zero3-qkv-layout").patch  # modifier_rank=0 in HybridMegatronContainer's transforms
 
 
@@ -45,29 +46,43 @@ KEY_FILES = (
 
 
 def series_dir(ds_version: str | None = None) -> Path:
-    """The series for `ds_version` (default: the installed DeepSpeed's): its own folder if it has one, else
-    the series for master."""
-    if ds_version is None:
-        try:
-            _, ds_version = installed_deepspeed()
-        except PatchError:
-            return PATCH_DIR
-    own = PATCH_DIR / ds_version
-    return own if own.is_dir() else PATCH_DIR
+    """The series for the installed DeepSpeed, derived from the pull requests once per their content and the
+    installed files they touch (a cache folder). `ds_version`, where given, must be the installed one: the series
+    is derived on the tree it applies to."""
+    package_dir, installed = installed_deepspeed()
+    if ds_version not in (None, installed):
+        raise PatchError(f"the series is derived for the installed DeepSpeed ({installed}), not {ds_version}")
+    dest = cache_root() / "series" / f"{installed}-{series.key(package_dir, installed)}"
+    if dest.is_dir():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=dest.parent))
+    try:
+        series.derive_for_package(package_dir, installed, staging)
+        os.replace(staging, dest)
+    except series.SeriesError as exc:
+        raise PatchError(
+            f"cannot derive the series for the installed DeepSpeed {installed} (the series is derived "
+            f"on a DeepSpeed as released: reinstall it if it was patched in place): {exc}"
+        ) from None
+    except OSError:  # another process derived it first: the same bytes
+        if not dest.is_dir():
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return dest
 
 
 def patch_file(number: str = FIX_8391, ds_version: str | None = None) -> Path:
-    directory = series_dir(ds_version)
-    found = sorted(directory.glob(f"{number}-*.patch"))
+    """A finding's patch in the series for the installed DeepSpeed, or, for "master", its commit in its pull
+    request (the form a maintainer reads)."""
+    if ds_version == "master":
+        return series.commit_of(number)
+    folder = series_dir(ds_version)
+    found = sorted(folder.glob(f"{number}-*.patch"))
     if len(found) != 1:
-        raise PatchError(f"expected exactly one {number}-*.patch in {directory}, found {len(found)}")
+        raise PatchError(f"expected exactly one {number}-*.patch in {folder}, found {len(found)}")
     return found[0]
-
-
-def deepspeed_part(patch_text: str) -> str:
-    """The file diffs of a `git format-patch` text that change the deepspeed package (not its tests)."""
-    blocks = re.split(r"(?m)^(?=diff --git )", patch_text)
-    return "".join(b for b in blocks[1:] if b.startswith("diff --git a/deepspeed/"))
 
 
 def run_patch(args: list[str], cwd: Path, patch_text: str) -> subprocess.CompletedProcess:
@@ -110,14 +125,6 @@ def apply_to(root: Path, ds_version: str, number: str = FIX_8391, release: str |
 def is_applied(root: Path, number: str) -> bool:
     """True when `number`'s patch is already in the tree under `root` (it reverses cleanly)."""
     return _patch(["--dry-run", "--reverse"], root, number).returncode == 0
-
-
-def pr_patches(pr: PullRequest, release: str | None) -> list[Path]:
-    """A pull request's exported patches for master (release None) or for `release`: its own form where it has
-    one, else master's."""
-    folder = PRS_DIR / directory(pr)
-    own = folder / release if release else folder
-    return sorted((own if release and own.is_dir() else folder).glob("[0-9][0-9][0-9][0-9]-*.patch"))
 
 
 def environment_patches(ds_version: str) -> list[Path]:

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from repro import fixstatus
+from repro.findings.prs import PRS
 from repro.host.upstream import patched_copy
 
 
@@ -19,8 +20,9 @@ def ds_tree(tmp_path):
     return tmp_path
 
 
-SERIES = sorted(patched_copy.PATCH_DIR.glob("[0-9][0-9][0-9][0-9]-*.patch"))
-RELEASE_SERIES = sorted(patched_copy.PATCH_DIR.glob("*/[0-9][0-9][0-9][0-9]-*.patch"))
+# What is committed: each pull request's commits for master, and their release forms where they have one.
+SERIES = [p for pr in PRS if pr.findings for p in patched_copy.pr_patches(pr, None)]
+RELEASE_SERIES = sorted({p for pr in PRS if pr.findings for p in patched_copy.pr_patches(pr, "0.19.8")} - set(SERIES))
 
 
 def _new_files(text: str) -> dict[str, str]:
@@ -35,7 +37,7 @@ def _new_files(text: str) -> dict[str, str]:
 
 
 def test_0001_is_the_8391_fix_and_its_test():
-    text = patched_copy.patch_file().read_text()
+    text = patched_copy.patch_file(patched_copy.FIX_8391, "master").read_text()
     touched = [line.split()[-1] for line in text.splitlines() if line.startswith("diff --git")]
     assert touched == [
         f"b/{fixstatus.TARGET}",
@@ -46,12 +48,16 @@ def test_0001_is_the_8391_fix_and_its_test():
     assert [line for line in only_code.splitlines() if line.startswith("diff --git")] == [
         f"diff --git a/{fixstatus.TARGET} b/{fixstatus.TARGET}"
     ]
+    derived = patched_copy.patch_file().read_text()  # the series for the installed DeepSpeed: the same change
+    assert re.sub(r"(?m)^index .*$", "", patched_copy.deepspeed_part(derived)) == re.sub(
+        r"(?m)^index .*$", "", only_code
+    )
 
 
 @pytest.mark.parametrize("patch", SERIES + RELEASE_SERIES, ids=lambda p: str(p.relative_to(patched_copy.PATCH_DIR)))
 def test_each_patch_is_a_commit_anyone_can_sign_off(patch):
-    """git format-patch output, authored by the project, with no Signed-off-by: DeepSpeed's DCO check wants the
-    person who submits it (git commit -s / git am -s)."""
+    """git format-patch output of the series' commits, authored by the project, with no Signed-off-by: DeepSpeed's
+    DCO check wants the person who submits it (git commit -s / git am -s)."""
     text = patch.read_text()
     headers = email.message_from_string(text)
     assert text.startswith("From 0000000000000000000000000000000000000000 ")
@@ -78,8 +84,15 @@ def test_the_tests_a_patch_adds_are_the_ones_we_run(patch):
         assert (upstream / path.removeprefix("tests/")).read_text() == content, path
 
 
-def test_the_release_series_is_the_same_series():
-    assert [p.name for p in RELEASE_SERIES] == [p.name for p in SERIES]
+def test_a_release_form_stands_for_a_master_commit_of_its_pull_request():
+    """<NN>-<slug>/0.19.8/X.patch is the release form of <NN>-<slug>/X.patch: same name, same subject (its message
+    may say where the release differs)."""
+    assert RELEASE_SERIES
+    for patch in RELEASE_SERIES:
+        master = patch.parent.parent / patch.name
+        assert master.is_file(), patch
+        subject = [email.message_from_string(p.read_text())["Subject"] for p in (master, patch)]
+        assert subject[0] == subject[1], patch
 
 
 def test_patch_applies_and_the_result_is_recognised_as_fixed(ds_tree):

@@ -5,8 +5,11 @@
 import pytest
 import torch
 
+import deepspeed
+from deepspeed.accelerator import get_accelerator
 from deepspeed.module_inject.layers import Normalize
 from deepspeed.runtime.hybrid_engine import DeepSpeedHybridEngine
+from unit.common import DistributedTest
 
 
 class ModuleWalkOnly(DeepSpeedHybridEngine):
@@ -31,3 +34,65 @@ def test_replaced_layer_norm_keeps_the_models_epsilon(eps):
     (norm, ) = engine._other_layers
     x = torch.randn(2, 8) * 0.01  # activations small enough for epsilon to matter
     assert torch.allclose(norm(x), model[0](x), atol=1e-6)
+
+
+def greedy(model, input_ids):
+    output = model.generate(input_ids,
+                            attention_mask=torch.ones_like(input_ids),
+                            max_new_tokens=4,
+                            min_new_tokens=4,
+                            do_sample=False,
+                            pad_token_id=0,
+                            return_dict_in_generate=True,
+                            output_logits=True)
+    return output.sequences[:, input_ids.shape[1]:], torch.stack(output.logits)
+
+
+class TestHybridEngineLayerNormEpsGenerate(DistributedTest):
+    world_size = 1
+
+    # End to end: the Hybrid Engine's generate(), through the injected layers (their kernels, or on CPU the
+    # PyTorch fallbacks), computes a GPT-Neo whose layer_norm_epsilon is 1e-3, final LayerNorm included.
+    def test_generate_computes_the_model(self):
+        transformers = pytest.importorskip("transformers")
+        torch.manual_seed(0)
+        config = transformers.GPTNeoConfig(vocab_size=1024,
+                                           hidden_size=256,
+                                           num_layers=2,
+                                           num_heads=4,
+                                           intermediate_size=1024,
+                                           max_position_embeddings=256,
+                                           window_size=256,
+                                           attention_types=[[["global", "local"], 1]],
+                                           layer_norm_epsilon=1e-3)
+        device = get_accelerator().current_device_name()
+        model = transformers.GPTNeoForCausalLM(config).to(device).eval()
+        input_ids = torch.arange(10, 74, device=device).unsqueeze(0)
+        with torch.no_grad():
+            expected_tokens, expected_logits = greedy(model, input_ids)
+        ds_config = {
+            "train_micro_batch_size_per_gpu": 1,
+            "zero_optimization": {
+                "stage": 2
+            },
+            "optimizer": {
+                "type": "Adam",
+                "params": {
+                    "lr": 1e-3,
+                    "torch_adam": True
+                }
+            },
+            "hybrid_engine": {
+                "enabled": True,
+                "max_out_tokens": 256
+            },
+        }
+        engine, *_ = deepspeed.initialize(model=model, config=ds_config, model_parameters=model.parameters())
+
+        engine.eval()
+        with torch.no_grad():
+            tokens, logits = greedy(engine, input_ids)
+
+        assert engine._inference_containers, "no layer was injected"
+        assert torch.equal(tokens, expected_tokens)
+        assert torch.allclose(logits, expected_logits, atol=1e-3)

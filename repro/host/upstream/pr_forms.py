@@ -1,21 +1,23 @@
-"""Writes the series as pull requests (repro.findings.prs) under repro/patches/prs/<NN>-<slug>/: each one's
-`git format-patch` series for DeepSpeed master, its 0.19.8 form in 0.19.8/ only where the context differs, its
-REQUIRES and its PR.md. Each pull request is taken alone by `git am -3` onto a checkout (with what it requires
-first), so its patches carry that base's context, not the whole series'.
+"""The pull requests' forms for a release, and their PR.md. A pull request is committed once, for DeepSpeed master
+(repro/patches/prs/<NN>-<slug>/, `git format-patch` of its commits alone on master after what it REQUIRES); where
+one of its commits does not apply to a release (its context differs there), that commit's form for the release sits
+in <NN>-<slug>/<release>/ under the same name. The linear series is derived from them (series.py).
 
-    python -m repro.host.upstream.pr_split MASTER_CHECKOUT MASTER_BASE RELEASE_CHECKOUT RELEASE_BASE
-    python -m repro.host.upstream.pr_split MASTER_CHECKOUT MASTER_BASE RELEASE_CHECKOUT RELEASE_BASE --only SLUG
-    python -m repro.host.upstream.pr_split --texts      (each PR.md again from the registry and its patches)
+    python -m repro.host.upstream.pr_forms MASTER_CHECKOUT RELEASE_CHECKOUT    (each pull request's 0.19.8 forms)
+    python -m repro.host.upstream.pr_forms MASTER_CHECKOUT RELEASE_CHECKOUT --only SLUG
+    python -m repro.host.upstream.pr_forms --texts      (each PR.md again from the registry and its patches)
 
-The checkouts are git trees of DeepSpeed master and of the 0.19.8 sdist (with master's tests/), at the given base
-commits; the series comes from repro/patches and repro/patches/0.19.8. A pull request that does not apply alone
-is an error naming it: its `requires` is wrong."""
+The checkouts are git trees of DeepSpeed master and of the 0.19.8 sdist (with master's tests/), each at the base
+the pull requests are written for; neither is changed (the work is done in a clone, where each pull request is taken
+on master first, so that `git am -3` has the blobs it carries a commit over by). A commit git cannot carry over keeps
+the release form committed for it (written by hand). To change a pull request: edit its commits on a master
+checkout (`python -m repro.host.upstream.pr_submit` makes the branch), `git format-patch` them into its folder, then
+run this for its release forms."""
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,10 +27,10 @@ from ... import findings
 from ...findings import reports
 from ...findings.prs import PRS, PullRequest, directory, required
 from ...paths import REPO_ROOT
-from . import cache_cost, lora_cost, patched_copy, tp_cost
+from . import cache_cost, lora_cost, series, tp_cost
 
-PRS_DIR = patched_copy.PRS_DIR
-pr_patches = patched_copy.pr_patches  # where the harness finds a pull request's patches
+PRS_DIR = series.PRS_DIR
+pr_patches = series.pr_patches  # where the harness finds a pull request's patches
 # What the tensor-parallel pull request costs a rank, measured (repro.host.upstream.tp_cost).
 TP_COST = REPO_ROOT / "results" / "reference" / "tp-cost" / "tp-cost.json"
 # What persisting LoRA on the non-pinned ZeRO-3 path costs per generate (repro.host.upstream.lora_cost).
@@ -37,105 +39,75 @@ LORA_COST = REPO_ROOT / "results" / "reference" / "lora-cost" / "lora-cost.json"
 CACHE_COST = REPO_ROOT / "results" / "reference" / "cache-cost" / "cache-cost.json"
 RELEASE = "0.19.8"
 CPU_PARAGRAPH = "The figures above were measured on CPU"  # how a commit message says what is CPU evidence
-AUTHOR = (
-    "-c",
-    "user.name=deepspeed-he-zero3-repro",
-    "-c",
-    "user.email=deepspeed-he-zero3-repro@users.noreply.github.com",
-)
 
 
-class SplitError(RuntimeError):
+class FormError(RuntimeError):
     pass
 
 
 def _git(tree: Path, *args: str) -> str:
-    done = subprocess.run(["git", *AUTHOR, "-C", str(tree), *args], capture_output=True, text=True)
+    done = subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True, env=series.git_env())
     if done.returncode != 0:
-        raise SplitError(f"git {' '.join(args[:2])} in {tree}: {done.stderr.strip()[-600:]}")
+        raise FormError(f"git {' '.join(args[:2])} in {tree}: {done.stderr.strip()[-600:]}")
     return done.stdout
-
-
-def _series_patch(number: str, release: str | None) -> Path:
-    return patched_copy.patch_file(number, release or "master")
-
-
-def _take(tree: Path, base: str, pr: PullRequest, release: str | None) -> str:
-    """Checks out `base`, applies what `pr` requires and then its series patches; returns the commit before its own."""
-    _git(tree, "checkout", "-q", "-f", "-B", "pr-split", base)
-    for needed in required(pr):
-        patches = pr_patches(needed, release)
-        if not patches:
-            raise SplitError(f"{directory(pr)} requires {directory(needed)}, which is not written yet")
-        _git(tree, "am", "-q", "-3", *map(str, patches))
-    start = _git(tree, "rev-parse", "HEAD").strip()
-    for number in pr.patches:
-        patch = str(_series_patch(number, release))
-        try:
-            _git(tree, "am", "-q", "-3", patch)
-        except SplitError:
-            subprocess.run(["git", "-C", str(tree), "am", "--abort"], capture_output=True)
-            try:  # the series' context may hold an earlier patch's lines this pull request does not carry
-                _git(tree, "am", "-q", "-C1", patch)
-            except SplitError as exc:
-                subprocess.run(["git", "-C", str(tree), "am", "--abort"], capture_output=True)
-                before = [directory(n) for n in required(pr)] or "nothing"
-                raise SplitError(f"{directory(pr)}: patch {number} does not apply on {release or 'master'} with "
-                                 f"only {before} before it: {exc}") from None  # fmt: skip
-    if pr.squash:
-        _squash(tree, start, pr.squash)
-    return start
-
-
-def _squash(tree: Path, start: str, subject: str) -> None:
-    """start..HEAD as one commit: `subject`, then each commit's message body in order (a paragraph they share, as
-    the CPU-evidence one, once at the end), dated as the first."""
-    commits = _git(tree, "rev-list", "--reverse", f"{start}..HEAD").split()
-    paragraphs = [p.strip() for c in commits for p in _git(tree, "log", "-1", "--format=%b", c).split("\n\n")]
-    shared = [p for p in dict.fromkeys(paragraphs) if p.startswith(CPU_PARAGRAPH)]
-    body = [p for p in paragraphs if p and p not in shared] + shared
-    date = _git(tree, "log", "-1", "--format=%aD", commits[0]).strip()
-    _git(tree, "reset", "-q", "--soft", start)
-    _git(tree, "commit", "-q", f"--date={date}", "-m", "\n\n".join([subject, *body]))
-
-
-def _export(tree: Path, start: str, dest: Path) -> list[Path]:
-    dest.mkdir(parents=True, exist_ok=True)
-    for old in dest.glob("[0-9][0-9][0-9][0-9]-*.patch"):
-        old.unlink()
-    _git(tree, "format-patch", "-q", "-N", "--zero-commit", "--no-signature", "-o", str(dest), f"{start}..HEAD")
-    return sorted(dest.glob("[0-9][0-9][0-9][0-9]-*.patch"))
 
 
 def _body(patch: Path) -> str:
     """A patch's diff without what differs between bases for the same change: blob ids and hunk positions."""
-    text = patch.read_text()
+    text = re.sub(r"(?m)^From [0-9a-f]{40} .*$|\n-- \n[\d.]+\n*\Z", "", patch.read_text()).rstrip("\n")
     text = re.sub(r"^index [0-9a-f]+\.\.[0-9a-f]+.*$", "", text, flags=re.MULTILINE)
     return re.sub(r"^@@ -\d+(,\d+)? \+\d+(,\d+)? @@", "@@", text, flags=re.MULTILINE)
 
 
-def split(master: Path, master_base: str, release: Path, release_base: str, only: str | None = None) -> list[str]:
-    """Every pull request, or the one whose folder or slug is `only` (what it requires is taken as committed)."""
+def _carry(work: Path, mine: Path, by_hand: Path) -> bool:
+    """The release form committed for `mine` (a master form) where there is one (True), else `mine` carried over
+    by `git am -3` (False)."""
+    if by_hand.is_file():
+        _git(work, "am", "-q", str(by_hand))
+        return True
+    try:
+        _git(work, "am", "-q", "-3", str(mine))
+    except FormError as exc:
+        subprocess.run(["git", "-C", str(work), "am", "--abort"], capture_output=True)
+        raise FormError(f"{mine.parent.name}/{mine.name} does not carry over to {RELEASE} after what it requires "
+                        f"({exc}); write its {RELEASE} form by hand as {by_hand}") from None  # fmt: skip
+    return False
+
+
+def release_forms(master: Path, checkout: Path, only: str | None = None) -> list[str]:
+    """Every pull request's commits taken on the release after what it requires (in their release forms): a commit
+    with a release form by hand takes it (never rewritten here); the others are carried over by `git am -3`, and
+    where the diff that gives differs from the master form, it is written as the commit's release form."""
     written = []
-    for pr in PRS:
-        if (only and only not in (pr.slug, directory(pr))) or not pr.findings:  # outside the series: as written
-            continue
-        folder = PRS_DIR / directory(pr)
-        if folder.exists():
-            shutil.rmtree(folder)
-        start = _take(master, master_base, pr, None)
-        ours = _export(master, start, folder)
-        start = _take(release, release_base, pr, RELEASE)
-        with tempfile.TemporaryDirectory() as tmp:
-            theirs = _export(release, start, Path(tmp))
-            if [_body(p) for p in theirs] != [_body(p) for p in ours]:
-                shutil.copytree(tmp, folder / RELEASE)
-        if pr.requires:
-            (folder / "REQUIRES").write_text("".join(directory(p) + "\n" for p in required(pr)))
-        (folder / "PR.md").write_text(render(pr, ours))
-        written.append(
-            f"{directory(pr)}: {len(ours)} patches" + (f", own {RELEASE} form" if (folder / RELEASE).exists() else "")
-        )
+    base = _git(checkout, "rev-parse", "HEAD").strip()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp) / "work"
+        _git(checkout, "clone", "-q", "--shared", "--no-checkout", str(checkout), str(work))
+        _git(work, "fetch", "-q", str(master), "HEAD")
+        master_base = _git(work, "rev-parse", "FETCH_HEAD").strip()
+        for pr in PRS:
+            if only and only not in (pr.slug, directory(pr)):
+                continue
+            _git(work, "checkout", "-q", "-f", "--detach", master_base)
+            for needed in [*required(pr), pr]:
+                _git(work, "am", "-q", *map(str, pr_patches(needed, None)))
+            _git(work, "checkout", "-q", "-f", "--detach", base)
+            for needed in required(pr):
+                _git(work, "am", "-q", "-3", *map(str, pr_patches(needed, RELEASE)))
+            ours = pr_patches(pr, None)
+            folder = PRS_DIR / directory(pr) / RELEASE
+            kept = [mine for mine in ours if _carry(work, mine, folder / mine.name)]
+            exported = Path(tmp) / directory(pr)
+            _git(work, "format-patch", "-q", "-N", "--zero-commit", "--no-signature", "-o", str(exported),
+                 f"HEAD~{len(ours)}..HEAD")  # fmt: skip
+            carried = 0
+            for mine, theirs in zip(ours, sorted(exported.glob("*.patch")), strict=True):
+                if mine not in kept and _body(mine) != _body(theirs):
+                    folder.mkdir(exist_ok=True)
+                    (folder / mine.name).write_text(theirs.read_text())
+                    carried += 1
+            written.append(f"{directory(pr)}: {len(ours)} commits; {RELEASE} forms: {len(kept)} by hand, {carried} "
+                           "written now")  # fmt: skip
     return written
 
 
@@ -154,9 +126,13 @@ def _changed_lines(patches: list[Path]) -> int:
 
 
 def texts() -> list[str]:
-    """Every PR.md rendered again from the registry and the committed patches (no checkout needed)."""
+    """Every PR.md and REQUIRES written again from the registry and the committed patches (no checkout needed)."""
     for pr in PRS:
-        (PRS_DIR / directory(pr) / "PR.md").write_text(render(pr, pr_patches(pr, None)))
+        folder = PRS_DIR / directory(pr)
+        (folder / "PR.md").write_text(render(pr, pr_patches(pr, None)))
+        (folder / "REQUIRES").unlink(missing_ok=True)
+        if pr.requires:
+            (folder / "REQUIRES").write_text("".join(directory(p) + "\n" for p in required(pr)))
     return [directory(pr) for pr in PRS]
 
 
@@ -220,9 +196,6 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
     lines += [f"- {pr.breaks}."] if pr.breaks else []
     lines += ["", "## The fix", ""]
     lines += [f"- {_subject(p)}" for p in patches]
-    if pr.squash:
-        lines += ["", f"One commit for the series' patches {', '.join(f'`{n}`' for n in pr.patches)}: they edit the "
-                  "same lines."]  # fmt: skip
     lines += ["", "Each commit's message says the cause, the fix and its test in full."]
     lines += ["", "## Tests", ""]
     lines += [f"- `tests/{t}` (`{f.patch}`)" for f in found for t in f.tests]
@@ -266,18 +239,18 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
 def main(argv: list[str]) -> int:
     if argv == ["--texts"]:
         for line in texts():
-            print(f"{line}: PR.md")
+            print(f"{line}: PR.md, REQUIRES")
         return 0
     only = None
-    if len(argv) == 6 and argv[4] == "--only":
-        argv, only = argv[:4], argv[5]
-    if len(argv) != 4:
+    if len(argv) == 4 and argv[2] == "--only":
+        argv, only = argv[:2], argv[3]
+    if len(argv) != 2:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
     try:
-        for line in split(Path(argv[0]), argv[1], Path(argv[2]), argv[3], only):
+        for line in release_forms(Path(argv[0]), Path(argv[1]), only):
             print(line)
-    except SplitError as exc:
+    except FormError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

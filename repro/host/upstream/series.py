@@ -1,0 +1,203 @@
+"""The linear series (one commit per finding, in the registry's order) derived from the pull requests, the only
+form committed (repro/patches/prs/). Each pull request is taken as a maintainer takes it, alone on the base after
+what it requires; each finding's commit is then cherry-picked from there onto one line, so git's three-way merge
+carries a change over the lines of the pull requests beside it (no fuzz). A patch that conflicts is an error
+naming it: the pull requests no longer compose.
+
+    python -m repro.host.upstream.series DS_CHECKOUT OUT    the series for a DeepSpeed checkout (master), tests
+                                                            included: `git am OUT/*.patch` gives the whole branch
+
+The harness derives the deepspeed/ part for the installed release on first use (patched_copy.series_dir)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ... import findings
+from ...findings.prs import PRS, PullRequest, directory, required
+
+PRS_DIR = Path(__file__).resolve().parents[2] / "patches" / "prs"
+# Fixed identity and dates: the derived patches are the same bytes on every machine (their cache key is their input).
+_ENV = {
+    "GIT_AUTHOR_NAME": "series",
+    "GIT_AUTHOR_EMAIL": "series@localhost",
+    "GIT_COMMITTER_NAME": "series",
+    "GIT_COMMITTER_EMAIL": "series@localhost",
+    "GIT_COMMITTER_DATE": "2026-12-01T09:00:00Z",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+
+def git_env() -> dict[str, str]:
+    return {**os.environ, **_ENV}
+
+
+class SeriesError(RuntimeError):
+    pass
+
+
+def pr_patches(pr: PullRequest, release: str | None) -> list[Path]:
+    """A pull request's commits for master (release None) or for `release`: each in its own `release` form where
+    its master form does not apply there (PRS_DIR/<dir>/<release>/, same file name), else the master form."""
+    folder = PRS_DIR / directory(pr)
+    own = folder / release if release else None
+    return [
+        own / patch.name if own is not None and (own / patch.name).is_file() else patch
+        for patch in sorted(folder.glob("[0-9][0-9][0-9][0-9]-*.patch"))
+    ]
+
+
+def commit_of(number: str) -> Path:
+    """The master form of a finding's patch: its commit in its pull request (what a maintainer reads)."""
+    pr = findings.prs.pr_of(findings.by_patch(number).id)
+    patches = pr_patches(pr, None)
+    if len(patches) != len(pr.patches):
+        raise SeriesError(f"{directory(pr)} holds {len(patches)} commits for {len(pr.patches)} findings")
+    return patches[pr.patches.index(number)]
+
+
+def deepspeed_part(patch_text: str) -> str:
+    """A `git format-patch` text's file diffs that change the deepspeed package (not its tests)."""
+    blocks = re.split(r"(?m)^(?=diff --git )", patch_text)
+    return "".join(b for b in blocks[1:] if b.startswith("diff --git a/deepspeed/"))
+
+
+def _git(repo: Path, *args: str, stdin: str | None = None) -> str:
+    done = subprocess.run(["git", "-C", str(repo), *args], input=stdin, capture_output=True, text=True, env=git_env())
+    if done.returncode != 0:
+        raise SeriesError(f"git {args[0]}: {(done.stdout + done.stderr).strip()[-500:]}")
+    return done.stdout
+
+
+def _mail(patch: Path, whole: bool) -> str:
+    """The patch as `git am` takes it: whole, or its headers and message with only the deepspeed/ diffs."""
+    text = patch.read_text()
+    if whole:
+        return text
+    head = re.split(r"(?m)^(?=diff --git )", text)[0]
+    return head + deepspeed_part(text)
+
+
+def _take(repo: Path, base: str, pr: PullRequest, release: str | None, whole: bool) -> list[str]:
+    """Checks out `base` (detached), takes what `pr` requires and then `pr` itself by `git am`; returns its own
+    commits."""
+    _git(repo, "checkout", "-q", "-f", "--detach", base)
+    for needed in [*required(pr), pr]:
+        for patch in pr_patches(needed, release):
+            try:
+                _git(repo, "am", "-q", stdin=_mail(patch, whole))
+            except SeriesError as exc:
+                subprocess.run(["git", "-C", str(repo), "am", "--abort"], capture_output=True)
+                raise SeriesError(f"{directory(needed)}/{patch.name} does not apply on {release or 'the checkout'} "
+                                  f"after {[directory(p) for p in required(pr)]}: {exc}") from None  # fmt: skip
+    own = len(pr_patches(pr, release))
+    return _git(repo, "rev-list", "--reverse", f"HEAD~{own}..HEAD").split()
+
+
+def _linear(repo: Path, base: str, release: str | None, whole: bool) -> list[tuple[str, str]]:
+    """(number, commit) for every finding, in series order, on one branch from `base`."""
+    by_number: dict[str, str] = {}
+    for pr in PRS:
+        if not pr.findings:  # outside the series (the fallbacks): what the tests stand on, applied apart
+            continue
+        commits = _take(repo, base, pr, release, whole)
+        if len(commits) != len(pr.patches):
+            raise SeriesError(f"{directory(pr)} holds {len(commits)} commits for {len(pr.patches)} findings")
+        by_number.update(zip(pr.patches, commits, strict=True))
+    _git(repo, "checkout", "-q", "-f", "--detach", base)
+    line = []
+    for number in findings.SERIES:
+        try:
+            _git(repo, "cherry-pick", "--allow-empty", by_number[number])
+        except SeriesError as exc:
+            subprocess.run(["git", "-C", str(repo), "cherry-pick", "--abort"], capture_output=True)
+            raise SeriesError(f"patch {number} ({commit_of(number).parent.name}) conflicts with the patches before "
+                              f"it in the series: {exc}") from None  # fmt: skip
+        line.append((number, _git(repo, "rev-parse", "HEAD").strip()))
+    return line
+
+
+def _export(repo: Path, line: list[tuple[str, str]], out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    for number, commit in line:
+        _git(repo, "format-patch", "-q", "-N", "--zero-commit", "--no-signature", "--start-number", str(int(number)),
+             "-o", str(out), "-1", commit)  # fmt: skip
+    return sorted(out.glob("[0-9][0-9][0-9][0-9]-*.patch"))
+
+
+def _touched() -> set[str]:
+    """Every deepspeed/ file a pull request's patch changes."""
+    return {
+        path
+        for patch in PRS_DIR.glob("*/**/[0-9][0-9][0-9][0-9]-*.patch")
+        for path in re.findall(r"(?m)^diff --git a/(deepspeed/\S+) ", patch.read_text())
+    }
+
+
+def key(package_dir: Path, release: str) -> str:
+    """What a derived series depends on: every pull request's patches and the base's files they touch."""
+    digest = hashlib.sha256(release.encode())
+    for patch in sorted(PRS_DIR.glob("*/**/[0-9][0-9][0-9][0-9]-*.patch")):
+        digest.update(str(patch.relative_to(PRS_DIR)).encode() + patch.read_bytes())
+    for rel in sorted(_touched()):
+        path = package_dir.parent / rel
+        digest.update(rel.encode() + (path.read_bytes() if path.exists() else b"-"))
+    return digest.hexdigest()[:12]
+
+
+def derive_for_package(package_dir: Path, release: str, out: Path) -> list[Path]:
+    """The series' deepspeed/ part for an installed DeepSpeed `release` (package_dir: its `deepspeed/`), into
+    `out`. Only the files the patches touch are copied: the rest of the package cannot change a merge."""
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = Path(tmp)
+        for rel in _touched():
+            source = package_dir.parent / rel
+            if source.is_file():
+                (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, repo / rel)
+        _git(repo, "init", "-q")
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "--allow-empty", "-m", f"DeepSpeed {release}")
+        base = _git(repo, "rev-parse", "HEAD").strip()
+        return _export(repo, _linear(repo, base, release, whole=False), out)
+
+
+def derive_for_checkout(checkout: Path, out: Path) -> list[Path]:
+    """The whole series (tests included) for a DeepSpeed git checkout at its HEAD, into `out`; the pull requests'
+    forms for the checkout's version (version.txt) where they have one. Worked in a shared clone: the checkout
+    gains no branch, commit or worktree."""
+    version = (checkout / "version.txt").read_text().strip() if (checkout / "version.txt").is_file() else None
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp) / "work"
+        _git(checkout, "clone", "-q", "--shared", "--no-checkout", str(checkout), str(work))
+        base = _git(checkout, "rev-parse", "HEAD").strip()
+        return _export(work, _linear(work, base, version, whole=True), out)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        return 2
+    checkout, out = Path(argv[0]), Path(argv[1])
+    if out.exists() and any(out.iterdir()):
+        print(f"error: {out} is not empty; choose another OUT", file=sys.stderr)
+        return 2
+    try:
+        for patch in derive_for_checkout(checkout, out):
+            print(patch)
+    except SeriesError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
