@@ -60,17 +60,20 @@ PRS: tuple[PullRequest, ...] = (
         requires=("inference-fallbacks",),
     ),
     PullRequest(
-        "llama-lora",
-        "Hybrid Engine: accept DeepSpeed-Chat's LoRA modules in the Llama containers",
-        ("llama-lora",),
-        "every DeepSpeed-Chat Llama-2 LoRA script crashes at initialize",
-    ),
-    PullRequest(
         "current-transformers",
         "Kernel injection: what the Llama and GPT-NeoX layers return on current Transformers (a tensor, the Cache)",
         ("llama-layer-tuple", "cache-return"),
         "Llama crashes on Transformers >= 4.54; GPT-NeoX, GPT-Neo and GPT-J fail at the second generate step on "
         "4.45 to 4.53",
+        requires=("inference-fallbacks",),  # its end-to-end test runs the injected layers (CPU: fallbacks)
+    ),
+    PullRequest(
+        "llama-lora",
+        "Hybrid Engine: accept DeepSpeed-Chat's LoRA modules in the Llama containers",
+        ("llama-lora",),
+        "every DeepSpeed-Chat Llama-2 LoRA script crashes at initialize",
+        # its end-to-end test runs the injected Llama layers: on CPU the fallbacks, on Transformers >= 4.54 a tensor
+        requires=("inference-fallbacks", "current-transformers"),
     ),
     PullRequest(
         "left-padding",

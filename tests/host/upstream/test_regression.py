@@ -46,7 +46,10 @@ EXPECTED_FAILURES = {
         "test_scaled_rotary_is_refused_by_name[linear]": regression.DID_NOT_RAISE,
     },
     "0007": {"test_merge_qkv_without_biases_adds_no_bias": A},
-    "0008": {"test_llama_model_runs_on_the_injected_layers_output": "AttributeError"},
+    "0008": {
+        "test_llama_model_runs_on_the_injected_layers_output": "AttributeError",
+        "TestHybridEngineLlamaGenerate::test_generate_computes_the_model": "AttributeError",
+    },
     "0009": {
         **{
             f"{test}[{policy}]": A
@@ -59,6 +62,7 @@ EXPECTED_FAILURES = {
         "test_inference_module_sees_fused_lora[llama]": "AttributeError",
         "test_inference_module_sees_fused_lora[internlm]": A,
         "test_lora_params_are_found_on_every_llama2_target": A,
+        "TestHybridEngineLlamaLoRAGenerate::test_generate_computes_the_model_with_its_lora": "AttributeError",
     },
     "0010": {
         f"test_unservable_configuration_is_refused_by_name[{case}]": A
@@ -79,6 +83,7 @@ EXPECTED_FAILURES = {
     "0014": {
         "test_inference_config_uses_the_models_activation[relu-2]": A,
         "test_an_activation_the_kernel_lacks_is_refused_by_name[silu]": regression.DID_NOT_RAISE,
+        "TestHybridEngineGPTNeoXActivationGenerate::test_generate_computes_the_model": A,
     },
     "0015": {"test_a_model_without_attention_biases_is_refused_by_name": "AttributeError"},
     "0016": {

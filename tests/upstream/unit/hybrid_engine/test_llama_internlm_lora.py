@@ -13,6 +13,9 @@ from deepspeed.module_inject.containers import llama
 from deepspeed.module_inject.containers.internlm import InternLMLayerPolicy
 from deepspeed.module_inject.containers.llama2 import LLAMA2LayerPolicy
 from deepspeed.module_inject.utils import policy_to_ds_container
+import deepspeed
+from deepspeed.accelerator import get_accelerator
+from unit.common import DistributedTest
 
 transformers = pytest.importorskip("transformers")
 
@@ -175,3 +178,77 @@ def test_lora_params_are_found_on_every_llama2_target():
     found = [params for params in container.get_lora_params() if len(params) == 3]
 
     assert len(found) == 7
+
+
+def greedy(model, input_ids):
+    output = model.generate(input_ids,
+                            attention_mask=torch.ones_like(input_ids),
+                            max_new_tokens=4,
+                            min_new_tokens=4,
+                            do_sample=False,
+                            pad_token_id=0,
+                            return_dict_in_generate=True,
+                            output_logits=True)
+    return output.sequences[:, input_ids.shape[1]:], torch.stack(output.logits)
+
+
+def hybrid_engine(model, stage=2):
+    config = {
+        "train_micro_batch_size_per_gpu": 1,
+        "zero_optimization": {
+            "stage": stage
+        },
+        "optimizer": {
+            "type": "Adam",
+            "params": {
+                "lr": 1e-3,
+                "torch_adam": True
+            }
+        },
+        "hybrid_engine": {
+            "enabled": True,
+            "max_out_tokens": 256
+        },
+    }
+    engine, *_ = deepspeed.initialize(model=model, config=config, model_parameters=model.parameters())
+    return engine
+
+
+class TestHybridEngineLlamaLoRAGenerate(DistributedTest):
+    world_size = 1
+
+    # End to end: with DeepSpeed-Chat's LoRA on every Linear of a Llama's layers, the Hybrid Engine's generate(),
+    # through the injected layers (their kernels, or on CPU the PyTorch fallbacks), computes the model with its LoRA.
+    def test_generate_computes_the_model_with_its_lora(self):
+        torch.manual_seed(0)
+        config = transformers.LlamaConfig(vocab_size=1024,
+                                          hidden_size=256,
+                                          num_hidden_layers=2,
+                                          num_attention_heads=4,
+                                          num_key_value_heads=4,
+                                          intermediate_size=512,
+                                          max_position_embeddings=256)
+        model = transformers.LlamaForCausalLM(config).eval()
+        for layer in model.model.layers:
+            for name in LORA_TARGETS:
+                parent_name, leaf = name.split(".")
+                parent = getattr(layer, parent_name)
+                lora = LinearLayer_LoRA(getattr(parent, leaf))
+                with torch.no_grad():  # a delta the size of a trained one, not of the base weight
+                    lora.lora_right_weight.mul_(0.1)
+                    lora.lora_left_weight.mul_(0.1)
+                setattr(parent, leaf, lora)
+        device = get_accelerator().current_device_name()
+        model = model.to(device)
+        input_ids = torch.arange(10, 74, device=device).unsqueeze(0)
+        with torch.no_grad():
+            expected_tokens, expected_logits = greedy(model, input_ids)
+        engine = hybrid_engine(model)
+
+        engine.eval()
+        with torch.no_grad():
+            tokens, logits = greedy(engine, input_ids)
+
+        assert engine._inference_containers, "no layer was injected"
+        assert torch.equal(tokens, expected_tokens)
+        assert torch.allclose(logits, expected_logits, atol=1e-3)
