@@ -640,6 +640,8 @@ FINDINGS: tuple[Finding, ...] = (
         scope=Scope(archs=("gpt-neox", "llama"), left_pad=True, transformers=(FIRST_BOOL_MASKS, None)),
         workaround="Transformers < 4.53",
         tests=("unit/ops/transformer/inference/test_ds_attention_bool_mask.py",),
+        # its end-to-end test generates through the injected Llama layers: a tensor from them on Transformers >= 4.54
+        needs=("llama-layer-tuple",),
         text="ISSUE-left-padding.md",
         scripts=(Script("left_padding.py", transformers=FIRST_BOOL_MASKS),),
         shows=("left padding attended: the injected attention cannot use the mask Transformers hands it ({patch})",),

@@ -6,6 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import deepspeed
+from deepspeed.accelerator import get_accelerator
 from deepspeed.inference.config import DeepSpeedInferenceConfig
 from deepspeed.module_inject.containers import LLAMALayerPolicy
 from deepspeed.module_inject.containers import internlm
@@ -13,8 +15,6 @@ from deepspeed.module_inject.containers import llama
 from deepspeed.module_inject.containers.internlm import InternLMLayerPolicy
 from deepspeed.module_inject.containers.llama2 import LLAMA2LayerPolicy
 from deepspeed.module_inject.utils import policy_to_ds_container
-import deepspeed
-from deepspeed.accelerator import get_accelerator
 from unit.common import DistributedTest
 
 transformers = pytest.importorskip("transformers")

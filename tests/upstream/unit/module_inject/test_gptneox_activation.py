@@ -5,12 +5,12 @@
 import pytest
 import torch
 
+import deepspeed
+from deepspeed.accelerator import get_accelerator
 from deepspeed.inference.config import DeepSpeedInferenceConfig
 from deepspeed.module_inject.containers import GPTNEOXLayerPolicy
 from deepspeed.module_inject.utils import policy_to_ds_container
 from deepspeed.utils.types import ActivationFuncType
-import deepspeed
-from deepspeed.accelerator import get_accelerator
 from unit.common import DistributedTest
 
 transformers = pytest.importorskip("transformers")

@@ -5,13 +5,13 @@
 import pytest
 import torch
 
+import deepspeed
+from deepspeed.accelerator import get_accelerator
 from deepspeed.inference.config import DeepSpeedInferenceConfig
 from deepspeed.model_implementations.transformers.ds_transformer import DeepSpeedTransformerInference
 from deepspeed.module_inject.containers import LLAMALayerPolicy
 from deepspeed.module_inject.containers import llama
 from deepspeed.module_inject.utils import policy_to_ds_container
-import deepspeed
-from deepspeed.accelerator import get_accelerator
 from unit.common import DistributedTest
 
 transformers = pytest.importorskip("transformers")

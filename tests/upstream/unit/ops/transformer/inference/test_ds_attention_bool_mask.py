@@ -4,9 +4,13 @@
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 
+import deepspeed
+from deepspeed.accelerator import get_accelerator
 from deepspeed.ops.transformer.inference.ds_attention import DeepSpeedSelfAttention, minus_inf
+from unit.common import DistributedTest
 
 HIDDEN = 8
 PADDING = torch.tensor([[False, False, True, True], [True, True, True, True]])  # row 0 left-padded by 2
@@ -91,3 +95,66 @@ def test_int64_and_additive_masks_are_handed_over_as_before():
 
     assert attention.step(4, additive_mask) is additive_mask
     assert torch.equal(attention.step(4, PADDING.long()), (1 - PADDING.long()).float() * minus_inf)
+
+
+def greedy(model, input_ids, attention_mask):
+    output = model.generate(input_ids,
+                            attention_mask=attention_mask,
+                            max_new_tokens=4,
+                            min_new_tokens=4,
+                            do_sample=False,
+                            pad_token_id=0,
+                            return_dict_in_generate=True,
+                            output_logits=True)
+    return output.sequences[:, input_ids.shape[1]:], torch.stack(output.logits)
+
+
+class TestHybridEngineLeftPaddedGenerate(DistributedTest):
+    world_size = 1
+
+    # End to end: a batch whose first prompt is left-padded (as DeepSpeed-Chat pads its prompts) generates through
+    # the Hybrid Engine's injected Llama layers (their kernels, or on CPU the PyTorch fallbacks) as the model does,
+    # every row, on the bool masks transformers >= 4.53 hands the layers.
+    def test_generate_computes_every_row(self):
+        transformers = pytest.importorskip("transformers")
+        torch.manual_seed(0)
+        config = transformers.LlamaConfig(vocab_size=1024,
+                                          hidden_size=256,
+                                          num_hidden_layers=2,
+                                          num_attention_heads=4,
+                                          num_key_value_heads=4,
+                                          intermediate_size=512,
+                                          max_position_embeddings=256)
+        device = get_accelerator().current_device_name()
+        model = transformers.LlamaForCausalLM(config).to(device).eval()
+        input_ids = torch.arange(10, 26, device=device).repeat(2, 1)
+        attention_mask = torch.ones_like(input_ids)
+        input_ids[0, :3], attention_mask[0, :3] = 0, 0
+        with torch.no_grad():
+            expected_tokens, expected_logits = greedy(model, input_ids, attention_mask)
+        config = {
+            "train_micro_batch_size_per_gpu": 1,
+            "zero_optimization": {
+                "stage": 2
+            },
+            "optimizer": {
+                "type": "Adam",
+                "params": {
+                    "lr": 1e-3,
+                    "torch_adam": True
+                }
+            },
+            "hybrid_engine": {
+                "enabled": True,
+                "max_out_tokens": 256
+            },
+        }
+        engine, *_ = deepspeed.initialize(model=model, config=config, model_parameters=model.parameters())
+
+        engine.eval()
+        with torch.no_grad():
+            tokens, logits = greedy(engine, input_ids, attention_mask)
+
+        assert engine._inference_containers, "no layer was injected"
+        assert torch.equal(tokens, expected_tokens)
+        assert torch.allclose(logits, expected_logits, atol=1e-3)
