@@ -359,6 +359,7 @@ FINDINGS: tuple[Finding, ...] = (
         needs=("zero3-qkv-layout",),
         workaround=TP_1,
         tests=("unit/hybrid_engine/test_hybrid_engine_tensor_parallel.py",),
+        bug_errors=("RuntimeError",),  # its end-to-end test: the injected layers' shapes do not match the weights
         text="ISSUE-tensor-parallel.md",
         scripts=(Script("tensor_parallel_generate.py", 2),),
         shows=("tensor-parallel generation hands the injected layers unsliced weights ({patch})",),

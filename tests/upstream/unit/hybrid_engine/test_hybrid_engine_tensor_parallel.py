@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import deepspeed
+from deepspeed.accelerator import get_accelerator
 from deepspeed.module_inject.containers import gptneox
 from deepspeed.runtime.zero import GatheredParameters
 from unit.common import DistributedTest
@@ -147,3 +148,54 @@ class TestHybridEngineTensorParallelWithoutMpu(DistributedTest):
         for container in engine._inference_containers:
             assert container.module.attention.attn_ow is container.dense_w
             assert container.module.mlp.output_w is container._4hh_w
+
+
+def greedy(model, input_ids, lm_head):
+    """Generated tokens and each step's last-position logits, read from the LM head (tensor-parallel generate
+    returns this rank's prompts' token ids)."""
+    logits = []
+    hook = lm_head.register_forward_hook(lambda module, args, output: logits.append(output[:, -1].float()))
+    try:
+        output = model.generate(input_ids,
+                                attention_mask=torch.ones_like(input_ids),
+                                max_new_tokens=4,
+                                min_new_tokens=4,
+                                do_sample=False,
+                                pad_token_id=0)
+    finally:
+        hook.remove()
+    return output[:, input_ids.shape[1]:], torch.stack(logits)
+
+
+class TestHybridEngineTensorParallelGenerate(DistributedTest):
+    world_size = 2
+
+    # End to end: with inference_tp_size 2 and no mpu (DeepSpeed-Chat), the Hybrid Engine's generate(), through the
+    # injected layers (their kernels, or on CPU the PyTorch fallbacks) on each rank's slice, computes the model.
+    def test_generate_computes_the_model(self):
+        torch.manual_seed(0)
+        config = transformers.GPTNeoXConfig(vocab_size=1024,
+                                            hidden_size=256,
+                                            num_hidden_layers=2,
+                                            num_attention_heads=4,
+                                            intermediate_size=1024,
+                                            max_position_embeddings=256)
+        model = transformers.GPTNeoXForCausalLM(config)
+        for layer in model.gpt_neox.layers:
+            # What GPTNEOXLayerPolicy.get_hidden_heads() reads, which GPTNeoXAttention lost in Transformers 4.48.
+            layer.attention.hidden_size = config.hidden_size
+            layer.attention.num_attention_heads = config.num_attention_heads
+        device = get_accelerator().current_device_name()
+        model = model.to(device).eval()
+        input_ids = torch.arange(10, 74, device=device).unsqueeze(0)
+        with torch.no_grad():
+            expected_tokens, expected_logits = greedy(model, input_ids, model.embed_out)
+        engine, *_ = initialize(model, zero_stage=2, pin_parameters=True)
+
+        engine.eval()
+        with torch.no_grad():
+            tokens, logits = greedy(engine, input_ids, engine.module.embed_out)
+
+        assert engine._inference_containers, "no layer was injected"
+        assert torch.equal(tokens, expected_tokens)
+        assert torch.allclose(logits, expected_logits, atol=1e-3)
