@@ -131,6 +131,8 @@ PRS: tuple[PullRequest, ...] = (
         "Hybrid Engine: keep LoRA fused for every decode step on the non-pinned ZeRO-3 path",
         ("lora-non-pinned",),
         "non-pinned ZeRO-3 with LoRA generates every token after the first without LoRA",
+        # its end-to-end test: a GPT-NeoX with LoRA under ZeRO-3, through the injected layers (CPU: fallbacks)
+        requires=("zero3-qkv-layout",),
     ),
     PullRequest(
         "opt",
@@ -151,6 +153,7 @@ PRS: tuple[PullRequest, ...] = (
         "Kernel injection: GPT-NeoX's layers found and sized on current Transformers",
         ("gptneox-hidden-heads", "gptneox-layer-class"),
         "GPT-NeoX (Pythia) injection fails on Transformers >= 4.49 and is silently off on 4.45 to 4.51",
+        requires=("inference-fallbacks",),  # its end-to-end test runs the injected layers (CPU: fallbacks)
     ),
     PullRequest(
         "gptneox-config",

@@ -164,6 +164,8 @@ FINDINGS: tuple[Finding, ...] = (
         scope=Scope(archs=ALL_ARCHS, zero=(3,), lora=True, pin=False, min_ranks=2),
         workaround="keep `pin_parameters: true` (no `--unpin_actor_parameters`)",
         tests=("unit/hybrid_engine/test_hybrid_engine_lora_non_pinned.py",),
+        # its end-to-end test: a GPT-NeoX with LoRA under ZeRO-3, whose QKV layout and LoRA layout must hold
+        needs=("zero3-qkv-layout", "lora-qkv-layout"),
         shows=("LoRA lost at decode, non-pinned ZeRO-3 ({patch})",),
     ),
     Finding(

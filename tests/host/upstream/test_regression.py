@@ -16,19 +16,25 @@ CALL_ORDERS = ("train_before_first_eval", "eval_twice", "train_twice_after_eval"
 # Per patch: each test that fails without it (with its prerequisites), and how: the test's own assertion, or
 # the bug's own exception where the bug is one.
 EXPECTED_FAILURES = {
-    "0000": {"test_get_hidden_heads_reads_the_layer_config": "AttributeError"},
+    "0000": {
+        "test_get_hidden_heads_reads_the_layer_config": "AttributeError",
+        "TestHybridEngineGPTNeoXGenerate::test_generate_computes_the_model": "AttributeError",
+    },
     "0001": {
         "TestHybridMegatronZeRO3Layout::test_transform_for_inference_persists_layout": A,
         "TestHybridEngineZeRO3Generate::test_generate_computes_the_model": A,
     },
     "0002": {"test_fuse_lora_after_transform_for_inference": A},
     "0003": {
-        f"TestHybridEngineLoRANonPinned::{test}": A
-        for test in (
-            "test_every_forward_sees_fused_lora",
-            "test_generate_restores_weights_and_fuses_again_next_time",
-            "test_generate_that_raises_leaves_no_lora_fused",
-        )
+        **{
+            f"TestHybridEngineLoRANonPinned::{test}": A
+            for test in (
+                "test_every_forward_sees_fused_lora",
+                "test_generate_restores_weights_and_fuses_again_next_time",
+                "test_generate_that_raises_leaves_no_lora_fused",
+            )
+        },
+        "TestHybridEngineLoRANonPinnedGenerate::test_generate_computes_the_model_with_its_lora": A,
     },
     "0004": {
         **{

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import deepspeed
+from deepspeed.accelerator import get_accelerator
 from deepspeed.module_inject.containers.features.hybrid_engine import HybridEngineContainer
 from deepspeed.runtime.hybrid_engine import DeepSpeedHybridEngine
 from deepspeed.runtime.zero import GatheredParameters
@@ -146,3 +147,91 @@ class TestHybridEngineLoRANonPinned(DistributedTest):
         generate(engine, steps=2)
         for container, (_, fused) in zip(engine._inference_containers, expected):
             assert torch.allclose(container.seen[-1], fused, rtol=0, atol=RESTORE_ATOL)
+
+
+class LinearLayer_LoRA(torch.nn.Module):
+    """DeepSpeed-Chat's LoRA linear (dschat/utils/module/lora.py, dropout 0) on an nn.Linear's weight and bias."""
+
+    def __init__(self, linear):
+        super().__init__()
+        self.weight, self.bias = linear.weight, linear.bias
+        rows, columns = linear.weight.shape
+        self.lora_right_weight = torch.nn.Parameter(torch.randn(columns, LORA_DIM) * 0.1)
+        self.lora_left_weight = torch.nn.Parameter(torch.randn(LORA_DIM, rows) * 0.1)
+        self.lora_scaling = LORA_SCALING
+        self.fuse_lora = False
+
+    def forward(self, x):
+        lora = (x @ self.lora_right_weight @ self.lora_left_weight) * self.lora_scaling
+        return torch.nn.functional.linear(x, self.weight, self.bias) + lora
+
+
+def greedy(model, input_ids):
+    output = model.generate(input_ids,
+                            attention_mask=torch.ones_like(input_ids),
+                            max_new_tokens=4,
+                            min_new_tokens=4,
+                            do_sample=False,
+                            pad_token_id=0,
+                            return_dict_in_generate=True,
+                            output_logits=True)
+    return output.sequences[:, input_ids.shape[1]:], torch.stack(output.logits)
+
+
+class TestHybridEngineLoRANonPinnedGenerate(DistributedTest):
+    world_size = 2
+
+    # End to end: a GPT-NeoX with DeepSpeed-Chat's LoRA on every Linear of its layers, on 2 ranks on the non-pinned
+    # ZeRO-3 path, generates through the injected layers (their kernels, or on CPU the PyTorch fallbacks) as the
+    # model with its LoRA does, at every step.
+    def test_generate_computes_the_model_with_its_lora(self):
+        transformers = pytest.importorskip("transformers")
+        torch.manual_seed(0)  # the same weights on every rank, spawned or forked
+        config = transformers.GPTNeoXConfig(vocab_size=1024,
+                                            hidden_size=256,
+                                            num_hidden_layers=2,
+                                            num_attention_heads=4,
+                                            intermediate_size=1024,
+                                            max_position_embeddings=256)
+        model = transformers.GPTNeoXForCausalLM(config).eval()
+        for layer in model.gpt_neox.layers:
+            # What GPTNEOXLayerPolicy.get_hidden_heads() reads, which GPTNeoXAttention lost in Transformers 4.48.
+            layer.attention.hidden_size = config.hidden_size
+            layer.attention.num_attention_heads = config.num_attention_heads
+            for parent in (layer.attention, layer.mlp):
+                for name, child in list(parent.named_children()):
+                    if isinstance(child, torch.nn.Linear):
+                        setattr(parent, name, LinearLayer_LoRA(child))
+        device = get_accelerator().current_device_name()
+        model = model.to(device)
+        input_ids = torch.arange(10, 74, device=device).unsqueeze(0)
+        with torch.no_grad():
+            expected_tokens, expected_logits = greedy(model, input_ids)
+        config = {
+            "train_micro_batch_size_per_gpu": 1,
+            "zero_optimization": {
+                "stage": 3,
+                "stage3_param_persistence_threshold": 0
+            },
+            "optimizer": {
+                "type": "Adam",
+                "params": {
+                    "lr": 1e-3,
+                    "torch_adam": True
+                }
+            },
+            "hybrid_engine": {
+                "enabled": True,
+                "max_out_tokens": 256,
+                "pin_parameters": False
+            },
+        }
+        engine, *_ = deepspeed.initialize(model=model, config=config, model_parameters=model.parameters())
+
+        engine.eval()
+        with torch.no_grad():
+            tokens, logits = greedy(engine, input_ids)
+
+        assert engine._inference_containers, "no layer was injected"
+        assert torch.equal(tokens, expected_tokens)
+        assert torch.allclose(logits, expected_logits, atol=1e-3)
