@@ -13,7 +13,8 @@
 # run on the tree with only those (they must fail) and with the pull request too (they must pass). A commit's form
 # for the checkout's version (NN-slug/<version>/, from version.txt) is taken where it has one. Set DS_TESTS="unit/... unit/..." to also run DeepSpeed's
 # own tests of the areas the series touches with the series applied (docs/upstream.md lists the CPU set).
-# CPU: DS_ACCELERATOR=cpu, and LOCAL_SIZE=2 so that the CPU accelerator offers the two ranks the tests ask for.
+# CPU by default: DS_ACCELERATOR=cpu, and LOCAL_SIZE=2 so that the CPU accelerator offers the two ranks the tests
+# ask for. ACCELERATOR=gpu leaves DeepSpeed to find the machine's CUDA or ROCm devices (scripts/gpu-check.sh).
 set -euo pipefail
 src=${1:?usage: scripts/prove-in-deepspeed-tree.sh /path/to/DeepSpeed-checkout [SERIES_DIR]}
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -60,7 +61,12 @@ first=()
 for dir in "${required[@]}"; do mapfile -t -O "${#first[@]}" first < <(form "$dir"); done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-export DS_ACCELERATOR=cpu LOCAL_SIZE=${LOCAL_SIZE:-2} PYTHONDONTWRITEBYTECODE=1
+case "${ACCELERATOR:-cpu}" in
+  cpu) export DS_ACCELERATOR=cpu LOCAL_SIZE=${LOCAL_SIZE:-2} ;;
+  gpu) unset DS_ACCELERATOR ;;
+  *) echo "error: ACCELERATOR is cpu or gpu, not ${ACCELERATOR}" >&2; exit 2 ;;
+esac
+export PYTHONDONTWRITEBYTECODE=1
 export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$repo/build/torch-extensions}
 
 tree() {  # a copy of the checkout's tracked files that DeepSpeed and its tests need, as a git repository

@@ -27,6 +27,9 @@ CONFIGS = {
     "gpt-neo": ("GPTNeoConfig", {"hidden_size": 256, "num_heads": 4, "num_layers": 2, "vocab_size": 1024,
                                  "attention_types": [[["global", "local"], 1]], "window_size": 256}),
     "opt": ("OPTConfig", {**SIZES, "ffn_dim": 512, "word_embed_proj_dim": 256}),
+    # for repro.host.upstream.pr_cost: every model a pull request may concern
+    "gpt-neox": ("GPTNeoXConfig", {**SIZES, "intermediate_size": 1024}),
+    "gpt-j": ("GPTJConfig", {"n_embd": 256, "n_head": 4, "n_layer": 2, "vocab_size": 1024, "rotary_dim": 32}),
 }  # fmt: skip
 PROMPT, NEW_TOKENS = 8, 8
 KEPT = ("cache_bytes", "cache_tokens", "generate_s", "peak_bytes_above_held")

@@ -77,9 +77,9 @@ def scripts_of(text: str) -> list[IssueScript]:
     return [s for s in SCRIPTS if s.text == text]
 
 
-def series_without(patch: str) -> tuple[str, ...]:
-    """The whole series less `patch` and every patch that needs it (regression.PREREQUISITES)."""
-    dropped = {patch}
+def series_without(*patches: str) -> tuple[str, ...]:
+    """The whole series less `patches` and every patch that needs one of them (regression.PREREQUISITES)."""
+    dropped = set(patches)
     while True:
         more = {p for p, needs in PREREQUISITES.items() if dropped & set(needs)} - dropped
         if not more:
