@@ -41,6 +41,8 @@ TINY = dict(
 )
 # Pythia-410M's architecture with seeded random weights: the default model on CPU (no model hub needed).
 RANDOM_PYTHIA = "pythia-410m"
+# The real model, on the hub: the default on an AMD host where it can be loaded (repro.host.jobs.default_model).
+REAL_PYTHIA = "EleutherAI/pythia-410m-deduped"
 ARCHITECTURES = {RANDOM_PYTHIA: PYTHIA_410M, "tiny": TINY}
 DEFAULT_PROMPT_IDS = (12092, 13, 309, 1353, 253, 1921, 310, 247)
 
@@ -105,8 +107,8 @@ def check_cached(name: str) -> None:
 def _check_local_dir(name: str, path: Path) -> None:
     if not path.exists():
         raise ModelUnavailable(
-            f"--model {name}: no such local directory (and not a hub id like EleutherAI/pythia-410m-deduped, "
-            "nor pythia-410m or tiny)"
+            f"--model {name}: no such local directory (and not a hub id like {REAL_PYTHIA}, "
+            f"nor {RANDOM_PYTHIA} or tiny)"
         )
     if not path.is_dir():
         raise ModelUnavailable(f"--model {name}: is a file; pass the directory save_pretrained wrote")

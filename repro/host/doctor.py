@@ -7,6 +7,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..model_registry import REAL_PYTHIA
 from ..paths import hf_home
 from .images import amd, containers
 
@@ -108,7 +109,7 @@ def _resources() -> list[Check]:
             "HF cache",
             hf.is_dir(),
             str(hf) if hf.is_dir() else f"{hf} missing",
-            "only needed for real hub models: huggingface-cli download EleutherAI/pythia-410m-deduped",
+            f"only needed for real hub models: huggingface-cli download {REAL_PYTHIA}",
             "--model <hub id>",
         ),
     ]

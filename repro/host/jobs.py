@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..model_registry import RANDOM_PYTHIA, ModelUnavailable, check_available, check_cached
+from ..model_registry import RANDOM_PYTHIA, REAL_PYTHIA, ModelUnavailable, check_available, check_cached
 from ..options import (
     EXIT_BROKEN,
     EXIT_EXPECTATION,
@@ -33,7 +33,6 @@ from .images import amd, containers, engines
 from .rundir import new_run_dir
 from .upstream import regression
 
-REAL_PYTHIA = "EleutherAI/pythia-410m-deduped"
 GPU_NAMES = {"gfx90a": "mi250", "gfx942": "mi300x"}
 
 
