@@ -14,7 +14,7 @@
 # for the checkout's version (NN-slug/<version>/, from version.txt) is taken where it has one. Set DS_TESTS="unit/... unit/..." to also run DeepSpeed's
 # own tests of the areas the series touches with the series applied (docs/upstream.md lists the CPU set).
 # CPU by default: DS_ACCELERATOR=cpu, and LOCAL_SIZE=2 so that the CPU accelerator offers the two ranks the tests
-# ask for. ACCELERATOR=gpu leaves DeepSpeed to find the machine's CUDA or ROCm devices (scripts/gpu-check.sh).
+# ask for. ACCELERATOR=gpu leaves DeepSpeed to find the machine's CUDA or ROCm devices (scripts/gpu-check.sh --pr).
 set -euo pipefail
 src=${1:?usage: scripts/prove-in-deepspeed-tree.sh /path/to/DeepSpeed-checkout [SERIES_DIR]}
 repo=$(cd "$(dirname "$0")/.." && pwd)

@@ -1,14 +1,14 @@
 """What a pull request costs per generate, for the GPU check every kernel-path pull request owes
-(`python -m repro.host.upstream.pr_cost OUT PR [--backend cuda --ranks 1]`; scripts/gpu-check.sh runs it after the
-pull request's tests and DeepSpeed's own Hybrid Engine tests): for each model its findings concern, greedy generate
-through the Hybrid Engine (pinned ZeRO-3, DeepSpeed-Chat's call; repro.rank.cache_cost) on the installed DeepSpeed
-with the whole series less the pull request's patches (and those that need them), then with the whole series: the
-time per generate, on a GPU the device memory a generate peaks at above what was held before it, and whether the
-tokens are the model's. The rest of the series stays on both sides, so that another bug does not stand in the way
-of the measurement; the fallbacks (outside the series) are measured with the series and without themselves.
-Writes OUT/pr-cost.json and OUT/pr-cost.md. On the CPU (the default) the kernels are our PyTorch stand-ins: the
-times are CPU evidence and no device memory is measured; with --backend cuda or rocm, DeepSpeed's compiled
-kernels."""
+(`python -m repro.host.upstream.pr_cost OUT PR [--backend cuda --ranks 1]`; scripts/gpu-check.sh --pr runs it as
+its stage pr-cost, after the pull request's tests and DeepSpeed's own Hybrid Engine tests): for each model its
+findings concern, greedy generate through the Hybrid Engine (pinned ZeRO-3, DeepSpeed-Chat's call;
+repro.rank.cache_cost) on the installed DeepSpeed with the whole series less the pull request's patches (and those
+that need them), then with the whole series: the time per generate, on a GPU the device memory a generate peaks at
+above what was held before it, and whether the tokens are the model's. The rest of the series stays on both sides,
+so that another bug does not stand in the way of the measurement; the fallbacks (outside the series) are measured
+with the series and without themselves. Writes OUT/pr-cost.json and OUT/pr-cost.md. On the CPU (the default) the
+kernels are our PyTorch stand-ins: the times are CPU evidence and no device memory is measured; with --backend cuda
+or rocm, DeepSpeed's compiled kernels."""
 
 from __future__ import annotations
 
