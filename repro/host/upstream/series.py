@@ -11,6 +11,7 @@ The harness derives the deepspeed/ part for the installed release on first use (
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -38,6 +39,9 @@ _ENV = {
 
 def git_env() -> dict[str, str]:
     return {**os.environ, **_ENV}
+
+
+TOUCHED = r"(?m)^diff --git a/(deepspeed/\S+) "  # a file a patch changes in the deepspeed package
 
 
 class SeriesError(RuntimeError):
@@ -133,22 +137,42 @@ def _export(repo: Path, line: list[tuple[str, str]], out: Path) -> list[Path]:
     return sorted(out.glob("[0-9][0-9][0-9][0-9]-*.patch"))
 
 
+def _patch_files() -> tuple[tuple[str, int, int], ...]:
+    """Every pull request's patch, with what tells an edit (mtime, size): the cheap half of key()."""
+    stats = ((p, p.stat()) for p in sorted(PRS_DIR.glob("*/**/[0-9][0-9][0-9][0-9]-*.patch")))
+    return tuple((str(p), st.st_mtime_ns, st.st_size) for p, st in stats)
+
+
+@functools.lru_cache(maxsize=8)
+def _touched_by(patches: tuple[tuple[str, int, int], ...]) -> tuple[str, ...]:
+    return tuple(sorted({rel for p, *_ in patches for rel in re.findall(TOUCHED, Path(p).read_text())}))
+
+
 def _touched() -> set[str]:
     """Every deepspeed/ file a pull request's patch changes."""
-    return {
-        path
-        for patch in PRS_DIR.glob("*/**/[0-9][0-9][0-9][0-9]-*.patch")
-        for path in re.findall(r"(?m)^diff --git a/(deepspeed/\S+) ", patch.read_text())
-    }
+    return set(_touched_by(_patch_files()))
 
 
 def key(package_dir: Path, release: str) -> str:
-    """What a derived series depends on: every pull request's patches and the base's files they touch."""
-    digest = hashlib.sha256(release.encode())
-    for patch in sorted(PRS_DIR.glob("*/**/[0-9][0-9][0-9][0-9]-*.patch")):
-        digest.update(str(patch.relative_to(PRS_DIR)).encode() + patch.read_bytes())
-    for rel in sorted(_touched()):
+    """What a derived series depends on: every pull request's patches and the base's files they touch. Hashed once
+    per process while no file of them changes (every patch_file() call asks)."""
+    patches = _patch_files()
+    files = []
+    for rel in _touched_by(patches):
         path = package_dir.parent / rel
+        st = path.stat() if path.exists() else None
+        files.append((rel, st.st_mtime_ns if st else None, st.st_size if st else None))
+    return _key(release, str(package_dir.parent), patches, tuple(files))
+
+
+@functools.lru_cache(maxsize=8)
+def _key(release: str, root: str, patches: tuple, files: tuple) -> str:
+    digest = hashlib.sha256(release.encode())
+    for name, *_ in patches:
+        patch = Path(name)
+        digest.update(str(patch.relative_to(PRS_DIR)).encode() + patch.read_bytes())
+    for rel, *_ in files:
+        path = Path(root) / rel
         digest.update(rel.encode() + (path.read_bytes() if path.exists() else b"-"))
     return digest.hexdigest()[:12]
 
