@@ -28,6 +28,7 @@ from ...findings import reports
 from ...findings.prs import PRS, PullRequest, directory, required
 from ...paths import REPO_ROOT
 from . import cache_cost, lora_cost, series, tp_cost
+from .series import SeriesError, git
 
 PRS_DIR = series.PRS_DIR
 pr_patches = series.pr_patches  # where the harness finds a pull request's patches
@@ -41,17 +42,6 @@ RELEASE = "0.19.8"
 CPU_PARAGRAPH = "The figures above were measured on CPU"  # how a commit message says what is CPU evidence
 
 
-class FormError(RuntimeError):
-    pass
-
-
-def _git(tree: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True, env=series.git_env())
-    if done.returncode != 0:
-        raise FormError(f"git {' '.join(args[:2])} in {tree}: {done.stderr.strip()[-600:]}")
-    return done.stdout
-
-
 def _body(patch: Path) -> str:
     """A patch's diff without what differs between bases for the same change: blob ids and hunk positions."""
     text = re.sub(r"(?m)^From [0-9a-f]{40} .*$|\n-- \n[\d.]+\n*\Z", "", patch.read_text()).rstrip("\n")
@@ -63,14 +53,14 @@ def _carry(work: Path, mine: Path, by_hand: Path) -> bool:
     """The release form committed for `mine` (a master form) where there is one (True), else `mine` carried over
     by `git am -3` (False)."""
     if by_hand.is_file():
-        _git(work, "am", "-q", str(by_hand))
+        git(work, "am", "-q", str(by_hand))
         return True
     try:
-        _git(work, "am", "-q", "-3", str(mine))
-    except FormError as exc:
+        git(work, "am", "-q", "-3", str(mine))
+    except SeriesError as exc:
         subprocess.run(["git", "-C", str(work), "am", "--abort"], capture_output=True)
-        raise FormError(f"{mine.parent.name}/{mine.name} does not carry over to {RELEASE} after what it requires "
-                        f"({exc}); write its {RELEASE} form by hand as {by_hand}") from None  # fmt: skip
+        raise SeriesError(f"{mine.parent.name}/{mine.name} does not carry over to {RELEASE} after what it requires "
+                          f"({exc}); write its {RELEASE} form by hand as {by_hand}") from None  # fmt: skip
     return False
 
 
@@ -79,26 +69,26 @@ def release_forms(master: Path, checkout: Path, only: str | None = None) -> list
     with a release form by hand takes it (never rewritten here); the others are carried over by `git am -3`, and
     where the diff that gives differs from the master form, it is written as the commit's release form."""
     written = []
-    base = _git(checkout, "rev-parse", "HEAD").strip()
+    base = git(checkout, "rev-parse", "HEAD").strip()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "work"
-        _git(checkout, "clone", "-q", "--shared", "--no-checkout", str(checkout), str(work))
-        _git(work, "fetch", "-q", str(master), "HEAD")
-        master_base = _git(work, "rev-parse", "FETCH_HEAD").strip()
+        git(checkout, "clone", "-q", "--shared", "--no-checkout", str(checkout), str(work))
+        git(work, "fetch", "-q", str(master), "HEAD")
+        master_base = git(work, "rev-parse", "FETCH_HEAD").strip()
         for pr in PRS:
             if only and only not in (pr.slug, directory(pr)):
                 continue
-            _git(work, "checkout", "-q", "-f", "--detach", master_base)
+            git(work, "checkout", "-q", "-f", "--detach", master_base)
             for needed in [*required(pr), pr]:
-                _git(work, "am", "-q", *map(str, pr_patches(needed, None)))
-            _git(work, "checkout", "-q", "-f", "--detach", base)
+                git(work, "am", "-q", *map(str, pr_patches(needed, None)))
+            git(work, "checkout", "-q", "-f", "--detach", base)
             for needed in required(pr):
-                _git(work, "am", "-q", "-3", *map(str, pr_patches(needed, RELEASE)))
+                git(work, "am", "-q", "-3", *map(str, pr_patches(needed, RELEASE)))
             ours = pr_patches(pr, None)
             folder = PRS_DIR / directory(pr) / RELEASE
             kept = [mine for mine in ours if _carry(work, mine, folder / mine.name)]
             exported = Path(tmp) / directory(pr)
-            _git(work, "format-patch", "-q", "-N", "--zero-commit", "--no-signature", "-o", str(exported),
+            git(work, "format-patch", "-q", "-N", "--zero-commit", "--no-signature", "-o", str(exported),
                  f"HEAD~{len(ours)}..HEAD")  # fmt: skip
             carried = 0
             for mine, theirs in zip(ours, sorted(exported.glob("*.patch")), strict=True):
@@ -250,7 +240,7 @@ def main(argv: list[str]) -> int:
     try:
         for line in release_forms(Path(argv[0]), Path(argv[1]), only):
             print(line)
-    except FormError as exc:
+    except SeriesError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -74,10 +74,12 @@ def deepspeed_part(patch_text: str) -> str:
     return "".join(b for b in blocks[1:] if b.startswith("diff --git a/deepspeed/"))
 
 
-def _git(repo: Path, *args: str, stdin: str | None = None) -> str:
+def git(repo: Path, *args: str, stdin: str | None = None) -> str:
+    """git in `repo` with this module's fixed identity and dates; SeriesError naming the command and the repository
+    where it fails (pr_forms runs its git through it too)."""
     done = subprocess.run(["git", "-C", str(repo), *args], input=stdin, capture_output=True, text=True, env=git_env())
     if done.returncode != 0:
-        raise SeriesError(f"git {args[0]}: {(done.stdout + done.stderr).strip()[-500:]}")
+        raise SeriesError(f"git {' '.join(args[:2])} in {repo}: {(done.stdout + done.stderr).strip()[-500:]}")
     return done.stdout
 
 
@@ -93,17 +95,17 @@ def _mail(patch: Path, whole: bool) -> str:
 def _take(repo: Path, base: str, pr: PullRequest, release: str | None, whole: bool) -> list[str]:
     """Checks out `base` (detached), takes what `pr` requires and then `pr` itself by `git am`; returns its own
     commits."""
-    _git(repo, "checkout", "-q", "-f", "--detach", base)
+    git(repo, "checkout", "-q", "-f", "--detach", base)
     for needed in [*required(pr), pr]:
         for patch in pr_patches(needed, release):
             try:
-                _git(repo, "am", "-q", stdin=_mail(patch, whole))
+                git(repo, "am", "-q", stdin=_mail(patch, whole))
             except SeriesError as exc:
                 subprocess.run(["git", "-C", str(repo), "am", "--abort"], capture_output=True)
                 raise SeriesError(f"{directory(needed)}/{patch.name} does not apply on {release or 'the checkout'} "
                                   f"after {[directory(p) for p in required(pr)]}: {exc}") from None  # fmt: skip
     own = len(pr_patches(pr, release))
-    return _git(repo, "rev-list", "--reverse", f"HEAD~{own}..HEAD").split()
+    return git(repo, "rev-list", "--reverse", f"HEAD~{own}..HEAD").split()
 
 
 def _linear(repo: Path, base: str, release: str | None, whole: bool) -> list[tuple[str, str]]:
@@ -116,23 +118,23 @@ def _linear(repo: Path, base: str, release: str | None, whole: bool) -> list[tup
         if len(commits) != len(pr.patches):
             raise SeriesError(f"{directory(pr)} holds {len(commits)} commits for {len(pr.patches)} findings")
         by_number.update(zip(pr.patches, commits, strict=True))
-    _git(repo, "checkout", "-q", "-f", "--detach", base)
+    git(repo, "checkout", "-q", "-f", "--detach", base)
     line = []
     for number in findings.SERIES:
         try:
-            _git(repo, "cherry-pick", "--allow-empty", by_number[number])
+            git(repo, "cherry-pick", "--allow-empty", by_number[number])
         except SeriesError as exc:
             subprocess.run(["git", "-C", str(repo), "cherry-pick", "--abort"], capture_output=True)
             raise SeriesError(f"patch {number} ({commit_of(number).parent.name}) conflicts with the patches before "
                               f"it in the series: {exc}") from None  # fmt: skip
-        line.append((number, _git(repo, "rev-parse", "HEAD").strip()))
+        line.append((number, git(repo, "rev-parse", "HEAD").strip()))
     return line
 
 
 def _export(repo: Path, line: list[tuple[str, str]], out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     for number, commit in line:
-        _git(repo, "format-patch", "-q", "-N", "--zero-commit", "--no-signature", "--start-number", str(int(number)),
+        git(repo, "format-patch", "-q", "-N", "--zero-commit", "--no-signature", "--start-number", str(int(number)),
              "-o", str(out), "-1", commit)  # fmt: skip
     return sorted(out.glob("[0-9][0-9][0-9][0-9]-*.patch"))
 
@@ -187,10 +189,10 @@ def derive_for_package(package_dir: Path, release: str, out: Path) -> list[Path]
             if source.is_file():
                 (repo / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(source, repo / rel)
-        _git(repo, "init", "-q")
-        _git(repo, "add", "-A")
-        _git(repo, "commit", "-q", "--allow-empty", "-m", f"DeepSpeed {release}")
-        base = _git(repo, "rev-parse", "HEAD").strip()
+        git(repo, "init", "-q")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "--allow-empty", "-m", f"DeepSpeed {release}")
+        base = git(repo, "rev-parse", "HEAD").strip()
         return _export(repo, _linear(repo, base, release, whole=False), out)
 
 
@@ -201,8 +203,8 @@ def derive_for_checkout(checkout: Path, out: Path) -> list[Path]:
     version = (checkout / "version.txt").read_text().strip() if (checkout / "version.txt").is_file() else None
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "work"
-        _git(checkout, "clone", "-q", "--shared", "--no-checkout", str(checkout), str(work))
-        base = _git(checkout, "rev-parse", "HEAD").strip()
+        git(checkout, "clone", "-q", "--shared", "--no-checkout", str(checkout), str(work))
+        base = git(checkout, "rev-parse", "HEAD").strip()
         return _export(work, _linear(work, base, version, whole=True), out)
 
 
