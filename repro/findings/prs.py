@@ -18,6 +18,9 @@ class PullRequest:
     findings: tuple[str, ...]  # by registry id, in the series' order
     value: str  # why a maintainer takes it, in one sentence
     requires: tuple[str, ...] = ()  # slugs
+    # An open upstream pull request this one builds on (credited in PR.md): submitted on top of its head, a commit
+    # whose change that head already holds keeps only its tests (repro.host.upstream.pr_submit).
+    builds_on: str = ""
     # A pull request outside the series (no finding: what the Hybrid Engine's evidence stands on, as DeepSpeed's
     # PyTorch fallbacks): what breaks, for whom; its upstream tests; the exceptions that are its bugs. Its patches
     # are committed as written, not split from the series.
@@ -56,6 +59,11 @@ PRS: tuple[PullRequest, ...] = (
         "Hybrid Engine: keep GPT-NeoX's QKV layout changes under ZeRO-3 (#8391, with #8392)",
         ("zero3-qkv-layout", "lora-qkv-layout", "qkv-transform-idempotent"),
         "Pythia / GPT-NeoX under ZeRO-3 generates from a scrambled QKV: the upstream report, #8392's fix made safe",
+        builds_on="#8392, the reporter's fix for #8391 (`modifier_rank=0` in both transforms, with a regression test "
+        "that passed on an MI300X node and Pythia runs on MI250 and MI300X, as the report says). This pull request "
+        "offers the rest on top of it: its first commit is the same change with the tests that prove it on two "
+        "ranks under real ZeRO-3 partitions; submitted on #8392's head, that commit carries only its tests, and the "
+        "other two make the change safe (the LoRA delta in the current layout; idempotent transforms)",
         # its end-to-end test generates through the injected layers, which on CPU runners need the fallbacks
         requires=("inference-fallbacks",),
     ),

@@ -180,6 +180,7 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
         why = " (for its end-to-end test on CPU runners: on a GPU the kernels run, and this one stands without it)"
         needs = [directory(p) + (why if not p.findings and p.slug in pr.requires else "") for p in required(pr)]
         lines += [f"**Requires:** {', '.join(needs)}, applied first.", ""]
+    lines += [f"**Builds on:** {pr.builds_on}.", ""] if pr.builds_on else []
     lines += ["## What breaks, for whom", ""]
     lines += [f"- **{f.id}** (`{f.patch}`): {f.summary} {_released(f)} Workaround: {_for_maintainers(f.workaround)}."
               for f in found]  # fmt: skip

@@ -3,7 +3,11 @@ PR_DIR CHECKOUT "Name <email>"`): the commits carry the submitter as author and 
 matching Signed-off-by (DeepSpeed's DCO check), on a new branch `he/<slug>` of a clean DeepSpeed checkout; what the
 pull request REQUIRES is taken first, and said. The series' placeholder author is refused: its commits are not
 anyone's until someone signs them off. Lines of a commit message that point to this project's own tooling are
-listed, for the submitter to reword before pushing."""
+listed, for the submitter to reword before pushing.
+
+A commit whose DeepSpeed change the checkout already holds (a pull request it builds on, such as #8392, checked out
+as the base) is not applied twice: its tests alone are committed, said so in its message, and named in the output.
+"""
 
 from __future__ import annotations
 
@@ -56,8 +60,34 @@ def as_submitter(patch: str, name: str, email: str) -> str:
     """The patch with the submitter as its author (the From: header), dated by `git am` now (no Date: header)."""
     head, sep, rest = patch.partition("\nSubject: ")
     head = re.sub(r"(?ms)^From: .*?(?=^\S)", f"From: {name} <{email}>\n", head + "\n").rstrip("\n")
-    head = re.sub(r"(?m)^Date: .*\n?", "", head)
+    head = re.sub(r"(?m)^Date: .*\n?", "", head).rstrip("\n")
     return head + sep + rest
+
+
+def _holds_change(checkout: Path, patch: Path) -> bool:
+    """Whether the checkout already holds the patch's deepspeed/ change (it reverse-applies there)."""
+    if "\ndiff --git a/deepspeed/" not in patch.read_text():
+        return False
+    check = [
+        "git",
+        "-C",
+        str(checkout),
+        "apply",
+        "--check",
+        "--reverse",
+        "--include=deepspeed/*",
+        str(patch.resolve()),
+    ]
+    return subprocess.run(check, capture_output=True).returncode == 0
+
+
+def tests_only(patch: str) -> str:
+    """The patch's message for its tests alone, once the change it tests is in the base."""
+    said = ("The change these tests check is already in the base this branch starts from; this commit adds\n"
+            "only its tests. The change's own description follows.\n\n")  # fmt: skip
+    patch = re.sub(r"(?m)^(Subject: \[PATCH[^\]]*\] )", r"\1Test: ", patch, count=1)
+    head, blank, body = patch.partition("\n\n")
+    return head + blank + said + body
 
 
 def tooling_lines(checkout: Path, base: str) -> list[str]:
@@ -85,20 +115,29 @@ def submit(pr_dir: Path, checkout: Path, author: str) -> list[str]:
     own = len(sorted(pr_dir.glob("[0-9][0-9][0-9][0-9]-*.patch")))
     _git(checkout, "checkout", "-q", "-b", branch)
     identity = {"GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}
+    held = []
     with tempfile.TemporaryDirectory() as tmp:
-        files = []
-        for i, patch in enumerate(patches):
-            copy = Path(tmp) / f"{i:04d}-{patch.name}"
-            copy.write_text(as_submitter(patch.read_text(), name, email))
-            files.append(str(copy))
         try:
-            _git(checkout, "am", "-q", "--signoff", *files, env=identity)
+            for i, patch in enumerate(patches):
+                copy = Path(tmp) / f"{i:04d}-{patch.name}"
+                text = as_submitter(patch.read_text(), name, email)
+                if _holds_change(checkout, patch):
+                    held.append(patch.name)
+                    if not re.search(r"(?m)^diff --git a/(?!deepspeed/)", text):
+                        continue  # nothing but the change: the base holds all of it
+                    copy.write_text(tests_only(text))
+                    _git(checkout, "am", "-q", "--signoff", "--exclude=deepspeed/*", str(copy), env=identity)
+                else:
+                    copy.write_text(text)
+                    _git(checkout, "am", "-q", "--signoff", str(copy), env=identity)
         except SubmitError:
             subprocess.run(["git", "-C", str(checkout), "am", "--abort"], capture_output=True)
             _git(checkout, "checkout", "-q", base)
             _git(checkout, "branch", "-q", "-D", branch)
             raise
     lines = [f"branch {branch} in {checkout}: {len(patches)} commits by {name} <{email}>, each signed off"]
+    lines += [f"  {held_patch}: its deepspeed/ change is already in the base; only its tests are committed "
+              "(credit the base's pull request in the description)" for held_patch in held]  # fmt: skip
     if len(patches) > own:
         lines.append(f"  the first {len(patches) - own} are what it REQUIRES ({', '.join(_requires(pr_dir))}): "
                      "submit those first, or rebase onto them once merged")  # fmt: skip

@@ -47,6 +47,7 @@ def test_every_commit_is_the_submitters_and_signed_off(pr, tmp_path):
     assert any("reword before pushing" in line and "python -m repro" in line for line in said)
     author, committer, message = git(checkout, "log", "-1", "--format=%an <%ae>%n%cn <%ce>%n%B").split("\n", 2)
     assert author == committer == "Ada Lovelace <ada@example.org>"
+    assert message.startswith("Add b\n\nMeasured with")  # the subject stays the subject
     assert message.rstrip().endswith("Signed-off-by: Ada Lovelace <ada@example.org>")
     assert "deepspeed-he-zero3-repro" not in git(checkout, "log", "-1", "--format=%an %ae %B")
 
@@ -76,6 +77,38 @@ def test_a_patch_that_does_not_apply_leaves_the_checkout_as_it_was(pr, tmp_path)
     with pytest.raises(pr_submit.SubmitError, match="git am"):
         pr_submit.submit(pr, checkout, "Ada Lovelace <ada@example.org>")
     assert git(checkout, "rev-parse", "HEAD") == head and git(checkout, "branch", "--list", "he/*") == ""
+
+
+def test_a_change_the_base_already_holds_is_not_applied_twice_its_tests_are(tmp_path):
+    """02 on top of #8392: the base holds 0001's change (another author's commit); 0001's tests and 0002 follow."""
+    source = repo_with(tmp_path, "source")
+    (source / "deepspeed").mkdir()
+    (source / "deepspeed" / "x.py").write_text("rank = None\n")
+    git(source, "add", "-A")
+    git(source, "-c", "user.name=base", "-c", "user.email=base@x", "commit", "-q", "-m", "deepspeed")
+    checkout = tmp_path / "deepspeed"
+    git(tmp_path, "clone", "-q", str(source), str(checkout))
+    placeholder = ["-c", "user.name=deepspeed-he-zero3-repro", "-c", "user.email=p@users.noreply.github.com"]
+    (source / "deepspeed" / "x.py").write_text("rank = 0\n")
+    (source / "tests").mkdir()
+    (source / "tests" / "test_x.py").write_text("def test_rank(): pass\n")
+    git(source, "add", "-A")
+    git(source, *placeholder, "commit", "-q", "-m", "Persist the change with rank 0\n\nWhy.")
+    (source / "deepspeed" / "x.py").write_text("rank = 0\nidempotent = True\n")
+    git(source, *placeholder, "commit", "-q", "-am", "Make it idempotent")
+    folder = tmp_path / "prs" / "98-layout"
+    folder.mkdir(parents=True)
+    git(source, "format-patch", "-q", "-2", "--zero-commit", "-o", str(folder))
+    (folder / "PR.md").write_text("# Layout\n")
+    (checkout / "deepspeed" / "x.py").write_text("rank = 0\n")  # the upstream pull request, checked out as base
+    git(checkout, "-c", "user.name=Upstream", "-c", "user.email=up@x", "commit", "-q", "-am", "Upstream fix")
+    said = pr_submit.submit(folder, checkout, "Ada Lovelace <ada@example.org>")
+    assert any(line.strip().startswith("0001-") and "already in the base" in line for line in said)
+    subjects = git(checkout, "log", "--format=%an|%s", "-3").splitlines()
+    assert subjects == ["Ada Lovelace|Make it idempotent", "Ada Lovelace|Test: Persist the change with rank 0",
+                        "Upstream|Upstream fix"]  # fmt: skip
+    assert git(checkout, "show", "--name-only", "--format=", "HEAD~1").split() == ["tests/test_x.py"]
+    assert (checkout / "deepspeed" / "x.py").read_text() == "rank = 0\nidempotent = True\n"
 
 
 def test_usage_is_one_line_and_exit_2(capsys):
