@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # deps stage of both images: torch (pinned by the build arg, then frozen), DeepSpeed with the ops we
-# prebuild, Transformers and the rest from constraints.txt. Fails the build on any drift.
+# prebuild, Transformers and the rest from constraints/pinned.txt. Fails the build on any drift.
 set -euxo pipefail
 
 : "${TORCH_REQUIREMENT:?}" "${DS_BUILD_TRANSFORMER_INFERENCE:?}"

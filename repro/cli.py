@@ -172,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--transformers",
         metavar="VERSION",
         help="with --config: the Transformers to check on (the pinned one or one with a "
-        "constraints-transformers-VERSION.txt; default: where the Hybrid Engine engages the architecture)",
+        "constraints/transformers-VERSION.txt; default: where the Hybrid Engine engages the architecture)",
     )
     conformance.add_argument(
         "--weights", action="store_true", help="with --config DIR: the model itself, with its model.safetensors"
@@ -368,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise UsageError(f"{only[0]} answers no setup: it takes no {', '.join(ignored)}")
             if args.table:
                 from .findings import table
-                from .host.conformance.transformers_env import newest
+                from .host.envs.transformers_env import newest
 
                 print(table.render(newest()))
                 return 0

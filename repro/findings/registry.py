@@ -23,7 +23,7 @@ from .finding import (
 ALL_ARCHS = ("gpt-neox", "gpt-neo", "llama", "opt", "gpt-j", "bloom")
 # The architectures whose layers hold no QKV bias (GPT-NeoX, OPT and BLOOM have one).
 BIAS_FREE = ("gpt-neo", "llama", "gpt-j")
-# Transformers pins the issue scripts run on where the pinned one hides their bug (constraints-transformers-*.txt):
+# Transformers pins the issue scripts run on where the pinned one hides their bug (constraints/transformers-*.txt):
 # OPT is injected up to 4.48.3 (0.19.8 keeps Cache-based OPT native from 4.49), BLOOM up to 4.43.4 (DeepSpeed's
 # container refuses newer), bool masks start at 4.53.0.
 OPT_ENGAGED = "4.48.3"

@@ -29,8 +29,9 @@ from ..findings.setup import Setup, releases_apart, version_tuple
 from ..options import EXIT_BROKEN, UsageError
 from ..paths import REPO_ROOT
 from . import launch
-from .conformance import my_model, transformers_env
-from .conformance.transformers_env import pinned
+from .conformance import my_model
+from .envs import transformers_env
+from .envs.transformers_env import pinned
 
 CELLS = REPO_ROOT / "results" / "reference" / "conformance" / "conformance.json"
 README = REPO_ROOT / "README.md"
@@ -300,7 +301,7 @@ def check_runnable(setup: Setup, served: bool, config: Path | None, model_type: 
     if setup.transformers not in versions:
         known = ", ".join(sorted(versions, key=version_tuple))
         raise UsageError(f"--run --transformers {setup.transformers}: the suite runs Transformers {known} "
-                         "(constraints-transformers-*.txt)")  # fmt: skip
+                         "(constraints/transformers-*.txt)")  # fmt: skip
     if config is not None:
         my_model.read(config)  # refuses a config that asks for its directory's own code (auto_map)
     if policies.remote_policy_of(model_type):

@@ -124,7 +124,7 @@ def _python() -> list[Check]:
                 f"python: {module}",
                 found,
                 "importable" if found else "missing",
-                "scripts/bootstrap.sh (creates .venv with constraints.txt)",
+                "scripts/bootstrap.sh (creates .venv with constraints/pinned.txt)",
                 "local runs and tests",
             )
         )

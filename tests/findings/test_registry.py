@@ -33,7 +33,7 @@ def test_each_finding_points_at_what_exists(finding: Finding):
     assert all(findings.by_id(n).patch < finding.patch for n in finding.needs), "needs an earlier patch"
     for s in finding.scripts:
         if s.transformers:
-            assert (ROOT / f"constraints-transformers-{s.transformers}.txt").is_file()
+            assert (ROOT / f"constraints/transformers-{s.transformers}.txt").is_file()
     if finding.text:
         assert list((ROOT / "results" / "reference").glob(f"*/{finding.text}"))
     for sentence in finding.diagnoses:

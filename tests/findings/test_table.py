@@ -10,7 +10,7 @@ from repro.findings.answer import CORRECT, NOT_MEASURED
 from repro.findings.ds_chat import SETUPS
 from repro.findings.finding import OUTCOMES, REFUSED
 from repro.host import affected
-from repro.host.conformance.transformers_env import newest, pinned
+from repro.host.envs.transformers_env import newest, pinned
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from ...options import UsageError
-from . import transformers_env
+from ..envs import transformers_env
 from .plan import ARCHS, ENGAGED_ON, PINNED, SCENARIOS, cell_axes
 
 # Transformers' model_type -> the suite's architecture (repro.rank.archs has an adapter for each).
@@ -55,11 +55,11 @@ def served(path: Path) -> bool:
 
 def transformers_of(version: str | None) -> str | None:
     """The Transformers a --config check runs on: None (the architecture's default), the pinned one, or one pinned in a
-    constraints-transformers-VERSION.txt (UsageError, exit 2, for any other)."""
+    constraints/transformers-VERSION.txt (UsageError, exit 2, for any other)."""
     if version is None or version == PINNED or transformers_env.constraints_file(version).is_file():
         return version
     raise UsageError(f"--transformers {version}: the suite runs Transformers {PINNED} (pinned) and "
-                     f"{', '.join(transformers_env.others())} (constraints-transformers-*.txt)")  # fmt: skip
+                     f"{', '.join(transformers_env.others())} (constraints/transformers-*.txt)")  # fmt: skip
 
 
 def arch_of(config: dict) -> str:

@@ -13,14 +13,14 @@ from ...findings.registry import (
     llama_grouped_query,
 )
 from ...options import UsageError
-from .transformers_env import pinned
+from ..envs.transformers_env import pinned
 
-PINNED = pinned()  # the Transformers of constraints.txt
+PINNED = pinned()  # the Transformers of constraints/pinned.txt
 # Where the Hybrid Engine engages each architecture, when not on the pinned Transformers: DeepSpeed 0.19.8
 # keeps OPT layers that take a Cache on the native path (from Transformers 4.49); 4.48.3 is the newest it
-# injects (constraints-transformers-4.48.3.txt). Each architecture also runs a few cells on the other version.
+# injects (constraints/transformers-4.48.3.txt). Each architecture also runs a few cells on the other version.
 OLDER = OPT_ENGAGED
-# DeepSpeed's BLOOM container refuses Transformers from 4.44 (constraints-transformers-4.43.4.txt).
+# DeepSpeed's BLOOM container refuses Transformers from 4.44 (constraints/transformers-4.43.4.txt).
 ENGAGED_ON = {"opt": OLDER, "bloom": BLOOM_ENGAGED}
 # The last Transformers before its masking rewrite and the first after it: GPT-NeoX's and Llama's left-padded
 # cells bound where their injected attention starts to be handed masks it cannot use (bool, over 1 key).

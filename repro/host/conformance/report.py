@@ -10,6 +10,7 @@ from pathlib import Path
 from ... import tolerance
 from ...findings import FINDINGS
 from ...findings import table as affected_table
+from ..envs.transformers_env import newest
 from ..family import diagnosis as family
 from ..tables import num
 from . import evidence, issue_texts, labels
@@ -32,7 +33,6 @@ from .diagnosis import (
 )
 from .issue_texts import ISSUES
 from .plan import PINNED, dtype_of
-from .transformers_env import newest
 
 P = {f.id: f.patch for f in FINDINGS}  # a finding's patch, for the notes below
 # Why these GPT-NeoX fields were varied, and which were left out (the configurations: conformance.CONFIGS).

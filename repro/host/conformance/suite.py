@@ -21,9 +21,10 @@ from ...options import EXIT_BROKEN, EXIT_INTERRUPTED, EXIT_OK, UsageError
 from ...paths import write_json
 from .. import launch, pool, table_dir, tables
 from ..cell_progress import Progress
+from ..envs import transformers_env
 from ..upstream import patched_copy
 from ..upstream.ds_report import ds_report_text
-from . import devices, my_model, transformers_env
+from . import devices, my_model
 from .cells import run_cell
 from .diagnosis import diagnose, findings_of
 from .plan import ARCH_CONFIGS, BUILDS, COMMAND, SCENARIOS, key, plan_of, shard_of

@@ -15,7 +15,8 @@ from ... import tolerance
 from ...findings import policies, shows
 from ...options import EXIT_BROKEN, EXIT_OK, UsageError
 from .. import launch, table_dir
-from . import my_model, transformers_env
+from ..envs import transformers_env
+from . import my_model
 from .plan import PINNED
 from .suite import build_root
 

@@ -26,8 +26,8 @@ from pathlib import Path
 from ...options import EXIT_BROKEN, EXIT_OK, UsageError
 from ...paths import REPO_ROOT, cache_root, write_json
 from .. import launch, matrix, table_dir
-from ..conformance import transformers_env
-from ..conformance.transformers_env import version_order
+from ..envs import transformers_env
+from ..envs.transformers_env import version_order
 from .script_runs import RUNNER, SCRIPTS, STAND_INS_ENV, IssueScript, Outcome, judge
 
 # Every release whose inference ops have a CPU fallback (0.14.5 has none; 0.9.3 to 0.13.5 need IPEX on CPU).

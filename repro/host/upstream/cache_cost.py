@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ... import findings, gpu_sharing
 from .. import launch
-from ..conformance import transformers_env
+from ..envs import transformers_env
 from . import cost_run, patched_copy
 
 RANKS = 2

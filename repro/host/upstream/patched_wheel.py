@@ -123,7 +123,7 @@ def build(out: Path, ids: tuple[str, ...] = (), log: Callable[[str], None] = pri
 
 
 def fresh_venv(wheel: Path, log: Callable[[str], None]) -> Path:
-    """A new virtualenv with this interpreter's torch, the wheel and the pinned stack (constraints.txt)."""
+    """A new virtualenv with this interpreter's torch, the wheel and the pinned stack (constraints/pinned.txt)."""
     from importlib.metadata import version
 
     root = Path(tempfile.mkdtemp(prefix="patched-deepspeed-venv-", dir=cache_root()))
@@ -131,7 +131,7 @@ def fresh_venv(wheel: Path, log: Callable[[str], None]) -> Path:
     python = root / "bin" / "python"
     log(f"[patched-deepspeed] installing {wheel.name} into a fresh virtualenv {root}")
     done = subprocess.run([str(python), "-m", "pip", "install", "-q", f"torch=={version('torch')}", str(wheel),
-                           "-c", str(REPO_ROOT / "constraints.txt"), "transformers"],
+                           "-c", str(REPO_ROOT / "constraints/pinned.txt"), "transformers"],
                           capture_output=True, text=True, env=dict(os.environ, DS_BUILD_OPS="0"))  # fmt: skip
     if done.returncode != 0:
         last = [ln for ln in done.stderr.splitlines() if ln.strip() and "WARNING" not in ln][-2:]

@@ -21,7 +21,7 @@ from ... import findings
 from ...findings.finding import REFUSED
 from ...options import EXIT_BROKEN, EXIT_EXPECTATION, EXIT_OK
 from .. import launch
-from ..conformance import transformers_env
+from ..envs import transformers_env
 from ..pool import Pools
 from . import patched_copy
 from .regression import PREREQUISITES, TESTS_BY_PATCH

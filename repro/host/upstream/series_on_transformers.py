@@ -1,6 +1,6 @@
 """The whole series' upstream tests on other Transformers: `python -m repro.host.upstream.series_on_transformers
 5.25.0 5.0.0` runs every patch's tests, in one pytest per version, on DeepSpeed 0.19.8 with the whole series and that
-Transformers as an overlay (constraints-transformers-VERSION.txt). Exit 0 when every test passed on every version, 1
+Transformers as an overlay (constraints/transformers-VERSION.txt). Exit 0 when every test passed on every version, 1
 when one did not, 2 for a version the suite does not pin. The per-patch proofs (fails without, passes with) run on the
 pinned Transformers: `invoke test --proofs`."""
 
@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from ... import findings
 from ...options import EXIT_USAGE
-from ..conformance import transformers_env
+from ..envs import transformers_env
 from . import patched_copy, regression
 
 

@@ -43,7 +43,7 @@ def test_a_real_llama_cell_without_0007_is_handed_the_unwritten_qkv_bias(tmp_pat
 
 @pytest.mark.distributed
 def test_opt_engages_on_4_48_3_where_a_gelu_model_is_computed_with_relu_and_stays_native_on_the_pinned_one(tmp_path):
-    """Transformers 4.48.3 (an overlay from constraints-transformers-4.48.3.txt): the HE injects OPT and computes
+    """Transformers 4.48.3 (an overlay from constraints/transformers-4.48.3.txt): the HE injects OPT and computes
     a GELU model as its ReLU twin. The pinned Transformers: DeepSpeed builds no container, generate runs natively,
     and the tokens it matches prove nothing."""
     from repro.host.conformance import suite

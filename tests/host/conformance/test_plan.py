@@ -2,7 +2,8 @@
 
 import json
 
-from repro.host.conformance import plan, transformers_env
+from repro.host.conformance import plan
+from repro.host.envs import transformers_env
 
 
 def test_full_covers_every_axis_the_done_criteria_name():

@@ -44,7 +44,7 @@ def test_main_records_a_build_that_cannot_be_prepared_on_each_of_its_cells(tmp_p
 def test_a_cell_whose_ranks_ran_another_transformers_is_broken_and_an_uninstallable_one_is_recorded(
     tmp_path, monkeypatch
 ):
-    from repro.host.conformance.transformers_env import OverlayError
+    from repro.host.envs.transformers_env import OverlayError
 
     def overlay(version):
         if version != plan.PINNED:

@@ -76,7 +76,8 @@ def test_the_source_is_copied_as_docker_sees_it(tmp_path):
     assert f"    {apptainer.CONTEXT_DIR} /opt/repro/src" in files
     context = apptainer.stage_context(tmp_path / "context")
     names = {p.name for p in context.iterdir()}
-    assert {"repro", "docker", "constraints.txt", "pyproject.toml"} <= names
+    assert {"repro", "docker", "constraints", "pyproject.toml"} <= names
+    assert (context / "constraints/pinned.txt").is_file()
     assert not names & {".git", ".venv", "results", "build", ".ci"}
     assert not list(context.rglob("__pycache__"))
 

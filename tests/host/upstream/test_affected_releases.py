@@ -61,7 +61,7 @@ def test_run_one_judges_from_the_scripts_own_lines_and_a_crash_or_timeout_is_bro
 
 
 def test_a_script_whose_transformers_cannot_be_installed_is_broken_with_the_reason(monkeypatch, tmp_path):
-    from repro.host.conformance import transformers_env
+    from repro.host.envs import transformers_env
 
     pinned_older = next(inv for inv in ar.invocations() if inv.script.transformers)
 

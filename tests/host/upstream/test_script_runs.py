@@ -103,7 +103,7 @@ def test_a_script_on_a_warm_pool_ends_as_it_does_under_torchrun(pools):
 
 
 def test_a_script_pinned_to_other_transformers_names_one_the_project_pins():
-    from repro.host.conformance import transformers_env
+    from repro.host.envs import transformers_env
 
     pinned = {s.transformers for s in SCRIPTS if s.transformers is not None}
     assert pinned and pinned <= set(transformers_env.others())

@@ -14,4 +14,4 @@ def test_every_patch_s_test_files_run_once():
 def test_a_transformers_without_its_pin_is_refused_in_one_line():
     said = []
     assert series_on_transformers.main(["9.9.9"], log=said.append) == 2
-    assert len(said) == 1 and "Transformers 9.9.9 has no constraints-transformers-9.9.9.txt" in said[0]
+    assert len(said) == 1 and "Transformers 9.9.9 has no constraints/transformers-9.9.9.txt" in said[0]

@@ -1,5 +1,5 @@
-"""The Transformers versions a conformance cell can run on: the installed one (constraints.txt), and each
-other version pinned in a `constraints-transformers-<version>.txt` beside it, installed once as an overlay
+"""The Transformers versions a conformance cell can run on: the installed one (constraints/pinned.txt), and each
+other version pinned in a `constraints/transformers-<version>.txt` beside it, installed once as an overlay
 directory (`pip install --no-deps --target`) that goes first on the ranks' PYTHONPATH. A cell's DeepSpeed
 build and its Transformers overlay are joined in one directory of links, so the launcher and the pools keep
 taking one path per cell."""
@@ -22,11 +22,11 @@ class OverlayError(RuntimeError):
 
 
 def pinned() -> str:
-    """The Transformers the project's environment pins (constraints.txt): the one cells run on by default. Installed
-    as a package, away from the source tree that holds constraints.txt, the environment is the pin (its installed
-    Transformers), and without one the Transformers the package's own findings were read with (the policy snapshot
-    records it)."""
-    constraints = REPO_ROOT / "constraints.txt"
+    """The Transformers the project's environment pins (constraints/pinned.txt): the one cells run on by default.
+    Installed as a package, away from the source tree that holds constraints/pinned.txt, the environment is the pin
+    (its installed Transformers), and without one the Transformers the package's own findings were read with (the
+    policy snapshot records it)."""
+    constraints = REPO_ROOT / "constraints/pinned.txt"
     if not constraints.is_file():
         try:
             return metadata.version("transformers")
@@ -35,22 +35,22 @@ def pinned() -> str:
     for line in constraints.read_text().splitlines():
         if line.startswith("transformers=="):
             return line.split("==", 1)[1].strip()
-    raise OverlayError("constraints.txt pins no transformers version")
+    raise OverlayError("constraints/pinned.txt pins no transformers version")
 
 
 def constraints_file(version: str) -> Path:
-    return REPO_ROOT / f"constraints-transformers-{version}.txt"
+    return REPO_ROOT / f"constraints/transformers-{version}.txt"
 
 
 def others() -> tuple[str, ...]:
-    """The versions pinned beside constraints.txt, oldest first."""
-    found = [p.name.removeprefix("constraints-transformers-").removesuffix(".txt")
-             for p in REPO_ROOT.glob("constraints-transformers-*.txt")]  # fmt: skip
+    """The versions pinned beside constraints/pinned.txt, oldest first."""
+    found = [p.name.removeprefix("transformers-").removesuffix(".txt")
+             for p in REPO_ROOT.glob("constraints/transformers-*.txt")]  # fmt: skip
     return tuple(sorted(found, key=version_order))
 
 
 def newest() -> str:
-    """The newest Transformers the suite runs (pinned, or beside constraints.txt): where the committed cells end."""
+    """The newest Transformers the suite runs (pinned, or in constraints/): where the committed cells end."""
     return max((pinned(), *others()), key=version_order)
 
 
@@ -72,7 +72,9 @@ def overlay(version: str, base: Path | None = None) -> Path | None:
         return None
     pins = constraints_file(version)
     if not pins.is_file():
-        raise OverlayError(f"Transformers {version} has no {pins.name}; pinned: {', '.join(others()) or 'none'}")
+        raise OverlayError(
+            f"Transformers {version} has no {pins.relative_to(REPO_ROOT)}; pinned: {', '.join(others()) or 'none'}"
+        )
     digest = hashlib.sha256(pins.read_bytes()).hexdigest()[:12]
     dest = (base or cache_root()) / "transformers" / f"transformers-{version}-{digest}"
     if (dest / ".complete").exists():

@@ -1,14 +1,15 @@
-"""The Transformers versions cells run on: the pinned one from constraints.txt, the others from their own
+"""The Transformers versions cells run on: the pinned one from constraints/pinned.txt, the others from their own
 constraints file as an overlay; a version that cannot be had is an error that names why, never a silent
 fall back to the installed one."""
 
 import pytest
 
-from repro.host.conformance import plan, transformers_env
+from repro.host.conformance import plan
+from repro.host.envs import transformers_env
 
 
 def test_the_pinned_version_is_constraints_txts_and_needs_no_overlay():
-    pins = (transformers_env.REPO_ROOT / "constraints.txt").read_text()
+    pins = (transformers_env.REPO_ROOT / "constraints/pinned.txt").read_text()
     assert f"transformers=={transformers_env.pinned()}\n" in pins
     assert transformers_env.overlay(transformers_env.pinned()) is None
 
@@ -21,14 +22,15 @@ def test_every_version_the_plan_uses_is_pinned_in_a_constraints_file():
 
 
 def test_a_version_without_a_constraints_file_is_refused_by_name(tmp_path):
-    with pytest.raises(transformers_env.OverlayError, match=r"Transformers 9\.9\.9 has no constraints-transformers"):
+    with pytest.raises(transformers_env.OverlayError, match=r"Transformers 9\.9\.9 has no constraints/transformers"):
         transformers_env.overlay("9.9.9", base=tmp_path)
 
 
 def test_a_version_pip_cannot_install_is_an_error_with_pips_reason(tmp_path, monkeypatch):
     monkeypatch.setattr(transformers_env, "REPO_ROOT", tmp_path)
-    (tmp_path / "constraints.txt").write_text("transformers==4.57.6\n")
-    (tmp_path / "constraints-transformers-0.0.1.txt").write_text("transformers==0.0.1\n")
+    (tmp_path / "constraints").mkdir()
+    (tmp_path / "constraints/pinned.txt").write_text("transformers==4.57.6\n")
+    (tmp_path / "constraints/transformers-0.0.1.txt").write_text("transformers==0.0.1\n")
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # offline: pip fails at once
     with pytest.raises(transformers_env.OverlayError, match="pip could not install Transformers 0.0.1"):
         transformers_env.overlay("0.0.1", base=tmp_path)
@@ -54,9 +56,9 @@ def test_installed_away_from_the_source_tree_the_environment_is_the_pin(tmp_path
     from importlib import metadata
 
     from repro.findings import policies
-    from repro.host.conformance import transformers_env as env
+    from repro.host.envs import transformers_env as env
 
-    monkeypatch.setattr(env, "REPO_ROOT", tmp_path)  # no constraints.txt there
+    monkeypatch.setattr(env, "REPO_ROOT", tmp_path)  # no constraints/pinned.txt there
     assert env.pinned() == metadata.version("transformers")
 
     def missing(name):
