@@ -98,3 +98,8 @@ def check_new_out(out: Path, variants: list[str]) -> None:
         raise UsageError(
             f"--out {out} already holds {', '.join(clash)}; choose a new directory (nothing is overwritten)"
         )
+
+
+def ds_accelerator(backend: str) -> str:
+    """DeepSpeed's accelerator name for a backend: "cuda" is its name for CUDA and ROCm builds alike."""
+    return "cpu" if backend == "cpu" else "cuda"

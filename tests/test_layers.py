@@ -60,3 +60,30 @@ def test_the_edge_finder_sees_a_known_edge():
     """conformance reads the upstream scripts' results: an edge the finder must see, or it proves nothing."""
     assert ("repro.host.conformance", "repro.host.upstream") in edges()
     assert ("repro.host.upstream", "repro.findings") in edges()
+
+
+REPORTS = ("repro.host.conformance.report", "repro.host.conformance.issue_texts", "repro.host.family.report",
+           "repro.host.run_report", "repro.host.upstream.releases")  # fmt: skip
+RUNNERS = ("launch", "pool", "pool_worker", "script_runs", "affected_releases", "patched_copy", "series", "regression",
+           "suite", "cells", "sweeps", "jobs", "matrix", "pr_proof", "pr_cost")  # fmt: skip
+
+
+def _runners_loaded_by(module: str) -> list[str]:
+    import json
+    import subprocess
+    import sys
+
+    code = f"import json, sys, {module}; print(json.dumps(sorted(m for m in sys.modules if m.startswith('repro'))))"
+    loaded = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                       cwd=REPRO.parent).stdout)  # fmt: skip
+    return [m for m in loaded if m.rsplit(".", 1)[-1] in RUNNERS]
+
+
+def test_rendering_a_report_imports_no_runner():
+    """Reports read committed results through readers (releases, scripts, pr_files), never through what runs them."""
+    found = {module: _runners_loaded_by(module) for module in REPORTS}
+    assert not any(found.values()), found
+
+
+def test_the_runner_check_sees_a_runner():
+    assert "repro.host.upstream.script_runs" in _runners_loaded_by("repro.host.upstream.affected_releases")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import gpu_sharing, progress
+from ..options import ds_accelerator
 from ..paths import REPO_ROOT, cache_root, write_json
 
 
@@ -85,11 +86,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def ds_accelerator(backend: str) -> str:
-    """DeepSpeed's accelerator name for a backend: "cuda" is its name for CUDA and ROCm builds alike."""
-    return "cpu" if backend == "cpu" else "cuda"
 
 
 def rank_env(backend: str, extra_pythonpath: Path | None) -> dict[str, str]:

@@ -17,12 +17,12 @@ from ...options import UsageError
 from ...paths import REPO_ROOT
 from .. import preflight
 from ..launch import rank_env
+from .evidence import CPU_EVIDENCE
 from .plan import dtype_of
 
 CHECK = "repro.rank.device_check"
 CHECK_TIMEOUT_S = 900.0  # loading the inference op builds it first where DeepSpeed JIT-compiles it
 EVIDENCE = {"cpu": "CPU", "cuda": "CUDA", "rocm": "ROCm"}
-CPU_EVIDENCE = {"backend": "cpu", "evidence": "CPU"}
 
 
 def device_facts(backend: str) -> dict:

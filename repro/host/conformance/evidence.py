@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..launch import ds_accelerator
-from .devices import CPU_EVIDENCE
+from ...options import ds_accelerator
+
+CPU_EVIDENCE = {"backend": "cpu", "evidence": "CPU"}  # a run from before the backend option: CPU
 
 
 def of(data: dict) -> dict:

@@ -11,8 +11,8 @@ from ... import findings
 from ...findings import reports, table
 from ...findings.finding import Finding
 from ...paths import REPO_ROOT
-from ..upstream import affected_releases, patched_copy
-from ..upstream import script_runs as issue_scripts
+from ..upstream import pr_files, releases
+from ..upstream import scripts as issue_scripts
 from . import labels
 from .plan import PINNED
 
@@ -47,8 +47,8 @@ def brief(data: dict, bug: str, meta: dict) -> str:
     """The short text for the finding the diagnosis `bug` names."""
     finding: Finding = findings.named_in(bug)[0]
     scripts = issue_scripts.scripts_of(meta["file"]) or []
-    invocations = [inv for inv in affected_releases.invocations() if inv.script in scripts]
-    released_runs = [r for r in (affected_releases.load() or {}).get("runs", []) if r["release"] == "0.19.8"]
+    invocations = [inv for inv in releases.invocations() if inv.script in scripts]
+    released_runs = [r for r in (releases.load() or {}).get("runs", []) if r["release"] == "0.19.8"]
     proof = _proof()
     measured = [c for c in data["cells"] if "error" not in c and c["build"] == "released"]
     shown = [c for c in measured if _names(c, finding)]
@@ -77,7 +77,7 @@ def brief(data: dict, bug: str, meta: dict) -> str:
     lines += ["```", "", "DeepSpeed 0.19.8 as released prints:", "```"]
     for inv in invocations:
         lines += _printed(released_runs, inv.key)
-    lines += ["```", f"With the fix (`{patched_copy.patch_file(finding.patch).name}`) it prints:", "```"]
+    lines += ["```", f"With the fix (`{pr_files.name_in_series(finding.patch)}`) it prints:", "```"]
     for inv in invocations:
         lines += _printed(proof.get("runs", []), inv.key)
     own = bool(proof.get("prs"))  # the fixed wheel carries DeepSpeed's fallbacks completed, and ran on them
@@ -103,7 +103,7 @@ def brief(data: dict, bug: str, meta: dict) -> str:
     else:
         lines.append("No released cell shows it alone: another bug comes first there (the appendix has the cells of "
                      "the series without this patch). The script above shows it on released DeepSpeed.")  # fmt: skip
-    said = affected_releases.sentence(affected_releases.load(), [s.fixed_by for s in scripts])
+    said = releases.sentence(releases.load(), [s.fixed_by for s in scripts])
     if said:
         lines += ["", said]
     tests = " ".join(f"`tests/{t}`" for t in finding.tests)

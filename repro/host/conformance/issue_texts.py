@@ -10,8 +10,8 @@ from pathlib import Path
 from ... import findings, tolerance
 from ...findings import prose
 from ..tables import num
-from ..upstream import affected_releases
-from ..upstream import script_runs as issue_scripts
+from ..upstream import releases
+from ..upstream import scripts as issue_scripts
 from . import evidence, issue_brief, labels
 from .diagnosis import (
     BUG_3453,
@@ -453,7 +453,7 @@ def issue_text(data: dict, bug: str) -> str:
 
 def _affected(file: str) -> list[str]:
     """The committed run of the text's script on each DeepSpeed release (affected_releases), as a paragraph."""
-    said = affected_releases.sentence(affected_releases.load(), [s.fixed_by for s in issue_scripts.scripts_of(file)])
+    said = releases.sentence(releases.load(), [s.fixed_by for s in issue_scripts.scripts_of(file)])
     return ["", said] if said else []
 
 

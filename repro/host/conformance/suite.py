@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ...options import EXIT_BROKEN, EXIT_INTERRUPTED, EXIT_OK, UsageError
+from ...options import EXIT_BROKEN, EXIT_INTERRUPTED, EXIT_OK, UsageError, ds_accelerator
 from ...paths import write_json
 from .. import launch, pool, table_dir, tables
 from ..cell_progress import Progress
@@ -27,6 +27,7 @@ from ..upstream.ds_report import ds_report_text
 from . import devices, my_model
 from .cells import run_cell
 from .diagnosis import diagnose, findings_of
+from .evidence import CPU_EVIDENCE
 from .plan import ARCH_CONFIGS, BUILDS, COMMAND, SCENARIOS, key, plan_of, shard_of
 from .report import write_reports
 
@@ -184,7 +185,7 @@ def write(
 ) -> None:
     """conformance.json and the reports, rendered from the file as `--render` does (its sorted keys order the
     builds and scenarios), so a run, a resumed run, a merge and a re-render give the same reports."""
-    evidence = evidence or devices.CPU_EVIDENCE
+    evidence = evidence or CPU_EVIDENCE
     backend = evidence["backend"]
     command = COMMAND + (" --quick" if quick else "") + (f" --backend {backend}" if backend != "cpu" else "")
     configs = ARCH_CONFIGS
@@ -199,7 +200,7 @@ def write(
         "builds": {name: list(patches) for name, patches in BUILDS.items()},
         "cells": cells,
         "duration_s": duration_s,
-        "ds_report": ds_report_text(launch.ds_accelerator(backend)),  # DeepSpeed's template asks for it
+        "ds_report": ds_report_text(ds_accelerator(backend)),  # DeepSpeed's template asks for it
         "backend": backend,
         "evidence": evidence,
     }
@@ -236,7 +237,7 @@ def merge(out: Path, shards: list[Path], log: Callable[[str], None] = print, reg
     table_dir.claim(out, "conformance.json", "conformance", regenerate=regenerate)
     for cell in cells:
         table_dir.record(out, cell)
-    evidence = options[0].get("evidence") or devices.CPU_EVIDENCE  # shards from before the backend option: CPU
+    evidence = options[0].get("evidence") or CPU_EVIDENCE  # shards from before the backend option: CPU
     write(out, cells, quick, None, round(sum(c["duration_s"] for c in cells), 1), evidence=evidence)
     log(f"[conformance] merged {len(shards)} shards: {len(cells)} cells -> {out / 'CONFORMANCE.md'}")
     return EXIT_BROKEN if any("error" in c for c in cells) else EXIT_OK

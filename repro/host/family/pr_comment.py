@@ -5,13 +5,16 @@ test that make it safe. Every number is a measured cell; `python -m repro family
 from __future__ import annotations
 
 from ... import findings
+from ...findings.prs import directory, pr_of, required
+from ...paths import REPO_ROOT
 from ..tables import num
-from ..upstream import patched_copy
-from ..upstream import script_runs as issue_scripts
+from ..upstream import pr_files
+from ..upstream import scripts as issue_scripts
 from .diagnosis import BUG_8391, BUG_ORDER, CORRECT
 from .plan import EVERY, ONE, ORDER, REFERENCE_ORDER, WITH_ORDER
 
 ORDER_PATCH = findings.by_id(ORDER).patch
+ORDER_PR = pr_of(ORDER)  # the pull request that carries it
 P = {f.id: f.patch for f in findings.FINDINGS}  # a finding's patch, for the prose below
 
 FILE_NAME = "PR-8392-COMMENT.md"
@@ -114,9 +117,9 @@ def render(data: dict) -> str:
         "",
         *issue_scripts.section(FILE_NAME, f"DeepSpeed {ds}, torch {v['torch']}, Transformers {v['transformers']}"),
         "",
-        f"Patch with its test: `repro/patches/{patched_copy.patch_file(ORDER_PATCH, 'master').name}` "
-        f"(`git am` on master, after {findings.SERIES[0]}-{findings.SERIES[findings.SERIES.index(ORDER_PATCH) - 1]} "
-        "of the series).",
+        f"Patch with its test: `{pr_files.commit_of(ORDER_PATCH).relative_to(REPO_ROOT)}` (`git am` on master, "
+        f"after {', '.join(directory(p) for p in required(ORDER_PR))} and the commits before it in "
+        f"{directory(ORDER_PR)}).",
         "",
     ]
     return "\n".join(lines)

@@ -1,6 +1,6 @@
 """`python -m repro issue-scripts --releases V1,V2 --out DIR`: which DeepSpeed releases show each finding, run.
 
-Each issue text's standalone script (`script_runs.SCRIPTS`) runs as released, no patch, in each release's own
+Each issue text's standalone script (`scripts.SCRIPTS`) runs as released, no patch, in each release's own
 virtualenv (the matrix's: same torch and Transformers as here, so only DeepSpeed varies; a script pinned to an
 older Transformers gets that overlay), with our completed PyTorch fallbacks standing in for the kernels, as
 `python -m repro issue-scripts` runs it on 0.19.8. Releases before 0.19.8 can read an unfilled ZeRO-3 gather
@@ -15,46 +15,22 @@ makes it print `OK:` is proven on 0.19.8 by `python -m repro issue-scripts`. A r
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 
 from ...options import EXIT_BROKEN, EXIT_OK, UsageError
-from ...paths import REPO_ROOT, cache_root, write_json
+from ...paths import cache_root, write_json
 from .. import launch, matrix, table_dir
 from ..envs import transformers_env
 from ..envs.transformers_env import version_order
-from .script_runs import RUNNER, SCRIPTS, STAND_INS_ENV, IssueScript, Outcome, judge
+from .releases import REPORT, RESULTS, Invocation, invocations, load, render
+from .script_runs import RUNNER, STAND_INS_ENV, Outcome, judge
 
 # Every release whose inference ops have a CPU fallback (0.14.5 has none; 0.9.3 to 0.13.5 need IPEX on CPU).
 DEFAULT = ("0.15.4", "0.16.9", "0.17.6", "0.18.3", "0.19.7", "0.19.8")
-RESULTS = "affected.json"
-REPORT = "AFFECTED.md"
-REFERENCE = REPO_ROOT / "results" / "reference" / "affected-releases"  # the committed run
-
-
-@dataclass(frozen=True)
-class Invocation:
-    """One script with its arguments and Transformers: what runs once per release, whichever findings it shows."""
-
-    script: IssueScript
-    fixed_by: tuple[str, ...]
-
-    @property
-    def key(self) -> str:
-        return f"{self.script.name} (Transformers {self.script.transformers or transformers_env.pinned()})"
-
-
-def invocations(scripts: tuple[IssueScript, ...] = SCRIPTS) -> list[Invocation]:
-    """SCRIPTS with one entry per distinct run (`decode-as-prompt` and `opt-post-layer-norm` share theirs)."""
-    found: dict[tuple, list[IssueScript]] = {}
-    for s in scripts:
-        found.setdefault((s.script, s.args, s.transformers), []).append(s)
-    return [Invocation(same[0], tuple(sorted(s.fixed_by for s in same))) for same in found.values()]
 
 
 def run_one(inv: Invocation, python: Path, release: str, timeout_s: float = 300, stand_ins: bool = True) -> dict:
@@ -115,56 +91,6 @@ def summary(releases: list[str], runs: list[dict]) -> dict[str, dict]:
     return out
 
 
-def render(data: dict) -> str:
-    releases = [r["release"] for r in data["releases"]]
-    fixed = [r["release"] for r in data["releases"] if r.get("harness_fix")]
-    lines = [
-        "# Which DeepSpeed releases show each finding (issue scripts, run as released)",
-        "",
-        f"CPU evidence, not AMD or GPU evidence: {data['ranks_note']}. torch {data['torch']}, Transformers "
-        f"{data['transformers']} unless the script pins another; one virtualenv per DeepSpeed release. Our "
-        "completed PyTorch fallbacks stand in for the kernels (DeepSpeed has none on CPU). Regenerate: "
-        f"`{data['command']}` ({data['wall_s']:.0f} s).",
-        *(
-            f"Re-run since, for its findings' rows: `{r['command']}` ({r['date']}, {r['wall_s']:.0f} s)."
-            for r in data.get("reruns", [])
-        ),
-        "",
-        (
-            "Harness fix (DeepSpeed PR #8539, first in 0.19.8: wait on every async all-gather of a coalesced ZeRO-3 "
-            f"gather) applied for these runs to {', '.join(fixed)}; not part of any finding."
-        )
-        if fixed
-        else "No release here needed the harness fix.",
-        "",
-        "`BUG` = the script printed its `BUG:` line and exited 1; `OK` = `OK:` and exit 0; `broken` = neither "
-        "(the release lacks what the script or our fallbacks use, or it timed out): not a verdict. A `BUG` on a "
-        "release means the script's symptom shows there; that its patch alone removes it is proven on 0.19.8 "
-        "(`python -m repro issue-scripts`).",
-        "",
-        "| finding | run | " + " | ".join(releases) + " | every release run shows it since |",
-        "|---|---|" + "---|" * len(releases) + "---|",
-    ]
-    mark = {"bug": "BUG", "ok": "OK", "broken": "broken"}
-    by_run: dict[str, dict[str, dict]] = {}
-    for r in data["runs"]:
-        by_run.setdefault(r["run"], {})[r["release"]] = r
-    for patch, s in data["summary"].items():
-        for run, cells in by_run.items():
-            if patch not in next(iter(cells.values()))["fixed_by"]:
-                continue
-            row = [mark.get(cells[v]["verdict"], "n/a") if v in cells else "n/a" for v in releases]
-            since = s["bug_since"] or "not in the newest run"
-            lines.append(f"| {patch} | `{run}` | " + " | ".join(row) + f" | {since} |")
-    broken = [r for r in data["runs"] if r["verdict"] == "broken"]
-    if broken:
-        lines += ["", "Why a run is `broken`:", ""]
-        lines += [f"- {r['release']}, `{r['run']}`: {r['error'] or 'no BUG/OK line'}" for r in broken]
-    missing = [r for r in data["releases"] if not r["installs"]]
-    lines += [f"- {r['release']}: not installed: {r['reason']}" for r in missing]
-    return "\n".join(lines) + "\n"
-
-
 def write(out: Path, data: dict) -> None:
     write_json(out / RESULTS, data)
     (out / REPORT).write_text(render(data))
@@ -192,7 +118,7 @@ def main(
         invs = [inv for inv in invs if set(inv.fixed_by) & set(only)]
         missing = sorted(set(only) - {p for inv in invs for p in inv.fixed_by})
         if missing:
-            raise UsageError(f"no issue script shows {', '.join(missing)} (script_runs.SCRIPTS)")
+            raise UsageError(f"no issue script shows {', '.join(missing)} (scripts.SCRIPTS)")
         if previous is None:
             raise UsageError(f"--only re-runs findings of an earlier run: {out / RESULTS} does not exist")
         earlier = [r["release"] for r in previous["releases"]]
@@ -240,26 +166,3 @@ def _table(command: str, rows: list[dict], runs: list[dict], started: float, ear
         "wall_s": head["wall_s"],
         "reruns": list(head["reruns"]),
     }
-
-
-def load(out: Path = REFERENCE) -> dict | None:
-    """The committed run, for the issue texts (None when there is none)."""
-    path = Path(out) / RESULTS
-    return json.loads(path.read_text()) if path.exists() else None
-
-
-def sentence(data: dict | None, patches: list[str]) -> str:
-    """What an issue text says of the releases its script ran on, as released; empty when none ran it."""
-    runs = [r for r in (data or {}).get("runs", []) if set(r["fixed_by"]) & set(patches)]
-    if not runs:
-        return ""
-    by_verdict: dict[str, list[str]] = {}
-    for r in sorted(runs, key=lambda r: version_order(r["release"])):
-        by_verdict.setdefault(r["verdict"], []).append(r["release"])
-    said = {"bug": "prints `BUG:` on", "ok": "prints `OK:` on", "broken": "cannot run on"}
-    parts = [f"{said[v]} {', '.join(dict.fromkeys(rs))}" for v, rs in by_verdict.items()]
-    return (
-        f"Affected releases, run (CPU, our stand-ins for the kernels; `{data['command']}`): the script as released "
-        + "; ".join(parts)
-        + f" (why, per release: `{REFERENCE.relative_to(REPO_ROOT) / REPORT}`)."
-    )

@@ -14,10 +14,9 @@ from ...findings.prs import OUTSIDE_SERIES, OUTSIDE_SERIES_LABEL
 from ...fixstatus import TARGET, PatchError, fix_status_of_package, installed_deepspeed, is_fixed
 from ...paths import cache_root
 from . import series
+from .pr_files import commit_of, pr_patches
 
 PATCH_DIR = Path(__file__).resolve().parents[2] / "patches"
-PRS_DIR = series.PRS_DIR  # the pull requests: the only committed form of the patches
-pr_patches = series.pr_patches
 deepspeed_part = series.deepspeed_part
 
 
@@ -77,7 +76,7 @@ def patch_file(number: str = FIX_8391, ds_version: str | None = None) -> Path:
     """A finding's patch in the series for the installed DeepSpeed, or, for "master", its commit in its pull
     request (the form a maintainer reads)."""
     if ds_version == "master":
-        return series.commit_of(number)
+        return commit_of(number)
     folder = series_dir(ds_version)
     found = sorted(folder.glob(f"{number}-*.patch"))
     if len(found) != 1:

@@ -27,11 +27,10 @@ from ... import findings
 from ...findings import reports
 from ...findings.prs import PRS, PullRequest, directory, required
 from ...paths import REPO_ROOT
-from . import cache_cost, lora_cost, series, tp_cost
+from . import cache_cost, lora_cost, tp_cost
+from .pr_files import PRS_DIR, pr_patches
 from .series import SeriesError, git
 
-PRS_DIR = series.PRS_DIR
-pr_patches = series.pr_patches  # where the harness finds a pull request's patches
 # What the tensor-parallel pull request costs a rank, measured (repro.host.upstream.tp_cost).
 TP_COST = REPO_ROOT / "results" / "reference" / "tp-cost" / "tp-cost.json"
 # What persisting LoRA on the non-pinned ZeRO-3 path costs per generate (repro.host.upstream.lora_cost).

@@ -15,7 +15,8 @@ from ... import findings
 from ...findings.prs import PRS, PullRequest, directory, required
 from ...paths import write_json
 from . import patched_copy, regression
-from .pr_forms import RELEASE, pr_patches
+from .pr_files import pr_patches
+from .pr_forms import RELEASE
 
 
 class ProofError(RuntimeError):

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from ...options import EXIT_USAGE
-from .pr_forms import PRS_DIR
+from .pr_files import PRS_DIR
 
 PLACEHOLDER = "deepspeed-he-zero3-repro"  # the series' author (repro/patches/*.patch)
 AUTHOR = re.compile(r"\s*(?P<name>[^<>]+?)\s*<(?P<email>[^<>@\s]+@[^<>@\s]+)>\s*")

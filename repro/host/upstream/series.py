@@ -23,8 +23,9 @@ from pathlib import Path
 
 from ... import findings
 from ...findings.prs import PRS, PullRequest, directory, required
+from . import pr_files
+from .pr_files import SeriesError, commit_of, pr_patches
 
-PRS_DIR = Path(__file__).resolve().parents[2] / "patches" / "prs"
 # Fixed identity and dates: the derived patches are the same bytes on every machine (their cache key is their input).
 _ENV = {
     "GIT_AUTHOR_NAME": "series",
@@ -42,30 +43,6 @@ def git_env() -> dict[str, str]:
 
 
 TOUCHED = r"(?m)^diff --git a/(deepspeed/\S+) "  # a file a patch changes in the deepspeed package
-
-
-class SeriesError(RuntimeError):
-    pass
-
-
-def pr_patches(pr: PullRequest, release: str | None) -> list[Path]:
-    """A pull request's commits for master (release None) or for `release`: each in its own `release` form where
-    its master form does not apply there (PRS_DIR/<dir>/<release>/, same file name), else the master form."""
-    folder = PRS_DIR / directory(pr)
-    own = folder / release if release else None
-    return [
-        own / patch.name if own is not None and (own / patch.name).is_file() else patch
-        for patch in sorted(folder.glob("[0-9][0-9][0-9][0-9]-*.patch"))
-    ]
-
-
-def commit_of(number: str) -> Path:
-    """The master form of a finding's patch: its commit in its pull request (what a maintainer reads)."""
-    pr = findings.prs.pr_of(findings.by_patch(number).id)
-    patches = pr_patches(pr, None)
-    if len(patches) != len(pr.patches):
-        raise SeriesError(f"{directory(pr)} holds {len(patches)} commits for {len(pr.patches)} findings")
-    return patches[pr.patches.index(number)]
 
 
 def deepspeed_part(patch_text: str) -> str:
@@ -141,7 +118,7 @@ def _export(repo: Path, line: list[tuple[str, str]], out: Path) -> list[Path]:
 
 def _patch_files() -> tuple[tuple[str, int, int], ...]:
     """Every pull request's patch, with what tells an edit (mtime, size): the cheap half of key()."""
-    stats = ((p, p.stat()) for p in sorted(PRS_DIR.glob("*/**/[0-9][0-9][0-9][0-9]-*.patch")))
+    stats = ((p, p.stat()) for p in sorted(pr_files.PRS_DIR.glob("*/**/[0-9][0-9][0-9][0-9]-*.patch")))
     return tuple((str(p), st.st_mtime_ns, st.st_size) for p, st in stats)
 
 
@@ -172,7 +149,7 @@ def _key(release: str, root: str, patches: tuple, files: tuple) -> str:
     digest = hashlib.sha256(release.encode())
     for name, *_ in patches:
         patch = Path(name)
-        digest.update(str(patch.relative_to(PRS_DIR)).encode() + patch.read_bytes())
+        digest.update(str(patch.relative_to(pr_files.PRS_DIR)).encode() + patch.read_bytes())
     for rel, *_ in files:
         path = Path(root) / rel
         digest.update(rel.encode() + (path.read_bytes() if path.exists() else b"-"))

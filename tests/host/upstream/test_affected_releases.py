@@ -5,21 +5,13 @@ import pytest
 from repro.cli import main as cli_main
 from repro.host import launch
 from repro.host.upstream import affected_releases as ar
-from repro.host.upstream.script_runs import SCRIPTS
+from repro.host.upstream import releases
 from repro.options import EXIT_BROKEN, EXIT_OK, UsageError
 
 
 def _run(release, verdict, fixed_by=("0005",), run="parallel_residual.py (Transformers 4.57.6)", error=""):
     return {"release": release, "run": run, "fixed_by": list(fixed_by), "verdict": verdict, "returncode": 1,
             "lines": [], "error": error, "wall_s": 1.0}  # fmt: skip
-
-
-def test_each_finding_is_run_once_per_release_and_shared_runs_name_every_finding():
-    invs = ar.invocations()
-    assert sorted(p for inv in invs for p in inv.fixed_by) == sorted(s.fixed_by for s in SCRIPTS)
-    assert len({inv.key for inv in invs}) == len(invs)
-    shared = {inv.fixed_by for inv in invs if len(inv.fixed_by) > 1}
-    assert ("0018", "0019") in shared and ("0022", "0023") in shared and ("0032", "0033") in shared
 
 
 def test_bug_since_is_the_oldest_release_of_an_unbroken_run_of_bugs_up_to_the_newest():
@@ -35,7 +27,7 @@ def test_bug_since_is_the_oldest_release_of_an_unbroken_run_of_bugs_up_to_the_ne
 
 
 def test_run_one_judges_from_the_scripts_own_lines_and_a_crash_or_timeout_is_broken(monkeypatch, tmp_path):
-    inv = ar.invocations()[0]
+    inv = releases.invocations()[0]
     outputs = iter([(1, "BUG: the Hybrid Engine does not compute the model"), (0, "OK: computed"),
                     (1, "Traceback (most recent call last):\nAttributeError: no attribute 'x'")])  # fmt: skip
     seen = {}
@@ -63,7 +55,7 @@ def test_run_one_judges_from_the_scripts_own_lines_and_a_crash_or_timeout_is_bro
 def test_a_script_whose_transformers_cannot_be_installed_is_broken_with_the_reason(monkeypatch, tmp_path):
     from repro.host.envs import transformers_env
 
-    pinned_older = next(inv for inv in ar.invocations() if inv.script.transformers)
+    pinned_older = next(inv for inv in releases.invocations() if inv.script.transformers)
 
     def cannot(version):
         raise transformers_env.OverlayError(f"pip could not install Transformers {version} from constraints")
@@ -86,9 +78,9 @@ def _fake_release(verdicts):
 def test_main_writes_the_table_and_exits_broken_when_a_run_could_not_be_judged(monkeypatch, tmp_path):
     monkeypatch.setattr(ar, "run_release", _fake_release({"0.18.3": "broken", "0.19.8": "bug"}))
     assert ar.main(["0.19.8", "0.18.3"], tmp_path, log=lambda _: None) == EXIT_BROKEN
-    data = json.loads((tmp_path / ar.RESULTS).read_text())
+    data = json.loads((tmp_path / releases.RESULTS).read_text())
     assert [r["release"] for r in data["releases"]] == ["0.18.3", "0.19.8"]  # oldest first
-    text = (tmp_path / ar.REPORT).read_text()
+    text = (tmp_path / releases.REPORT).read_text()
     assert "CPU evidence" in text and "applied for these runs to 0.18.3" in text
     assert "| broken | BUG | 0.19.8 |" in text and "- 0.18.3, `" in text and "boom" in text
 
@@ -96,10 +88,10 @@ def test_main_writes_the_table_and_exits_broken_when_a_run_could_not_be_judged(m
 def test_main_exits_ok_when_every_run_was_judged_and_never_overwrites_silently(monkeypatch, tmp_path):
     monkeypatch.setattr(ar, "run_release", _fake_release({"0.18.3": "ok", "0.19.8": "bug"}))
     assert ar.main(["0.18.3", "0.19.8"], tmp_path, log=lambda _: None) == EXIT_OK
-    before = (tmp_path / ar.RESULTS).read_text()
+    before = (tmp_path / releases.RESULTS).read_text()
     with pytest.raises(UsageError, match="--regenerate"):
         ar.main(["0.18.3"], tmp_path, log=lambda _: None)
-    assert (tmp_path / ar.RESULTS).read_text() == before
+    assert (tmp_path / releases.RESULTS).read_text() == before
     assert ar.main(["0.18.3"], tmp_path, regenerate=True, log=lambda _: None) == EXIT_OK
 
 
@@ -116,20 +108,10 @@ def test_cli_asks_for_an_out_directory_in_one_line(argv, capsys):
     assert len(err) == 1 and "--out" in err[0]
 
 
-def test_an_issue_text_says_which_releases_its_script_ran_on_and_how_each_ended():
-    data = {"command": "python -m repro issue-scripts --releases 0.18.3,0.19.8 --out X --regenerate",
-            "runs": [_run("0.19.8", "bug"), _run("0.16.9", "broken"), _run("0.18.3", "bug"),
-                     _run("0.18.3", "ok", fixed_by=("0031",))]}  # fmt: skip
-    said = ar.sentence(data, ["0005"])
-    assert "prints `BUG:` on 0.18.3, 0.19.8" in said and "cannot run on 0.16.9" in said and "OK" not in said
-    assert said.startswith("Affected releases, run (CPU") and "results/reference/affected-releases/AFFECTED.md" in said
-    assert ar.sentence(data, ["0099"]) == "" and ar.sentence(None, ["0005"]) == ""
-
-
 def test_only_re_runs_those_findings_keeps_every_other_run_and_says_so(monkeypatch, tmp_path):
     monkeypatch.setattr(ar, "run_release", _fake_release({"0.18.3": "broken", "0.19.8": "bug"}))
     ar.main(["0.18.3", "0.19.8"], tmp_path, log=lambda _: None)
-    first = json.loads((tmp_path / ar.RESULTS).read_text())
+    first = json.loads((tmp_path / releases.RESULTS).read_text())
     patches = sorted({p for r in first["runs"] for p in r["fixed_by"]})
     with pytest.raises(UsageError, match="--regenerate"):
         ar.main(["0.18.3", "0.19.8"], tmp_path, only=(patches[0],), log=lambda _: None)
@@ -146,9 +128,9 @@ def test_only_re_runs_those_findings_keeps_every_other_run_and_says_so(monkeypat
 
     monkeypatch.setattr(ar, "run_release", run_release)
     assert ar.main(["0.18.3", "0.19.8"], tmp_path, regenerate=True, only=(patches[0],), log=lambda _: None) == 0
-    data = json.loads((tmp_path / ar.RESULTS).read_text())
+    data = json.loads((tmp_path / releases.RESULTS).read_text())
     assert data["summary"][patches[0]]["ok"] == ["0.18.3", "0.19.8"]
     assert data["summary"][patches[1]] == first["summary"][patches[1]]  # kept as measured
     assert data["releases"] == first["releases"] and data["command"] == first["command"]
     assert data["reruns"][0]["command"].endswith(f"--only {patches[0]}")
-    assert f"--only {patches[0]}" in (tmp_path / ar.REPORT).read_text()
+    assert f"--only {patches[0]}" in (tmp_path / releases.REPORT).read_text()

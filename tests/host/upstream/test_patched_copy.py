@@ -7,7 +7,7 @@ import pytest
 
 from repro import fixstatus
 from repro.findings.prs import PRS
-from repro.host.upstream import patched_copy
+from repro.host.upstream import patched_copy, pr_files
 
 
 @pytest.fixture
@@ -21,8 +21,8 @@ def ds_tree(tmp_path):
 
 
 # What is committed: each pull request's commits for master, and their release forms where they have one.
-SERIES = [p for pr in PRS if pr.findings for p in patched_copy.pr_patches(pr, None)]
-RELEASE_SERIES = sorted({p for pr in PRS if pr.findings for p in patched_copy.pr_patches(pr, "0.19.8")} - set(SERIES))
+SERIES = [p for pr in PRS if pr.findings for p in pr_files.pr_patches(pr, None)]
+RELEASE_SERIES = sorted({p for pr in PRS if pr.findings for p in pr_files.pr_patches(pr, "0.19.8")} - set(SERIES))
 
 
 def _new_files(text: str) -> dict[str, str]:

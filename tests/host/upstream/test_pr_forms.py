@@ -7,7 +7,7 @@ import pytest
 
 from repro import findings
 from repro.findings.prs import PRS, directory, required
-from repro.host.upstream import patched_copy, pr_forms, pr_proof
+from repro.host.upstream import patched_copy, pr_files, pr_forms, pr_proof
 
 
 def subjects(patches):
@@ -16,16 +16,16 @@ def subjects(patches):
 
 @pytest.mark.parametrize("pr", PRS, ids=directory)
 def test_a_pull_request_carries_its_findings_commits_and_says_what_it_needs(pr):
-    folder = pr_forms.PRS_DIR / directory(pr)
+    folder = pr_files.PRS_DIR / directory(pr)
     if not pr.findings:  # outside the series: committed as written, with its own tests
-        patches = pr_forms.pr_patches(pr, None)
+        patches = pr_files.pr_patches(pr, None)
         added = {f for p in patches for f in re.findall(r"(?m)^\+\+\+ b/(\S+)", p.read_text())}
         assert patches and {f"tests/{t}" for t in pr.tests} <= added
         return
     series = [patched_copy.patch_file(n) for n in pr.patches]  # derived: one commit per finding, in series order
-    assert subjects(pr_forms.pr_patches(pr, None)) == subjects(series)
-    assert subjects(pr_forms.pr_patches(pr, pr_forms.RELEASE)) == subjects(series)
-    for patch in pr_forms.pr_patches(pr, None):  # a message says what is CPU evidence once, at its end
+    assert subjects(pr_files.pr_patches(pr, None)) == subjects(series)
+    assert subjects(pr_files.pr_patches(pr, pr_forms.RELEASE)) == subjects(series)
+    for patch in pr_files.pr_patches(pr, None):  # a message says what is CPU evidence once, at its end
         message = patch.read_text().split("\n---\n", 1)[0]
         assert message.count(pr_forms.CPU_PARAGRAPH) <= 1
         assert pr_forms.CPU_PARAGRAPH not in message or message.rstrip().split("\n\n")[-1].startswith(
@@ -39,13 +39,13 @@ def test_a_pull_request_carries_its_findings_commits_and_says_what_it_needs(pr):
 
 @pytest.mark.parametrize("pr", PRS, ids=directory)
 def test_a_pull_request_applies_alone_to_the_release(pr, tmp_path):
-    before = [p for needed in required(pr) for p in pr_forms.pr_patches(needed, pr_forms.RELEASE)]
-    pr_proof.patched(tmp_path, before + pr_forms.pr_patches(pr, pr_forms.RELEASE))
+    before = [p for needed in required(pr) for p in pr_files.pr_patches(needed, pr_forms.RELEASE)]
+    pr_proof.patched(tmp_path, before + pr_files.pr_patches(pr, pr_forms.RELEASE))
 
 
 def test_a_patch_that_does_not_apply_is_named(tmp_path):
     broken = tmp_path / "0001-broken.patch"
-    message, diff = pr_forms.pr_patches(PRS[0], None)[0].read_text().split("\ndiff --git", 1)
+    message, diff = pr_files.pr_patches(PRS[0], None)[0].read_text().split("\ndiff --git", 1)
     broken.write_text(
         message + "\ndiff --git" + re.sub(r"(?m)^-(\s+)(\S)", r"-\1XX\2", diff, count=1)
     )  # a removed line
@@ -65,8 +65,8 @@ def test_subjects_are_read_across_folded_lines(tmp_path):
 def test_each_pr_text_is_what_the_registry_and_its_patches_render(pr):
     """PR.md is derived (`python -m repro.host.upstream.pr_forms --texts`), never edited by hand, and names no
     command of this repository: a maintainer reads it without it."""
-    text = (pr_forms.PRS_DIR / directory(pr) / "PR.md").read_text()
-    assert text == pr_forms.render(pr, pr_forms.pr_patches(pr, None))
+    text = (pr_files.PRS_DIR / directory(pr) / "PR.md").read_text()
+    assert text == pr_forms.render(pr, pr_files.pr_patches(pr, None))
     assert "python -m repro" not in text and "of ours" not in text
 
 

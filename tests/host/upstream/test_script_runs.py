@@ -1,34 +1,13 @@
-"""The issue texts' standalone scripts: what they import, where they are printed, how their output is judged,
-and (on ranks) that each shows its bug without its patch and is correct with the whole series."""
-
-import ast
-import sys
+"""The issue texts' standalone scripts run: how their output is judged, and (on ranks) that each shows its bug
+without its patch and is correct with the whole series."""
 
 import pytest
 
-from repro.host.conformance import issue_brief, issue_texts, plan
-from repro.host.family import pr_comment
+from repro.host.conformance import plan
 from repro.host.pool import Pools
-from repro.host.upstream import script_runs as issue_scripts
-from repro.host.upstream.script_runs import SCRIPTS, judge, series_without
-from repro.paths import REPO_ROOT
-
-ALLOWED = {"torch", "deepspeed", "transformers"}
-
-
-@pytest.mark.parametrize("name", sorted({s.script for s in SCRIPTS}))
-def test_a_script_imports_only_torch_deepspeed_transformers_and_the_standard_library(name):
-    tree = ast.parse((issue_scripts.SCRIPTS_DIR / name).read_text())
-    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert imported - ALLOWED <= set(sys.stdlib_module_names), imported
-    assert ALLOWED <= imported
-
-
-def test_every_issue_text_and_the_pr_comment_carry_a_script():
-    texts = {meta["file"] for meta in issue_texts.ISSUES.values()} | {pr_comment.FILE_NAME}
-    assert texts == {s.text for s in SCRIPTS}
-    assert all(s.fixed_by in plan.SERIES for s in SCRIPTS)
+from repro.host.upstream import script_runs
+from repro.host.upstream.script_runs import judge, series_without
+from repro.host.upstream.scripts import SCRIPTS
 
 
 def test_series_without_a_patch_drops_what_needs_it():
@@ -55,28 +34,10 @@ def test_a_verdict_needs_the_scripts_own_line_and_a_matching_exit_status(returnc
     assert judge(returncode, output).verdict == verdict
 
 
-def test_the_issue_text_embeds_each_script_in_full_with_its_command_and_upstream_test():
-    lines = issue_scripts.section("PR-8392-COMMENT.md", "DeepSpeed 0.19.8")
-    text = "\n".join(lines)
-    assert (issue_scripts.SCRIPTS_DIR / "zero3_qkv_layout.py").read_text().rstrip("\n") in text
-    assert text.count("```python") == 1  # one file, two runs
-    assert "deepspeed --num_gpus 2 zero3_qkv_layout.py --order train-first" in text
-    assert "tests/unit/hybrid_engine/test_hybrid_megatron_zero3.py" in text
-    assert issue_scripts.section("NOT-AN-ISSUE.md", "x") == []
-
-
-def test_the_committed_texts_carry_the_current_scripts():
-    for script in SCRIPTS:
-        folder = "family" if script.text == pr_comment.FILE_NAME else "conformance"
-        text = script.text if folder == "family" else issue_brief.appendix_name(script.text)  # the appendix
-        committed = (REPO_ROOT / "results" / "reference" / folder / text).read_text()
-        assert script.path.read_text().rstrip("\n") in committed, script.text
-
-
 @pytest.fixture(scope="module")
 def pools(tmp_path_factory):
     """Warm parents, one per build, shared by the scripts' runs (as `python -m repro issue-scripts` does)."""
-    with Pools(tmp_path_factory.mktemp("pools"), most=issue_scripts.WARM_BUILDS) as warm:
+    with Pools(tmp_path_factory.mktemp("pools"), most=script_runs.WARM_BUILDS) as warm:
         yield warm
 
 
@@ -84,9 +45,9 @@ def pools(tmp_path_factory):
 @pytest.mark.distributed
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda s: f"{s.name}-{s.fixed_by}")
 def test_each_script_shows_its_bug_without_its_patch_and_is_correct_with_the_series(script, pools):
-    without = issue_scripts.run(script, series_without(script.fixed_by), pools=pools)
+    without = script_runs.run(script, series_without(script.fixed_by), pools=pools)
     assert without.verdict == "bug", without
-    fixed = issue_scripts.run(script, issue_scripts.SERIES, pools=pools)
+    fixed = script_runs.run(script, script_runs.SERIES, pools=pools)
     assert fixed.verdict == "ok", fixed
 
 
@@ -94,19 +55,12 @@ def test_each_script_shows_its_bug_without_its_patch_and_is_correct_with_the_ser
 def test_a_script_on_a_warm_pool_ends_as_it_does_under_torchrun(pools):
     """The pools replace torchrun for the proofs above: the same script, the same exit status and verdict line."""
     script = next(s for s in SCRIPTS if s.script == "zero3_qkv_layout.py")
-    pooled = issue_scripts.run(script, series_without(script.fixed_by), pools=pools)
-    alone = issue_scripts.run(script, series_without(script.fixed_by))
+    pooled = script_runs.run(script, series_without(script.fixed_by), pools=pools)
+    alone = script_runs.run(script, series_without(script.fixed_by))
     assert (pooled.returncode, pooled.verdict) == (alone.returncode, alone.verdict) == (1, "bug")
     assert [line for line in pooled.lines if line.startswith("BUG")] == [
         line for line in alone.lines if line.startswith("BUG")
     ]
-
-
-def test_a_script_pinned_to_other_transformers_names_one_the_project_pins():
-    from repro.host.envs import transformers_env
-
-    pinned = {s.transformers for s in SCRIPTS if s.transformers is not None}
-    assert pinned and pinned <= set(transformers_env.others())
 
 
 def test_lines_are_grouped_by_rank_in_their_own_order():

@@ -8,14 +8,14 @@ import pytest
 from repro import findings
 from repro.findings.prs import PRS, directory
 from repro.fixstatus import PatchError, installed_deepspeed
-from repro.host.upstream import patched_copy, series
+from repro.host.upstream import patched_copy, pr_files, series
 
 
 def test_the_derived_series_has_one_patch_per_finding_in_order():
     names = [p.name for p in sorted(patched_copy.series_dir().glob("*.patch"))]
     assert [n[:4] for n in names] == list(findings.SERIES)
     for number in findings.SERIES:  # each is its pull request's commit, carried onto the line
-        assert series.commit_of(number).name[5:] == patched_copy.patch_file(number).name[5:]
+        assert pr_files.commit_of(number).name[5:] == patched_copy.patch_file(number).name[5:]
 
 
 def test_deriving_twice_gives_the_same_bytes(tmp_path):
@@ -28,13 +28,13 @@ def test_deriving_twice_gives_the_same_bytes(tmp_path):
 
 def test_a_pull_request_that_does_not_apply_is_named(tmp_path, monkeypatch):
     copy = tmp_path / "prs"
-    shutil.copytree(series.PRS_DIR, copy)
+    shutil.copytree(pr_files.PRS_DIR, copy)
     pr = next(pr for pr in PRS if pr.slug == "bloom-alibi")  # one commit, requires nothing
     (patch,) = sorted((copy / directory(pr)).glob("0*.patch"))
     message, diff = patch.read_text().split("\ndiff --git a/deepspeed/", 1)
     hunk, rest = diff.split("\n@@", 1)
     patch.write_text(f"{message}\ndiff --git a/deepspeed/{hunk}\n@@{rest.replace(chr(10) + ' ', chr(10) + ' XX', 1)}")
-    monkeypatch.setattr(series, "PRS_DIR", copy)
+    monkeypatch.setattr(pr_files, "PRS_DIR", copy)
     package_dir, version = installed_deepspeed()
     with pytest.raises(series.SeriesError, match=f"{directory(pr)}/{patch.name} does not apply on {version}"):
         series.derive_for_package(package_dir, version, tmp_path / "out")
