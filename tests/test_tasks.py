@@ -116,14 +116,33 @@ def test_the_runs_defaults_are_spelled_once():
         assert getattr(run, name) == getattr(RunOptions(), name)
 
 
-def test_the_conformance_tasks_option_help_is_the_clis():
-    """One definition of the options: the task's help for every option it shares with the CLI is the CLI's."""
-    import tasks
+def test_a_commands_task_has_the_clis_options_and_their_help():
+    """One definition of the options: a task that runs a CLI command takes each of its options with the CLI's help
+    (the table's), and gives them back as the command line."""
+    import inspect
 
-    cli, task_help = tasks._cli_help("conformance"), tasks.conformance.help
-    shared = set(cli) & set(task_help)
-    assert shared >= {"arch", "ranks", "out", "quick", "config"}
-    assert {k: task_help[k] for k in shared} == {k: cli[k] for k in shared}
+    import tasks
+    from repro.cli_table import COMMANDS
+    from repro.host import task_options
+
+    for name, task in (("conformance", tasks.conformance), ("affected", tasks.affected), ("bench", tasks.bench)):
+        options = [o for o in COMMANDS[name].flat() if o.flags[0].startswith("--")]
+        assert {o.name: o.spec.get("help", "") for o in options}.items() <= task.help.items()
+        assert {o.name.replace("-", "_") for o in options} <= set(inspect.signature(task.body).parameters)
+    given = {"arch": ["llama", "opt"], "quick": True, "ranks": "2", "no_pin": False, "out": "x"}
+    assert task_options.cli_argv("conformance", given, skip=("out",)) == ["--quick", "--arch", "llama", "--arch",
+                                                                          "opt", "--ranks", "2"]  # fmt: skip
+    assert task_options.cli_argv("affected", {"no_pin": True, "zero": "2"}) == ["--zero", "2", "--no-pin"]
+
+
+def test_every_cli_command_is_in_the_table_and_every_tool_runs_from_it(capsys):
+    """`python -m repro NAME` for each upstream tool hands it the rest of the line (its own usage on none)."""
+    from repro.cli import main
+    from repro.cli_table import COMMANDS
+
+    tools = [n for n, c in COMMANDS.items() if c.tool]
+    assert {"pr-proof", "pr-forms", "pr-submit", "series"} <= set(tools)
+    assert main(["pr-submit"]) == 2 and "usage" in capsys.readouterr().err
 
 
 def test_the_clis_description_names_every_command():

@@ -21,6 +21,15 @@ NOT_ESTABLISHED = "not established"
 
 
 @dataclass(frozen=True)
+class Arch:
+    """An architecture the suite runs (repro/rank/archs/ holds its adapter, by `name`)."""
+
+    name: str  # the suite's name for it
+    title: str  # as its authors write it
+    model_type: str  # Transformers' config.model_type
+
+
+@dataclass(frozen=True)
 class KernelPath:
     """What DeepSpeed's compiled `transformer_inference` kernels (CUDA, ROCm) do where a finding's CPU evidence
     comes from DeepSpeed's PyTorch path: read from the kernel's code, not run. `outcome` None: the finding does not

@@ -13,6 +13,7 @@ from .finding import (
     REFUSED,
     SILENTLY_OFF,
     SILENTLY_WRONG,
+    Arch,
     Finding,
     KernelPath,
     Limit,
@@ -20,7 +21,16 @@ from .finding import (
     Script,
 )
 
-ALL_ARCHS = ("gpt-neox", "gpt-neo", "llama", "opt", "gpt-j", "bloom")
+ARCHITECTURES = (
+    Arch("gpt-neox", "GPT-NeoX", "gpt_neox"),
+    Arch("gpt-neo", "GPT-Neo", "gpt_neo"),
+    Arch("llama", "Llama", "llama"),
+    Arch("opt", "OPT", "opt"),
+    Arch("gpt-j", "GPT-J", "gptj"),
+    Arch("bloom", "BLOOM", "bloom"),
+)
+ALL_ARCHS = tuple(a.name for a in ARCHITECTURES)
+TITLES = {a.name: a.title for a in ARCHITECTURES}
 # The architectures whose layers hold no QKV bias (GPT-NeoX, OPT and BLOOM have one).
 BIAS_FREE = ("gpt-neo", "llama", "gpt-j")
 # Transformers pins the issue scripts run on where the pinned one hides their bug (constraints/transformers-*.txt):

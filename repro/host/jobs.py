@@ -44,25 +44,54 @@ class JobError(RuntimeError):
         self.code = code
 
 
+def _option(default, text: str):
+    """A request field that is also its task's option, with the task's help."""
+    return field(default=default, metadata={"help": text})
+
+
 @dataclass
 class ReproRequest:
-    """`invoke repro`'s options. The run's own defaults come from repro.options.RunOptions (one place);
-    an empty model or dtype means "chosen for the backend" (real Pythia and bf16 on ROCm)."""
+    """`invoke repro`'s options (each field's help is the task's). The run's own defaults come from
+    repro.options.RunOptions (one place); an empty model or dtype means "chosen for the backend" (real Pythia and
+    bf16 on ROCm)."""
 
-    backend: str = RunOptions.backend
-    engine: str = "auto"
-    model: str = ""
-    ranks: int = RunOptions.ranks
-    gpus: str = ""
-    dtype: str = ""
-    variant: str = RunOptions.variant
-    out: str = ""
-    shm_size: str = containers.DEFAULT_SHM
-    seccomp_unconfined: bool = False
-    selinux_label: bool | None = None
-    checks: bool = True
-    dry_run: bool = False
-    launcher: str = RunOptions.launcher
+    backend: str = _option(
+        RunOptions.backend, "auto (ROCm image if an engine and /dev/kfd exist, else CPU image, else local), rocm, cpu"
+    )
+    engine: str = _option(
+        "auto",
+        "auto (docker, then podman, else local), docker, podman, buildah, apptainer (SIF "
+        "files under build/sif/), or local (no container)",
+    )
+    model: str = _option(
+        "",
+        f"default: {REAL_PYTHIA} on ROCm when available, else {RANDOM_PYTHIA} (seeded random "
+        "weights); also tiny, a hub id or a local directory",
+    )
+    ranks: int = _option(RunOptions.ranks, "world size (default 2; 1 hides the bug and is refused)")
+    gpus: str = _option("", "AMD GPUs to use, e.g. 0,1 (sets HIP_VISIBLE_DEVICES in the container)")
+    dtype: str = _option("", "fp32 (CPU default), bf16 (GPU default), fp16")
+    variant: str = _option(RunOptions.variant, "before, after or both (default)")
+    out: str = _option(
+        "", "new results directory (default results/runs/<time>-..., or results/amd-<gpu>-<dtype>-... on ROCm)"
+    )
+    shm_size: str = _option(containers.DEFAULT_SHM, "private /dev/shm size for the container (default 16g)")
+    seccomp_unconfined: bool = _option(
+        False,
+        "add --security-opt seccomp=unconfined (ROCm): only for debuggers/"
+        "profilers that need ptrace; the reproduction does not",
+    )
+    selinux_label: bool | None = _option(None, "add :z to bind mounts (default: when SELinux is enforcing)")
+    checks: bool = _option(
+        True,
+        "also run the upstream regression test both ways, the audit and DeepSpeed's "
+        "sanity checks (default on; --no-checks skips them)",
+    )
+    dry_run: bool = _option(False, "print the commands (build and run), run nothing")
+    launcher: str = _option(
+        RunOptions.launcher,
+        "torchrun (default) or slurm: one srun task per rank, on one node (inside salloc/sbatch; --engine local)",
+    )
     notes: list[str] = field(default_factory=list)
 
 
@@ -420,3 +449,67 @@ def _variants(variant: str) -> list[str]:
         return variants_of(variant)
     except UsageError as exc:
         raise JobError(str(exc)) from None
+
+
+@dataclass
+class BuildRequest:
+    """`invoke build`'s options."""
+
+    backend: str = _option("", "rocm or cpu (default: rocm when /dev/kfd exists, else cpu)")
+    variant: str = _option("both", "before, after or both (default)")
+    engine: str = _option("auto", "auto (docker, then podman), docker, podman, buildah or apptainer")
+    build_arg: list[str] = field(default_factory=list, metadata={"help": "KEY=VALUE passed to the build "
+        "(repeatable), over the flavour's own: BASE_IMAGE, TORCH_REQUIREMENT, TORCH_INDEX_URL, PYTORCH_ROCM_ARCH "
+        "(default gfx90a;gfx942)"})  # fmt: skip
+    dry_run: bool = _option(False, "print the commands, build nothing")
+
+
+@dataclass
+class RunTestsRequest:
+    """`invoke test`'s options: a tier of the local suite, or the upstream regression test in both images."""
+
+    in_image: bool = _option(
+        False,
+        "run the upstream regression test inside the before and after images (expect: "
+        "before fails on its assertions, after passes)",
+    )
+    backend: str = _option("cpu", "image backend for --in-image (default cpu)")
+    engine: str = _option("auto", "engine for --in-image (auto, docker, podman, buildah, apptainer)")
+    pytest_args: str = _option(
+        "", "extra arguments for pytest (local runs); a -m expression replaces the default tier's"
+    )
+    fast: bool = _option(
+        False, f'the quick loop: -m "{TIERS["fast"]}" (no torchrun, no per-patch or per-script proofs)'
+    )
+    proofs: bool = _option(
+        False,
+        f'only the proofs: -m "{TIERS["proofs"]}" (each patch without and with it, each '
+        "issue script, the wheels); without a tier flag: everything else",
+    )
+    all: bool = _option(False, "every test, proofs included")
+    dry_run: bool = _option(False, "print the commands, run nothing")
+
+
+def test(req: RunTestsRequest, log=print) -> int:
+    if req.in_image:
+        return test_in_images(req.backend, req.engine, req.dry_run, log)
+    return local_tests(req.pytest_args, req.dry_run, log, tier=tier_of(fast=req.fast, proofs=req.proofs, all=req.all))
+
+
+@dataclass
+class ShellRequest:
+    """`invoke shell`'s options."""
+
+    backend: str = _option("cpu", "image backend (default cpu)")
+    engine: str = _option("auto", "auto, docker, podman or buildah")
+    variant: str = _option("before", "before or after image")
+    dry_run: bool = _option(False, "print the command only")
+
+
+@dataclass
+class CleanRequest:
+    """`invoke clean`'s options."""
+
+    images: bool = _option(False, "also remove the images the tasks built")
+    engine: str = _option("auto", "engine that holds the images (auto: docker, then podman; buildah only when named)")
+    dry_run: bool = _option(False, "print what would be removed")

@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ...findings.registry import ARCHITECTURES
 from ...options import UsageError
 from ..envs import transformers_env
 from .plan import ARCHS, ENGAGED_ON, PINNED, SCENARIOS, cell_axes
 
 # Transformers' model_type -> the suite's architecture (repro.rank.archs has an adapter for each).
-MODEL_TYPES = {"gpt_neox": "gpt-neox", "gpt_neo": "gpt-neo", "llama": "llama", "opt": "opt", "gptj": "gpt-j",
-               "bloom": "bloom"}  # fmt: skip
+MODEL_TYPES = {a.model_type: a.name for a in ARCHITECTURES}
 # Fields that name or describe a checkpoint rather than the forward math: not handed to the config class.
 NOT_MATH = ("architectures", "auto_map", "_name_or_path", "transformers_version", "torch_dtype", "dtype",
             "model_type", "_commit_hash", "quantization_config", "head_dim")  # fmt: skip

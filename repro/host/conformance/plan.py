@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ... import findings
 from ...findings.registry import (
+    ALL_ARCHS,
     BLOOM_ENGAGED,
     FIRST_BOOL_MASKS,
     FIRST_TRANSFORMERS_5,
@@ -52,7 +53,7 @@ NEOX_MORE: dict[str, dict] = {
 # (repro.rank.cpu_fp16), DeepSpeed's fp16 path on CPU, labelled so.
 DTYPES = ("fp32", "bf16", "fp16")
 # Each has an adapter: repro.rank.archs (tiny default, LoRA, twins).
-ARCHS = ("gpt-neox", "gpt-neo", "llama", "opt", "gpt-j", "bloom")
+ARCHS = ALL_ARCHS
 # Per architecture, its configurations: overrides of its tiny default (GPT-NeoX: CONFIGS above). Why these
 # fields, and which were left out: report.CONFIG_NOTES / LEFT_OUT / LEFT_OUT_ARCHS.
 ARCH_CONFIGS: dict[str, dict[str, dict]] = {

@@ -10,23 +10,15 @@ from pathlib import Path
 from ... import tolerance
 from ...findings import FINDINGS
 from ...findings import table as affected_table
+from ...findings.registry import TITLES
 from ..envs.transformers_env import newest
 from ..family import diagnosis as family
 from ..tables import num
 from . import evidence, issue_texts, labels
 from .diagnosis import (
-    BUG_NEOX_ROPE_SCALING,
     CORRECT,
     OUTSIDE_CONTRACT,
     REFUSALS,
-    REFUSED,
-    REFUSED_BLOOM_RESIDUAL,
-    REFUSED_GPTJ_ACTIVATION,
-    REFUSED_NEOX_ACTIVATION,
-    REFUSED_NEOX_ATTENTION_BIAS,
-    REFUSED_OPT_BIAS,
-    REFUSED_OPT_LAYER_NORM,
-    REFUSED_ROPE,
     TOL,
     WEIGHTS_TOL,
     worst,
@@ -123,15 +115,14 @@ PATCH_OF = {sentence: f.patch for f in FINDINGS for sentence in f.diagnoses}
 REFERENCE_OF = {
     family.BUG_8391: "upstream #8391 (PR #8392); `results/reference/cpu-pythia-410m/`",
     **{bug: "`results/reference/family/` (docs/bug-family.md)" for bug in family.BUGS if bug != family.BUG_8391},
-    REFUSED: "`ISSUE-llama-unservable-config.md`",
-    REFUSED_ROPE: "`ISSUE-rotary-base.md`",
-    BUG_NEOX_ROPE_SCALING: "`ISSUE-rotary-base.md`",
-    REFUSED_NEOX_ACTIVATION: "`ISSUE-gptneox-activation.md`",
-    REFUSED_NEOX_ATTENTION_BIAS: "`ISSUE-gptneox-attention-bias.md`",
-    REFUSED_OPT_BIAS: "`ISSUE-opt-bias.md`",
-    REFUSED_OPT_LAYER_NORM: "`ISSUE-layer-norm-without-weights.md`",
-    REFUSED_GPTJ_ACTIVATION: "`ISSUE-gptj-activation.md`",
-    REFUSED_BLOOM_RESIDUAL: "`ISSUE-bloom-residual.md`",
+    # every other sentence of a finding (its refusal, a second symptom): the finding's own issue text
+    **{
+        s: f"`{f.text}`"
+        for f in FINDINGS
+        if f.text and f.text.startswith("ISSUE-")
+        for s in f.diagnoses
+        if s not in ISSUES
+    },
 }
 
 
@@ -164,12 +155,8 @@ def _noise(cells: list[dict]) -> str:
     return ", ".join(out)
 
 
-NAMES = {"gpt-neox": "GPT-NeoX", "gpt-neo": "GPT-Neo", "llama": "Llama", "opt": "OPT", "gpt-j": "GPT-J",
-         "bloom": "BLOOM"}  # fmt: skip
-
-
 def _names(cells: list[dict]) -> str:
-    names = [NAMES.get(a, a) for a in dict.fromkeys(c["arch"] for c in cells)]
+    names = [TITLES.get(a, a) for a in dict.fromkeys(c["arch"] for c in cells)]
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
@@ -187,7 +174,7 @@ def _versions(cells: list[dict]) -> str:
     out = []
     for version in dict.fromkeys(c.get("transformers", PINNED) for c in cells):
         archs = dict.fromkeys(
-            NAMES.get(c["arch"], c["arch"]) for c in cells if c.get("transformers", PINNED) == version
+            TITLES.get(c["arch"], c["arch"]) for c in cells if c.get("transformers", PINNED) == version
         )
         out.append(f"{version} ({', '.join(archs)})")
     return "; ".join(out)

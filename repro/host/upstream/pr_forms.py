@@ -26,6 +26,7 @@ from pathlib import Path
 from ... import findings
 from ...findings import reports
 from ...findings.prs import PRS, PullRequest, directory, required
+from ...findings.registry import TITLES
 from ...paths import REPO_ROOT
 from . import cache_cost, lora_cost, tp_cost
 from .pr_files import PRS_DIR, pr_patches
@@ -144,7 +145,7 @@ def cache_memory(measured: dict) -> str:
     fixed = [r for r in measured["runs"] if r["build"] == "whole series"]
     filled = [r for r in fixed if r["hybrid_engine"]["cache_tokens"]]
     left = [r for r in fixed if not r["hybrid_engine"]["cache_bytes"]]
-    names = {"gpt-neo": "GPT-Neo", "opt": "OPT", "llama": "Llama"}
+    names = TITLES
     per_token = sorted({cache_cost.per_token(r["hybrid_engine"]) for r in filled})
     native = sorted({cache_cost.per_token(r["native"]) for r in fixed})
     words = [f"Measured with tiny models (2 layers, hidden 256, 4 heads, fp32; pinned ZeRO-3 on 2 ranks; a prompt "
