@@ -305,25 +305,36 @@ def plan(quick: bool = False) -> list[dict]:
     Llama's and OPT's other configurations before and after the series; the leave-one-out cells; each
     architecture's few cells on the other Transformers. Quick: one cell per axis value."""
     if quick:
-        series = "whole series"
-        return [
-            *(
-                cell_axes(a, c, series, 3, 2, "reference")
-                for a in ARCHS
-                for c in ARCH_CONFIGS[a]
-                if c != "sequential-residual" and c not in COVERAGE_ONLY.get(a, ())
-            ),
-            cell_axes("gpt-neox", "sequential-residual", "released", 2, 1, "reference"),  # #3453, on ZeRO-2 and 1 rank
-            *(
-                cell_axes(QUICK_ARCH.get(s, "gpt-neox"), "default", series, 3, QUICK_WORLD.get(s, 2), s)
-                for s in SCENARIOS
-                if s != "reference" and s not in NOT_QUICK
-            ),
-            *(cell_axes(a, "default", series, 3, 2, "reference", _other(a)) for a in ARCHS),
-            *(cell_axes("gpt-neox", "default", series, 3, 2, "ds-chat", dtype=d) for d in DTYPES if d != "fp32"),
-            cell_axes("bloom", "default", series, 3, 4, "tp2-mpu-slices"),  # 4 ranks: 2 tensor x 2 data parallel
-        ]
-    cells = []
+        return _quick()
+    return [*_scenarios(), *_tensor_parallel(), *_grouped_query(), *_other_configurations(), *_leave_one_out(),
+            *_other_transformers(), *_dtypes()]  # fmt: skip
+
+
+def _quick() -> list[dict]:
+    """One cell per axis value."""
+    series = "whole series"
+    return [
+        *(
+            cell_axes(a, c, series, 3, 2, "reference")
+            for a in ARCHS
+            for c in ARCH_CONFIGS[a]
+            if c != "sequential-residual" and c not in COVERAGE_ONLY.get(a, ())
+        ),
+        cell_axes("gpt-neox", "sequential-residual", "released", 2, 1, "reference"),  # #3453, on ZeRO-2 and 1 rank
+        *(
+            cell_axes(QUICK_ARCH.get(s, "gpt-neox"), "default", series, 3, QUICK_WORLD.get(s, 2), s)
+            for s in SCENARIOS
+            if s != "reference" and s not in NOT_QUICK
+        ),
+        *(cell_axes(a, "default", series, 3, 2, "reference", _other(a)) for a in ARCHS),
+        *(cell_axes("gpt-neox", "default", series, 3, 2, "ds-chat", dtype=d) for d in DTYPES if d != "fp32"),
+        cell_axes("bloom", "default", series, 3, 4, "tp2-mpu-slices"),  # 4 ranks: 2 tensor x 2 data parallel
+    ]
+
+
+def _scenarios() -> list[dict]:
+    """Per architecture and build: every configuration in the reference scenario, the default one in each other."""
+    cells: list[dict] = []
     for arch in ARCHS:
         for build in ("released", "whole series"):
             for configuration in CONFIGS if arch == "gpt-neox" else ("default",):
@@ -335,6 +346,12 @@ def plan(quick: bool = False) -> list[dict]:
                     zero3 = not settings["pin"] or "tp_gather_partition_size" in settings.get("probe", {})
                     stages = (3,) if zero3 else (2, 3)
                     cells += [cell_axes(arch, "default", build, z, 2, scenario) for z in stages]
+    return cells
+
+
+def _tensor_parallel() -> list[dict]:
+    """Tensor parallelism with an mpu and without (DeepSpeed-Chat's), and the bugs behind it one at a time."""
+    cells: list[dict] = []
     # 4 ranks, tensor parallelism over 2 of them and data parallelism over the 2 groups (pinned ZeRO-3): each rank's
     # place in its tensor-parallel group is not its global rank.
     cells += [cell_axes(arch, "default", build, 3, 4, "tp2-mpu-slices")
@@ -366,6 +383,12 @@ def plan(quick: bool = False) -> list[dict]:
     cells += [cell_axes(arch, "default", build, 3, 2, "tp2-mpu-slices-left-pad")
               for arch in ARCHS for build in (without("tensor-parallel-mask"), "whole series") if arch != "bloom" or
               build == "whole series"]  # fmt: skip
+    return cells
+
+
+def _grouped_query() -> list[dict]:
+    """Llama with grouped-query attention: its configurations, scenarios and tensor parallelism."""
+    cells: list[dict] = []
     cells += [cell_axes("llama", configuration, build, z, world, scenario, dtype=dtype)
               for configuration in GQA_CONFIGS for build in GQA_BUILDS
               for scenario, stages, world, dtype in GQA_SCENARIOS for z in stages]  # fmt: skip
@@ -374,6 +397,12 @@ def plan(quick: bool = False) -> list[dict]:
     cells += [cell_axes("llama", configuration, build, z, w, "reference", OLDER)
               for configuration in GQA_CONFIGS for build in ("released", "whole series")
               for z, w in ((2, 1), (3, 2))]  # fmt: skip
+    return cells
+
+
+def _other_configurations() -> list[dict]:
+    """Each architecture's other configurations, before and after the series."""
+    cells: list[dict] = []
     # The other configurations: the reference scenario, ZeRO-2 on 1 rank and ZeRO-3 on 2; Llama as released crashes
     # before any configuration matters (`llama-layer-tuple`), so the series without `llama-unservable-config` stands
     # in (for grouped-query attention, the series without `llama-grouped-query`, run above).
@@ -386,6 +415,12 @@ def plan(quick: bool = False) -> list[dict]:
             cells += [cell_axes(arch, configuration, without("llama-grouped-query") if grouped else before, 2, 1,
                                 "reference"),
                       cell_axes(arch, configuration, "whole series", 3, 2, "reference")]  # fmt: skip
+    return cells
+
+
+def _leave_one_out() -> list[dict]:
+    """The series without one patch, where another bug hides that patch's."""
+    cells: list[dict] = []
     for build, scenarios, archs in LEAVE_ONE_OUT:
         for arch in archs:
             for scenario in scenarios:
@@ -393,6 +428,12 @@ def plan(quick: bool = False) -> list[dict]:
                 cells += [cell_axes(arch, "default", build, 3, w, scenario) for w in sizes]
     for build, arch, configuration, *transformers in CONFIG_LEAVE_ONE_OUT:
         cells += [cell_axes(arch, configuration, build, z, w, "reference", *transformers) for z, w in ((2, 1), (3, 2))]
+    return cells
+
+
+def _other_transformers() -> list[dict]:
+    """Each architecture on the other Transformers versions the suite pins."""
+    cells: list[dict] = []
     # Each architecture on the other Transformers: the reference scenario, before and after the series.
     for arch in ARCHS:
         for build in ("released", "whole series"):
@@ -410,6 +451,12 @@ def plan(quick: bool = False) -> list[dict]:
                 cell_axes(arch, "default", build, z, w, "reference", NEWEST_TRANSFORMERS) for z, w in ((2, 1), (3, 2))
             ]
             cells.append(cell_axes(arch, "default", build, 3, 2, "left-pad", NEWEST_TRANSFORMERS))
+    return cells
+
+
+def _dtypes() -> list[dict]:
+    """bf16 and fp16, each against its own measured tolerance."""
+    cells: list[dict] = []
     # bf16: with the series, DeepSpeed-Chat's call order and its own settings under ZeRO-2 and 3; released, the
     # reference scenario under ZeRO-3. Its tolerance comes from these cells' measured noise (diagnosis.TOLS).
     for arch in ARCHS:

@@ -182,15 +182,6 @@ def _versions(cells: list[dict]) -> str:
 
 def render(data: dict) -> str:
     cells = data["cells"]
-    bugs: dict[str, int] = {}
-    for c in cells:
-        for d in c["diagnosis"]:
-            if d != CORRECT:
-                bugs[d] = bugs.get(d, 0) + 1
-    series = [c for c in cells if c["build"] == "whole series"]
-    series_ok = sum(c["diagnosis"] == [CORRECT] for c in series)
-    series_refused = sum(c["diagnosis"][0] in REFUSALS for c in series)
-    series_outside = sum(c["diagnosis"][0].startswith(OUTSIDE_CONTRACT) for c in series)
     lines = [
         f"# Hybrid Engine conformance ({evidence.label(data)}): {_names(cells)} vs native Hugging Face",
         "",
@@ -202,6 +193,25 @@ def render(data: dict) -> str:
         "",
         "## The evidence",
         "",
+        *_evidence(data),
+        "",
+        *_setup(data),
+        "",
+        *_findings(cells),
+    ]
+    for arch in dict.fromkeys(c["arch"] for c in cells):
+        lines += _arch_table(arch, cells)
+    return "\n".join(lines) + "\n"
+
+
+def _evidence(data: dict) -> list[str]:
+    """How the cells were measured and judged, and what the whole series does with them."""
+    cells = data["cells"]
+    series = [c for c in cells if c["build"] == "whole series"]
+    series_ok = sum(c["diagnosis"] == [CORRECT] for c in series)
+    series_refused = sum(c["diagnosis"][0] in REFUSALS for c in series)
+    series_outside = sum(c["diagnosis"][0].startswith(OUTSIDE_CONTRACT) for c in series)
+    return [
         f"Regenerate: `{data['command']}` ({len(cells)} cells in {data['duration_s']:.0f} s here). "
         f"{evidence.scope(data)}. Tiny models with random weights, fp32 (bf16 and fp16 where the cell says so). "
         f"Transformers {_versions(cells)}. A cell is correct when generate ran "
@@ -222,7 +232,12 @@ def render(data: dict) -> str:
         f"cells are correct, {series_refused} refuse by name a configuration DeepSpeed cannot serve "
         f"({_refusals(series)}) and {series_outside} are outside the Hybrid Engine's contract (an mpu over whole "
         f"Hugging Face weights); {len(series) - series_ok - series_refused - series_outside} are none of these.**",
-        "",
+    ]
+
+
+def _setup(data: dict) -> list[str]:
+    """The builds, scenarios and configurations the cells cross, and why those fields."""
+    return [
         "Builds: "
         + "; ".join(f"`{b}`: {' '.join(p) or 'DeepSpeed as installed'}" for b, p in data["builds"].items())
         + ". A series without one patch shows that patch's bug where another bug hides it on released DeepSpeed.",
@@ -252,7 +267,17 @@ def render(data: dict) -> str:
         + "; "
         + "; ".join(f"{k}: {v}" for k, v in LEFT_OUT_ARCHS.items())
         + ".",
-        "",
+    ]
+
+
+def _findings(cells: list[dict]) -> list[str]:
+    """Every diagnosis with its count, patch and issue text."""
+    bugs: dict[str, int] = {}
+    for c in cells:
+        for d in c["diagnosis"]:
+            if d != CORRECT:
+                bugs[d] = bugs.get(d, 0) + 1
+    return [
         "## Findings",
         "",
         "| diagnosis | cells | patch | issue text |",
@@ -267,23 +292,25 @@ def render(data: dict) -> str:
         "first diagnosis. Each confirmed bug has its issue text here (`ISSUE-*.md`), its patch in "
         "`repro/patches/` and its upstream test in `tests/upstream/`.",
     ]
-    for arch in dict.fromkeys(c["arch"] for c in cells):
-        lines += [
-            "",
-            f"## {arch}",
-            "",
-            "| config | scenario | build | Transformers | ZeRO | ranks | logits vs native, max abs over steps | "
-            "tokens = native | diagnosis |",
-            "|---|---|---|---|---|---|---|---|---|",
-        ]
-        for c in (c for c in cells if c["arch"] == arch):
-            equal = {True: "yes", False: "no", None: "-"}[c.get("tokens_equal_native")]
-            lines.append(
-                f"| {c['configuration']} | {labels.scenario(c)} | {c['build']} | {c.get('transformers', PINNED)} | "
-                f"{c['zero_stage']} | {c['world_size']} | {labels.worst_steps(c)} | {equal} | "
-                f"{'; '.join(c['diagnosis']).replace('|', '/')} |"
-            )
-    return "\n".join(lines) + "\n"
+
+
+def _arch_table(arch: str, cells: list[dict]) -> list[str]:
+    lines = [
+        "",
+        f"## {arch}",
+        "",
+        "| config | scenario | build | Transformers | ZeRO | ranks | logits vs native, max abs over steps | "
+        "tokens = native | diagnosis |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in (c for c in cells if c["arch"] == arch):
+        equal = {True: "yes", False: "no", None: "-"}[c.get("tokens_equal_native")]
+        lines.append(
+            f"| {c['configuration']} | {labels.scenario(c)} | {c['build']} | {c.get('transformers', PINNED)} | "
+            f"{c['zero_stage']} | {c['world_size']} | {labels.worst_steps(c)} | {equal} | "
+            f"{'; '.join(c['diagnosis']).replace('|', '/')} |"
+        )
+    return lines
 
 
 def heatmap(data: dict, path: Path) -> None:
