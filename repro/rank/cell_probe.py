@@ -101,8 +101,8 @@ def run(spec: dict) -> dict:
     laps = Laps()
     world = int(os.environ["WORLD_SIZE"])
     shim.apply()
-    import deepspeed
-    import transformers
+    import deepspeed  # noqa: F401  (both imported here, after the shim and before the fallbacks, as always)
+    import transformers  # noqa: F401
 
     op_state = fallbacks.install()
     lifted = cpu_fp16.allow(spec["backend"], spec["dtype"])
@@ -111,25 +111,8 @@ def run(spec: dict) -> dict:
     laps("imports_and_init_distributed")
 
     arch = adapter(spec["arch"])
-    if spec.get("weights"):  # "check my model": the user's own weights
-        model = arch.load(spec["weights"], spec.get("config") or {}, spec.get("allow_pickle", False))
-    else:
-        model = arch.build(spec["seed"], spec.get("config"))
+    model, lora_names = _model(spec, arch, device)
     heads = model.config.num_attention_heads
-    lora_names = lora.attach(
-        model,
-        spec["targets"],
-        seed=spec["lora_seed"],
-        lora_dim=spec["lora_dim"],
-        lora_alpha=spec["lora_alpha"],
-        std=spec["lora_std"],
-        arch=arch.name,
-    )
-    # LoRA too: DeepSpeed casts every parameter to the engine's dtype. The native references are copies of
-    # this model, so they run on the device the Hybrid Engine runs on.
-    # The model, its native references and the Hybrid Engine run in the cell's dtype (DeepSpeed's CPU accelerator
-    # offers fp32 and bf16; fp16 on CPU: repro.rank.cpu_fp16); tolerances per dtype: repro.tolerance.
-    model.to(device=device, dtype=models.DTYPES[spec["dtype"]])
     ids, mask = prompt_batch(spec["left_pad"], model.config.vocab_size, device)
     n = spec["new_tokens"]
     merged, base = lora.merged_reference(model), lora.base_reference(model)  # kept out of ZeRO's hands
@@ -147,49 +130,14 @@ def run(spec: dict) -> dict:
     calls = ORDERS[spec["order"]]
     result: dict = {
         "arch": arch.name,
-        "settings": {
-            "targets": spec["targets"],
-            "pin_parameters": spec["pin"],
-            "order": spec["order"],
-            "calls": list(calls),
-            "overrides": spec.get("config") or {},
-            "zero_stage": spec["zero_stage"],
-            "world_size": world,
-            "stage3_param_persistence_threshold": spec["threshold"],
-            "stage3_max_live_parameters": spec["max_live"],
-            "synced_gpus": spec["synced_gpus"],
-            "inference_tp_size": spec["tp"],
-            "tp_gather_partition_size": spec["tp_gather_partition_size"],
-            "mpu": spec["mpu"],
-            "tp_slices": spec["tp_slices"],
-            "left_pad": spec["left_pad"],
-            "new_tokens": n,
-            "cycles": spec["cycles"],
-            "lora": {k: spec[k] for k in ("lora_dim", "lora_alpha", "lora_std", "lora_seed")},
-            "model": spec.get("weights") or f"random:{arch.name}:seed={spec['seed']}",
-            "dtype": spec["dtype"],
-            "backend": spec["backend"],
-        },
+        "settings": _settings(spec, arch.name, calls, world),
         "device": _device_name(device),
         "grouped_query_attention": getattr(model.config, "num_key_value_heads", None) not in (None, heads),
         # The key/value heads of its heads (None: one per head): a rank's slice of a grouped-query QKV is narrower.
         "key_value_heads": getattr(model.config, "num_key_value_heads", None),
         "attention_heads": heads,
         "hidden_size": model.config.hidden_size,
-        "deepspeed": {
-            "version": deepspeed.__version__,
-            "path": str(Path(deepspeed.__file__).resolve().parent),
-            # #8391's fix, read from the source the ranks imported (`lora-qkv-layout`/`lora-non-pinned`: the host
-            # records them).
-            "fix_8391_in_source": fixstatus.is_fixed(
-                fixstatus.fix_status_of_source(Path(importlib.import_module(HYBRID_MEGATRON).__file__).read_text())
-            ),
-        },
-        "versions": {
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "python": sys.version.split()[0],
-        },
+        **_software(),
         "kernel": op_state,
         "lora_modules": lora_names,
         "tp_sliced_modules": len(sliced),
@@ -201,22 +149,7 @@ def run(spec: dict) -> dict:
     }
     phase = "initialize"
     try:
-        config = ds_config(
-            spec["pin"],
-            spec["dtype"],
-            world,
-            spec["threshold"],
-            zero_stage=spec["zero_stage"],
-            max_live_parameters=spec["max_live"],
-            inference_tp_size=spec["tp"],
-            tp_gather_partition_size=spec["tp_gather_partition_size"],
-        )
-        params = (
-            {"model_parameters": [p for p in model.parameters() if p.requires_grad]} if "optimizer" in config else {}
-        )
-        if spec["mpu"]:
-            params["mpu"] = TensorParallelMpu(spec["tp"])
-        engine, *_ = deepspeed.initialize(model=model, config=config, **params)
+        engine = _initialize(spec, model, world)
         names = {id(p): name for name, p in engine.module.named_parameters()}
         containers = engine._inference_containers
         laps("deepspeed_initialize")
@@ -267,12 +200,7 @@ def run(spec: dict) -> dict:
         native = (merged, base, twins, ref_tokens, ref_logits)
         result.update(_compare(he_tokens, he_logits, (ids, mask), native, lora_names, spec["dtype"]))
         phase = "cycles"
-        cycle_tokens = []
-        for _ in range(spec["cycles"]):
-            engine.eval()
-            with torch.no_grad():
-                cycle_tokens.append(greedy(engine.module, ids, n, spec["synced_gpus"], mask)[0])
-            engine.train()
+        cycle_tokens = _cycles(engine, spec, ids, mask)
         result["cycle_tokens"] = cycle_tokens
         result["cycle_tokens_equal_native"] = [t == ref_tokens for t in cycle_tokens]
         result["restore_after_cycles"] = qkv_states.gathered_vs_originals(engine, originals, held, arch.fused_qkv)
@@ -283,6 +211,111 @@ def run(spec: dict) -> dict:
     result["duration_s"] = round(time.time() - laps.started, 2)
     result["timings_s"] = laps.timings
     return result
+
+
+def _model(spec: dict, arch, device: torch.device) -> tuple[torch.nn.Module, list[str]]:
+    """The cell's model (its seeded random weights, or the user's own) with its LoRA, in the cell's dtype."""
+    if spec.get("weights"):  # "check my model": the user's own weights
+        model = arch.load(spec["weights"], spec.get("config") or {}, spec.get("allow_pickle", False))
+    else:
+        model = arch.build(spec["seed"], spec.get("config"))
+    lora_names = lora.attach(
+        model,
+        spec["targets"],
+        seed=spec["lora_seed"],
+        lora_dim=spec["lora_dim"],
+        lora_alpha=spec["lora_alpha"],
+        std=spec["lora_std"],
+        arch=arch.name,
+    )
+    # LoRA too: DeepSpeed casts every parameter to the engine's dtype. The native references are copies of
+    # this model, so they run on the device the Hybrid Engine runs on.
+    # The model, its native references and the Hybrid Engine run in the cell's dtype (DeepSpeed's CPU accelerator
+    # offers fp32 and bf16; fp16 on CPU: repro.rank.cpu_fp16); tolerances per dtype: repro.tolerance.
+    model.to(device=device, dtype=models.DTYPES[spec["dtype"]])
+    return model, lora_names
+
+
+def _initialize(spec: dict, model: torch.nn.Module, world: int):
+    """`deepspeed.initialize` with the cell's Hybrid Engine config (and its mpu, where it has one)."""
+    import deepspeed
+
+    config = ds_config(
+        spec["pin"],
+        spec["dtype"],
+        world,
+        spec["threshold"],
+        zero_stage=spec["zero_stage"],
+        max_live_parameters=spec["max_live"],
+        inference_tp_size=spec["tp"],
+        tp_gather_partition_size=spec["tp_gather_partition_size"],
+    )
+    params = {"model_parameters": [p for p in model.parameters() if p.requires_grad]} if "optimizer" in config else {}
+    if spec["mpu"]:
+        params["mpu"] = TensorParallelMpu(spec["tp"])
+    engine, *_ = deepspeed.initialize(model=model, config=config, **params)
+    return engine
+
+
+def _cycles(engine, spec: dict, ids: torch.Tensor, mask: torch.Tensor | None) -> list[list[int]]:
+    """eval(), generate, train() `cycles` times: the tokens of each generate."""
+    tokens = []
+    for _ in range(spec["cycles"]):
+        engine.eval()
+        with torch.no_grad():
+            tokens.append(greedy(engine.module, ids, spec["new_tokens"], spec["synced_gpus"], mask)[0])
+        engine.train()
+    return tokens
+
+
+def _settings(spec: dict, arch: str, calls: tuple[str, ...], world: int) -> dict:
+    """What the cell asked for, as the result records it."""
+    return {
+        "targets": spec["targets"],
+        "pin_parameters": spec["pin"],
+        "order": spec["order"],
+        "calls": list(calls),
+        "overrides": spec.get("config") or {},
+        "zero_stage": spec["zero_stage"],
+        "world_size": world,
+        "stage3_param_persistence_threshold": spec["threshold"],
+        "stage3_max_live_parameters": spec["max_live"],
+        "synced_gpus": spec["synced_gpus"],
+        "inference_tp_size": spec["tp"],
+        "tp_gather_partition_size": spec["tp_gather_partition_size"],
+        "mpu": spec["mpu"],
+        "tp_slices": spec["tp_slices"],
+        "left_pad": spec["left_pad"],
+        "new_tokens": spec["new_tokens"],
+        "cycles": spec["cycles"],
+        "lora": {k: spec[k] for k in ("lora_dim", "lora_alpha", "lora_std", "lora_seed")},
+        "model": spec.get("weights") or f"random:{arch}:seed={spec['seed']}",
+        "dtype": spec["dtype"],
+        "backend": spec["backend"],
+    }
+
+
+def _software() -> dict:
+    """The DeepSpeed, torch and Transformers the rank imported, and whether its source has #8391's fix."""
+    import deepspeed
+    import transformers
+
+    return {
+        "deepspeed": {
+            "version": deepspeed.__version__,
+            "path": str(Path(deepspeed.__file__).resolve().parent),
+            # #8391's fix, read from the source the ranks imported (`lora-qkv-layout`/`lora-non-pinned`: the host
+            # records them).
+            "fix_8391_in_source": fixstatus.is_fixed(
+                fixstatus.fix_status_of_source(Path(importlib.import_module(HYBRID_MEGATRON).__file__).read_text())
+            ),
+        },
+        "versions": {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "python": sys.version.split()[0],
+        },
+    }
 
 
 def prompt_batch(left_pad: int, vocab_size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
