@@ -10,6 +10,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -181,6 +182,83 @@ def _generate_after_cycles(engine, ids: torch.Tensor, spec: dict, native_tokens:
     }
 
 
+def _native(spec: dict, source: str, weights: str, model, ids: torch.Tensor, device: torch.device):
+    """Native reference, before ZeRO-3 partitions the same weights: computed by the run's first variant,
+    loaded by the second when model, weights, dtype, prompt and token count are the same."""
+    ref_key = native_reference.key(source, weights, spec["dtype"], ids, spec["new_tokens"])
+    ref_file = Path(spec["out"]).parent / native_reference.FILE_NAME
+    native = native_reference.load(ref_file, ref_key, device)
+    if native is None:
+        native = native_reference.compute(model, _layers(model), ids, spec["new_tokens"])
+        native_reference.save(native, ref_file, ref_key)
+    return native
+
+
+@dataclass
+class _Generated:
+    tokens: list[int]
+    logits: list
+    trace: measure.Trace
+    regathers: dict
+
+
+def _he_generate(engine, ids: torch.Tensor, spec: dict) -> _Generated:
+    """The Hybrid Engine's greedy generate, each layer's and attention's output traced and ZeRO-3's regathers
+    counted."""
+    he_trace = measure.Trace()
+    for i, (layer, container) in enumerate(zip(_layers(engine.module), engine._inference_containers, strict=True)):
+        he_trace.hook(container.module.attention, i, "attention", bias_of=container.module.attention)
+        he_trace.hook(layer, i, "layer")
+    with torch.no_grad(), zero3_fetches.counting(engine.module) as regathers:
+        he_tokens, he_logits = greedy(engine, ids, spec["new_tokens"])
+    he_trace.remove()
+    return _Generated(he_tokens, he_logits, he_trace, regathers)
+
+
+def _identity(spec: dict, world: int, loaded, weights: str, ids: torch.Tensor, dtype_notes, origin) -> dict:
+    """What ran: the request, the model and its weights, the dtype, the software and the machine."""
+    return {
+        "variant": spec["variant"],
+        "request": {k: spec.get(k) for k in REQUEST_FIELDS},
+        "backend": spec["backend"],
+        "world_size": world,
+        "model": loaded.source,
+        "model_weights": loaded.weights,
+        "weights_sha256": weights,
+        "seed": spec["seed"],
+        "new_tokens": spec["new_tokens"],
+        "soak": bool(spec.get("soak")),
+        "native_reference": origin,
+        "dtype": spec["dtype"],
+        "dtype_notes": dtype_notes,
+        "pin_parameters": spec["pin"],
+        "prompt_ids": ids[0].tolist(),
+        "versions": environment.versions(),
+        "environment": environment.describe("srun" if spec.get("launcher") == "slurm" else "torchrun", world),
+    }
+
+
+def _comparison(native, he: _Generated, qkv: dict, dtype: str) -> dict:
+    """The Hybrid Engine's generate against native: tokens, logits, the QKV it held, where the layers diverge."""
+    return {
+        "native_tokens": native.tokens,
+        "he_tokens": he.tokens,
+        # Per module: how often ZeRO-3 gathered its parameters again during the HE generate above, although
+        # pin_parameters gathered the whole model for it (speed evidence, see repro/rank/zero3_fetches.py).
+        "he_generate_zero3_regathers": he.regathers,
+        "native_first_token": native.tokens[0],
+        "he_first_token": he.tokens[0],
+        "first_divergent_token": measure.first_divergent_index(native.tokens, he.tokens),
+        "logits_max_abs": measure.max_abs(native.logits[0], he.logits[0]),
+        "logits_max_abs_per_step": measure.per_step_max_abs(native.logits, he.logits, native.tokens, he.tokens),
+        "native_margins": native.margins,
+        "native_top1_logits": native.top1,
+        "qkv": qkv,
+        "first_mismatch": measure.first_mismatch(native.trace, he.trace, dtype),
+        "per_layer_divergence": measure.per_layer_divergence(native.trace, he.trace),
+    }
+
+
 def run(spec: dict, started: float) -> dict:
     """`started`: when the rank's interpreter began its imports (torch's included), so `imports` is whole."""
     timings: dict[str, float] = {}
@@ -216,16 +294,9 @@ def run(spec: dict, started: float) -> dict:
     digests = _digests(model)
     _done("build_model")
 
-    # Native reference, before ZeRO-3 partitions the same weights: computed by the run's first variant,
-    # loaded by the second when model, weights, dtype, prompt and token count are the same.
     weights = hashlib.sha256(json.dumps(digests, sort_keys=True).encode()).hexdigest()
-    ref_key = native_reference.key(loaded.source, weights, spec["dtype"], ids, spec["new_tokens"])
-    ref_file = Path(spec["out"]).parent / native_reference.FILE_NAME
-    native = native_reference.load(ref_file, ref_key, device)
-    if native is None:
-        native = native_reference.compute(model, _layers(model), ids, spec["new_tokens"])
-        native_reference.save(native, ref_file, ref_key)
-    native_tokens, native_logits, native_trace = native.tokens, native.logits, native.trace
+    native = _native(spec, loaded.source, weights, model, ids, device)
+    native_tokens = native.tokens
     _done("native_generate")
     qkv_orig = measure.SpilledTensors((n, p) for n, p in model.named_parameters() if "query_key_value" in n)
 
@@ -243,13 +314,7 @@ def run(spec: dict, started: float) -> dict:
     qkv = measure.qkv_report(_gathered_qkv(containers), _expected_qkv(native_for_inference, heads), native_training)
     _done("eval_and_qkv")
     _release_freed_memory()  # the per-layer QKV copies just compared: out of the heap before generating
-    he_trace = measure.Trace()
-    for i, (layer, container) in enumerate(zip(_layers(engine.module), engine._inference_containers, strict=True)):
-        he_trace.hook(container.module.attention, i, "attention", bias_of=container.module.attention)
-        he_trace.hook(layer, i, "layer")
-    with torch.no_grad(), zero3_fetches.counting(engine.module) as regathers:
-        he_tokens, he_logits = greedy(engine, ids, spec["new_tokens"])
-    he_trace.remove()
+    he = _he_generate(engine, ids, spec)
     _done("he_generate")
     paths = fallbacks.kernel_paths(c.module for c in engine._inference_containers)
     engine.train()
@@ -262,42 +327,12 @@ def run(spec: dict, started: float) -> dict:
     _done("restore_check")
 
     result = {
-        "variant": spec["variant"],
-        "request": {k: spec.get(k) for k in REQUEST_FIELDS},
-        "backend": spec["backend"],
-        "world_size": world,
-        "model": loaded.source,
-        "model_weights": loaded.weights,
-        "weights_sha256": weights,
-        "seed": spec["seed"],
-        "new_tokens": spec["new_tokens"],
-        "soak": bool(spec.get("soak")),
-        "native_reference": native.origin,
-        "dtype": spec["dtype"],
-        "dtype_notes": dtype_notes,
-        "pin_parameters": spec["pin"],
-        "prompt_ids": ids[0].tolist(),
-        "versions": environment.versions(),
-        "environment": environment.describe("srun" if spec.get("launcher") == "slurm" else "torchrun", world),
+        **_identity(spec, world, loaded, weights, ids, dtype_notes, native.origin),
         "deepspeed_path": str(Path(deepspeed.__file__).parent),
         "hybrid_megatron_path": hm.__file__,
         "patched": fixstatus.is_fixed(fix),
         "fix_status": fix,
-        "native_tokens": native_tokens,
-        "he_tokens": he_tokens,
-        # Per module: how often ZeRO-3 gathered its parameters again during the HE generate above, although
-        # pin_parameters gathered the whole model for it (speed evidence, see repro/rank/zero3_fetches.py).
-        "he_generate_zero3_regathers": regathers,
-        "native_first_token": native_tokens[0],
-        "he_first_token": he_tokens[0],
-        "first_divergent_token": measure.first_divergent_index(native_tokens, he_tokens),
-        "logits_max_abs": measure.max_abs(native_logits[0], he_logits[0]),
-        "logits_max_abs_per_step": measure.per_step_max_abs(native_logits, he_logits, native_tokens, he_tokens),
-        "native_margins": native.margins,
-        "native_top1_logits": native.top1,
-        "qkv": qkv,
-        "first_mismatch": measure.first_mismatch(native_trace, he_trace, spec["dtype"]),
-        "per_layer_divergence": measure.per_layer_divergence(native_trace, he_trace),
+        **_comparison(native, he, qkv, spec["dtype"]),
         "cycles": {
             **cycles,
             "restored_exactly": restored,
