@@ -11,6 +11,7 @@ of a cell that outlives its timeout).
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import runpy
@@ -30,6 +31,8 @@ WARM = (
     "transformers.models.gpt_neo.modeling_gpt_neo",
     "transformers.models.llama.modeling_llama",
     "transformers.models.opt.modeling_opt",
+    "transformers.models.gptj.modeling_gptj",
+    "transformers.models.bloom.modeling_bloom",
     "repro.rank.cell_probe",
 )
 
@@ -79,6 +82,10 @@ def main() -> int:
 
     for name in WARM:
         importlib.import_module(name)
+    # The imports' objects live as long as the worker: out of every collection in its children. DeepSpeed's
+    # HybridEngine.eval() and train() run gc.collect() at every call, which otherwise walks all of them, in each
+    # child, and writes to their pages (copy-on-write copies of the parent's heap).
+    gc.freeze()
     _send({"ready": os.getpid()})
     for line in sys.stdin:  # EOF: the host is gone or closed the pool
         cell = json.loads(line)
