@@ -84,6 +84,18 @@ class Scope:
 
 
 @dataclass(frozen=True)
+class Alone:
+    """Conformance cells that show a finding alone: the whole series less its patch, where as released another bug
+    hides it. A scenario's cells run the default configuration under ZeRO-3 (on 1 and 2 ranks where the scenario is
+    pinned, else 2); a configuration's run the reference scenario under ZeRO-2 on 1 rank and ZeRO-3 on 2."""
+
+    archs: tuple[str, ...]
+    scenarios: tuple[str, ...] = ("reference",)
+    configuration: str = "default"
+    transformers: str | None = None  # the Transformers to run on, where not the architecture's default
+
+
+@dataclass(frozen=True)
 class Finding:
     """One Hybrid Engine bug: its patch, where it shows, what a user can do, and how it is proven."""
 
@@ -115,6 +127,7 @@ class Finding:
     kernel: KernelPath | None = None
     # True: it shows in deepspeed.initialize, before any other finding can (it decides alone, as a crashing limit).
     at_initialize: bool = False
+    alone: tuple[Alone, ...] = ()  # the conformance cells that show it alone (the suite's leave-one-out cells)
 
     def __post_init__(self) -> None:
         if any((scope.config is None) != (scope.when is None) for scope in self.scopes):

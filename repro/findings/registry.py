@@ -13,6 +13,7 @@ from .finding import (
     REFUSED,
     SILENTLY_OFF,
     SILENTLY_WRONG,
+    Alone,
     Arch,
     Finding,
     KernelPath,
@@ -251,6 +252,7 @@ FINDINGS: tuple[Finding, ...] = (
         text="ISSUE-zero3-qkv-bias.md",
         scripts=(Script("zero3_qkv_bias.py", 2),),
         shows=("ZeRO-3 adds the unwritten QKV bias buffer to a model without QKV bias (#4788; {patch})",),
+        alone=(Alone(("gpt-neo", "llama"), ("reference", "unpinned")),),
     ),
     Finding(
         id="llama-layer-tuple",
@@ -285,6 +287,7 @@ FINDINGS: tuple[Finding, ...] = (
             "Llama's policy reads in_features, which DeepSpeed-Chat's LoRA modules lack: initialize fails ({patch})",
         ),
         kernels_needed="`deepspeed.initialize` fails before any kernel is needed",
+        alone=(Alone(("llama",), ("lora", "unpinned-lora")),),
     ),
     Finding(
         id="llama-unservable-config",
@@ -511,6 +514,7 @@ FINDINGS: tuple[Finding, ...] = (
         text="ISSUE-opt-post-layer-norm.md",
         scripts=(Script("opt_config.py", args=("--setting", "post_layer_norm"), transformers=OPT_ENGAGED),),
         shows=("post-LayerNorm OPT computed with its two LayerNorms swapped ({patch})",),
+        alone=(Alone(("opt",), configuration="post-layer-norm"),),
     ),
     Finding(
         id="post-layer-norm-qkv-bias",
@@ -532,6 +536,7 @@ FINDINGS: tuple[Finding, ...] = (
             Script("opt_config.py", args=("--setting", "post_layer_norm", "--zero", "3"), transformers=OPT_ENGAGED),
         ),
         shows=("ZeRO-3 post-LayerNorm attention computed without its q/k/v biases ({patch})",),
+        alone=(Alone(("opt",), configuration="post-layer-norm"),),
     ),
     Finding(
         id="gptneox-layer-class",
@@ -583,6 +588,7 @@ FINDINGS: tuple[Finding, ...] = (
         text="ISSUE-layer-norm-without-weights.md",
         scripts=(Script("opt_config.py", args=("--setting", "layer_norm_not_affine"), transformers=OPT_ENGAGED),),
         refusal="refused by name: OPT without the LayerNorm weights the injected layer takes ({patch})",
+        alone=(Alone(("opt",), configuration="layer-norm-not-affine"),),
     ),
     Finding(
         id="cache-return",
@@ -597,6 +603,7 @@ FINDINGS: tuple[Finding, ...] = (
         text="ISSUE-cache-return.md",
         scripts=(Script("gptneo_cache.py", transformers=OPT_ENGAGED),),
         shows=("injected layer hands back its key and value, not the Cache it was passed: 2nd step fails ({patch})",),
+        alone=(Alone(("gpt-neox",), transformers=OPT_ENGAGED),),
     ),
     Finding(
         id="tensor-parallel-released",
@@ -658,6 +665,7 @@ FINDINGS: tuple[Finding, ...] = (
         text="ISSUE-left-padding.md",
         scripts=(Script("left_padding.py", transformers=FIRST_BOOL_MASKS),),
         shows=("left padding attended: the injected attention cannot use the mask Transformers hands it ({patch})",),
+        alone=(Alone(("gpt-neox", "llama"), ("left-pad",)),),
     ),
     Finding(
         id="bloom-alibi-offset",
@@ -679,6 +687,7 @@ FINDINGS: tuple[Finding, ...] = (
             "BLOOM's attention offsets ALiBi by the global rank: a data-parallel rank > 0 takes none of its heads "
             "({patch})",
         ),
+        alone=(Alone(("bloom",)),),
     ),
     Finding(
         id="gptj-activation",
@@ -792,6 +801,7 @@ FINDINGS: tuple[Finding, ...] = (
             for arch in ("gpt-neox", "gpt-j")
         ),  # fmt: skip
         shows=("injected layer returns a tuple where Transformers 5 expects a tensor ({patch})",),
+        alone=(Alone(("gpt-neox", "opt", "gpt-j"), transformers=NEWEST_TRANSFORMERS),),
     ),
     Finding(
         id="empty-cache-positions",
@@ -809,6 +819,7 @@ FINDINGS: tuple[Finding, ...] = (
         text="ISSUE-empty-cache-positions.md",
         scripts=(Script("cache_positions.py", transformers=NEWEST_TRANSFORMERS),),
         shows=("decode steps placed by a Transformers Cache the injected layers leave empty ({patch})",),
+        alone=(Alone(("gpt-neo", "opt"), transformers=NEWEST_TRANSFORMERS),),
     ),
     Finding(
         id="tp-world-size",

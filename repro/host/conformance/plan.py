@@ -136,21 +136,10 @@ def without(finding: str) -> str:
 
 # Released, the whole series, and the series without one finding's patch where that patch's bug hides behind another on
 # released DeepSpeed (the Llama crash, `llama-layer-tuple`, comes first there): each such patch shown necessary.
-LEAVE_ONE_OUT_OF = (
-    "llama-grouped-query",
-    "zero3-qkv-bias",
-    "llama-lora",
-    "llama-unservable-config",
-    "opt-post-layer-norm",
-    "post-layer-norm-qkv-bias",
-    "opt-layer-norm-affine",
-    "cache-return",
-    "left-padding",
-    "layer-tensor-return",
-    "empty-cache-positions",
-    "bloom-alibi-offset",
-    "tensor-parallel-mask",
-)
+# The builds less one patch: each finding's that has cells of its own alone (the registry's `alone`), and those the
+# plan's own parts below run (grouped-query attention, Llama's other configurations, the tensor-parallel mask).
+PLAN_LESS_ONE = ("llama-grouped-query", "llama-unservable-config", "tensor-parallel-mask")
+LEAVE_ONE_OUT_OF = tuple(f.id for f in findings.FINDINGS if f.alone or f.id in PLAN_LESS_ONE)
 BUILDS = {
     "released": (),
     "whole series": SERIES,
@@ -187,29 +176,14 @@ GQA_TP = (
     ("heads-16-kv-8", "ds-chat-tp8", 8),
 )
 # (build, scenarios, architectures) of the leave-one-out cells; ZeRO-3, 1 and 2 ranks (non-pinned: 2).
-LEAVE_ONE_OUT = (
-    (without("zero3-qkv-bias"), ("reference", "unpinned"), ("gpt-neo", "llama")),
-    (without("llama-lora"), ("lora", "unpinned-lora"), ("llama",)),
-    # released Llama crashes first (`llama-layer-tuple`)
-    (without("left-padding"), ("left-pad",), ("gpt-neox", "llama")),
-    # `bloom-alibi-offset` alone makes BLOOM's second rank correct
-    (without("bloom-alibi-offset"), ("reference",), ("bloom",)),
-)
-# (build, architecture, configuration) of the leave-one-out cells of one configuration, in the reference scenario:
-# post-LayerNorm OPT's swapped LayerNorms (`opt-post-layer-norm`) and its ZeRO-3 q/k/v bias
-# (`post-layer-norm-qkv-bias`) show once its decode steps stop being taken for prompts (`decode-as-prompt`), each
-# alone; OPT without LayerNorm weights, once the Hybrid Engine no longer crashes on its final LayerNorm
-# (`layer-norm-without-weights`), shows what its layers compute unrefused (`opt-layer-norm-affine`); GPT-NeoX on the
-# older Transformers, injected once its policy finds the layer class (`gptneox-layer-class`), fails on the cache its
-# layers hand back (`cache-return`). A fourth item is the Transformers to run on, where not the architecture's default.
-CONFIG_LEAVE_ONE_OUT = ((without("opt-post-layer-norm"), "opt", "post-layer-norm"),
-                        (without("post-layer-norm-qkv-bias"), "opt", "post-layer-norm"),
-                        (without("opt-layer-norm-affine"), "opt", "layer-norm-not-affine"),
-                        (without("cache-return"), "gpt-neox", "default", OLDER),
-                        *((without("layer-tensor-return"), arch, "default", NEWEST_TRANSFORMERS)
-                          for arch in ("gpt-neox", "opt", "gpt-j")),
-                        *((without("empty-cache-positions"), arch, "default", NEWEST_TRANSFORMERS)
-                          for arch in ("gpt-neo", "opt")))  # fmt: skip
+# The leave-one-out cells, from the registry's `alone` (repro.findings.finding.Alone): a scenario's (build, scenarios,
+# architectures), and a configuration's or another Transformers' (build, architecture, configuration[, Transformers]).
+LEAVE_ONE_OUT = tuple((without(f.id), a.scenarios, a.archs) for f in findings.FINDINGS for a in f.alone
+                      if a.configuration == "default" and a.transformers is None)  # fmt: skip
+CONFIG_LEAVE_ONE_OUT = tuple((without(f.id), arch, a.configuration, *((a.transformers,) if a.transformers else ()))
+                             for f in findings.FINDINGS for a in f.alone
+                             if a.configuration != "default" or a.transformers is not None
+                             for arch in a.archs)  # fmt: skip
 # What a caller does around generate: DeepSpeed-Chat's call order, pinned, no LoRA ("reference"); a loop
 # that calls train() first or eval() twice (repro.rank.cell_probe.ORDERS); DeepSpeed-Chat LoRA on every
 # Linear; ZeRO-3's non-pinned path, without and with LoRA.

@@ -129,3 +129,19 @@ def test_four_ranks_split_tensor_and_data_parallelism_for_every_architecture():
     for arch in plan.ARCHS:
         runs = {(c["scenario"], c["probe"]["tp"], c["probe"].get("mpu", False)) for c in four if c["arch"] == arch}
         assert runs == {("tp2-mpu-slices", 2, True), ("ds-chat-tp2", 2, False), ("ds-chat-tp4", 4, False)}
+
+
+def test_the_registry_alone_drives_the_leave_one_out_cells():
+    """Each finding's `alone` (the registry) becomes its cells without its patch, and no leave-one-out cell of the
+    kind comes from anywhere else: a new finding's cells are one registry field."""
+    from repro import findings
+
+    cells = plan.plan()
+    for f in (f for f in findings.FINDINGS if f.alone):
+        mine = [c for c in cells if c["build"] == plan.without(f.id)]
+        for alone in f.alone:
+            for arch in alone.archs:
+                assert any(c["arch"] == arch and c["configuration"] == alone.configuration
+                           and c["scenario"] in alone.scenarios for c in mine), (f.id, alone, arch)  # fmt: skip
+    expected = {plan.without(f.id) for f in findings.FINDINGS if f.alone}
+    assert {b for b, *_ in plan.LEAVE_ONE_OUT} | {b for b, *_ in plan.CONFIG_LEAVE_ONE_OUT} == expected
