@@ -128,6 +128,11 @@ class Finding:
     # True: it shows in deepspeed.initialize, before any other finding can (it decides alone, as a crashing limit).
     at_initialize: bool = False
     alone: tuple[Alone, ...] = ()  # the conformance cells that show it alone (the suite's leave-one-out cells)
+    # How a conformance cell names it (repro.host.conformance.diagnosis reads these): the native twin
+    # (repro.rank.archs) whose output the Hybrid Engine reproduces, one per sentence of `shows` ("": none), and the
+    # container file whose refusal is this finding's with the setting its message names.
+    twins: tuple[str, ...] = ()
+    refused_by: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         if any((scope.config is None) != (scope.when is None) for scope in self.scopes):

@@ -215,6 +215,7 @@ FINDINGS: tuple[Finding, ...] = (
         text="ISSUE-3453.md",
         scripts=(Script("parallel_residual.py"),),
         shows=("sequential residual run as parallel (#3453)",),
+        twins=("parallel_residual",),
     ),
     Finding(
         id="rotary-base",
@@ -238,6 +239,8 @@ FINDINGS: tuple[Finding, ...] = (
             "GPT-NeoX's rope_scaling ignored by the Hybrid Engine: rotated unscaled ({patch} refuses it)",
         ),
         refusal="refused by name: a scaled rotary the injected attention cannot compute ({patch})",
+        twins=("rotary_base_10000", "unscaled_rotary"),
+        refused_by=("gptneox.py", "rope_type="),
     ),
     Finding(
         id="zero3-qkv-bias",
@@ -355,6 +358,7 @@ FINDINGS: tuple[Finding, ...] = (
         text="ISSUE-layer-norm-eps.md",
         scripts=(Script("layer_norm_eps.py"),),
         shows=("LayerNorm outside the layers computed with eps 1e-5, not the model's ({patch})",),
+        twins=("outer_layer_norm_at_eps_1e-5",),
     ),
     Finding(
         id="tensor-parallel",
@@ -415,6 +419,8 @@ FINDINGS: tuple[Finding, ...] = (
         scripts=(Script("gptneox_config.py", args=("--setting", "relu")),),
         shows=("GPT-NeoX's hidden_act ignored by the Hybrid Engine: computed with GELU ({patch})",),
         refusal="refused by name: a GPT-NeoX activation the injected MLP cannot compute ({patch})",
+        twins=("gelu_activation",),
+        refused_by=("gptneox.py", "hidden_act="),
     ),
     Finding(
         id="gptneox-attention-bias",
@@ -434,6 +440,7 @@ FINDINGS: tuple[Finding, ...] = (
         scripts=(Script("gptneox_config.py", args=("--setting", "attention_bias")),),
         shows=("GPT-NeoX without attention biases crashes the Hybrid Engine on the missing QKV bias ({patch})",),
         refusal="refused by name: GPT-NeoX without the attention biases the injected layer adds ({patch})",
+        refused_by=("gptneox.py", "attention_bias=False"),
     ),
     Finding(
         id="opt-activation",
@@ -451,6 +458,7 @@ FINDINGS: tuple[Finding, ...] = (
         text="ISSUE-opt-activation.md",
         scripts=(Script("opt_config.py", args=("--setting", "gelu"), transformers=OPT_ENGAGED),),
         shows=("OPT's activation_function ignored by the Hybrid Engine: computed with ReLU ({patch})",),
+        twins=("relu_activation",),
     ),
     Finding(
         id="opt-bias",
@@ -472,6 +480,7 @@ FINDINGS: tuple[Finding, ...] = (
         scripts=(Script("opt_config.py", args=("--setting", "no_bias"), transformers=OPT_ENGAGED),),
         shows=("OPT without biases crashes kernel injection on the missing q/k/v biases ({patch})",),
         refusal="refused by name: OPT without the biases the injected layer adds ({patch})",
+        refused_by=("opt.py", "enable_bias=False"),
     ),
     Finding(
         id="decode-as-prompt",
@@ -515,6 +524,7 @@ FINDINGS: tuple[Finding, ...] = (
         scripts=(Script("opt_config.py", args=("--setting", "post_layer_norm"), transformers=OPT_ENGAGED),),
         shows=("post-LayerNorm OPT computed with its two LayerNorms swapped ({patch})",),
         alone=(Alone(("opt",), configuration="post-layer-norm"),),
+        twins=("swapped_layer_norms",),
     ),
     Finding(
         id="post-layer-norm-qkv-bias",
@@ -537,6 +547,7 @@ FINDINGS: tuple[Finding, ...] = (
         ),
         shows=("ZeRO-3 post-LayerNorm attention computed without its q/k/v biases ({patch})",),
         alone=(Alone(("opt",), configuration="post-layer-norm"),),
+        twins=("no_qkv_bias",),
     ),
     Finding(
         id="gptneox-layer-class",
@@ -589,6 +600,7 @@ FINDINGS: tuple[Finding, ...] = (
         scripts=(Script("opt_config.py", args=("--setting", "layer_norm_not_affine"), transformers=OPT_ENGAGED),),
         refusal="refused by name: OPT without the LayerNorm weights the injected layer takes ({patch})",
         alone=(Alone(("opt",), configuration="layer-norm-not-affine"),),
+        refused_by=("opt.py", "layer_norm_elementwise_affine=False"),
     ),
     Finding(
         id="cache-return",
@@ -706,6 +718,8 @@ FINDINGS: tuple[Finding, ...] = (
         scripts=(Script("gptj_config.py"),),
         shows=("GPT-J's activation_function ignored by the Hybrid Engine: its MLP computed with GELU ({patch})",),
         refusal="refused by name: a GPT-J activation the injected MLP cannot compute ({patch})",
+        twins=("tanh_gelu_activation",),
+        refused_by=("gptj.py", "activation_function="),
     ),
     Finding(
         id="bloom-residual",
@@ -729,6 +743,8 @@ FINDINGS: tuple[Finding, ...] = (
             "before the LayerNorm ({patch})",
         ),
         refusal="refused by name: BLOOM with the residual after the LayerNorm ({patch})",
+        twins=("residual_before_layer_norm",),
+        refused_by=("bloom.py", "apply_residual_connection_post_layernorm=True"),
     ),
     Finding(
         id="bloom-tensor-parallel",

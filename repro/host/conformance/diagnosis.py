@@ -7,7 +7,7 @@ import re
 from fractions import Fraction
 
 from ... import tolerance
-from ...findings import by_id, named_in, refusal, shows
+from ...findings import FINDINGS, by_id, named_in, refusal, shows
 from ...findings.setup import version_tuple
 from ...verdict import worst
 from ..family import diagnosis as family
@@ -45,18 +45,7 @@ BUG_CACHE_RETURN = shows("cache-return")
 BUG_NEOX_ROPE_SCALING = shows("rotary-base", 1)
 # A native twin the HE reproduces names its bug (repro.rank.archs: each adapter's twins); another twin is a Llama
 # setting the injected layer cannot compute (`llama-unservable-config`).
-TWIN_BUGS = {
-    "outer_layer_norm_at_eps_1e-5": BUG_NORM_EPS,
-    "parallel_residual": BUG_3453,
-    "rotary_base_10000": BUG_ROPE,
-    "relu_activation": BUG_OPT_ACTIVATION,
-    "swapped_layer_norms": BUG_OPT_POST_LN,
-    "no_qkv_bias": BUG_POST_LN_QKV_BIAS,
-    "gelu_activation": BUG_NEOX_ACTIVATION,
-    "unscaled_rotary": BUG_NEOX_ROPE_SCALING,
-    "tanh_gelu_activation": BUG_GPTJ_ACTIVATION,
-    "residual_before_layer_norm": BUG_BLOOM_RESIDUAL,
-}
+TWIN_BUGS = {twin: f.says(f.shows[i]) for f in FINDINGS for i, twin in enumerate(f.twins) if twin}  # the registry's
 UNEXPLAINED = "differs from native (cause not established)"
 # DeepSpeed found no injection policy for the model's layers (or generate went around them) and generate ran
 # natively, silently: tokens equal to native then prove nothing (DeepSpeed #4954: "Generate time=0.00s").
@@ -122,15 +111,7 @@ REFUSAL = "DeepSpeed kernel injection cannot serve"
 # is `llama-unservable-config`'s, from llama.py).
 CONTAINERS = "deepspeed/module_inject/containers/"
 SOFTMAX = "deepspeed/ops/transformer/inference/op_binding/softmax.py"
-NAMED_REFUSALS = {
-    ("gptneox.py", "rope_type="): REFUSED_ROPE,
-    ("gptneox.py", "hidden_act="): REFUSED_NEOX_ACTIVATION,
-    ("gptneox.py", "attention_bias=False"): REFUSED_NEOX_ATTENTION_BIAS,
-    ("opt.py", "enable_bias=False"): REFUSED_OPT_BIAS,
-    ("opt.py", "layer_norm_elementwise_affine=False"): REFUSED_OPT_LAYER_NORM,
-    ("gptj.py", "activation_function="): REFUSED_GPTJ_ACTIVATION,
-    ("bloom.py", "apply_residual_connection_post_layernorm=True"): REFUSED_BLOOM_RESIDUAL,
-}
+NAMED_REFUSALS = {f.refused_by: refusal(f.id) for f in FINDINGS if f.refused_by}  # the registry's
 # DeepSpeed 0.19.8's own refusal (released; not ours): DS_BloomContainer raises for Transformers from 4.44.
 REFUSED_BLOOM_TRANSFORMERS = "refused by name: BLOOM on Transformers newer than 4.43.4 (DeepSpeed's own check)"
 # DeepSpeed 0.19.8's own refusal (released; not ours): DS_LLAMAContainer raises for a scaled rotary embedding
