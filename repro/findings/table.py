@@ -10,7 +10,7 @@ from .answer import CORRECT, Answer, answer
 from .ds_chat import SETUPS, ChatSetup
 from .finding import Finding, Limit, Scope
 from .prs import OUTSIDE_SERIES, OUTSIDE_SERIES_LABEL
-from .registry import FINDINGS, LIMITS
+from .registry import BLOOM_ENGAGED, FINDINGS, LIMITS
 from .setup import Setup, version_tuple
 
 DS_CHAT_TRANSFORMERS = "4.31.0"  # DeepSpeed-Chat's requirements.txt: transformers>=4.31.0
@@ -114,7 +114,7 @@ def _same(a: Answer, b: Answer) -> bool:
     return replace(a, setup=b.setup) == b
 
 
-def render(newest: str, root: str = "", oldest: str = "4.43.4") -> str:
+def render(newest: str, root: str = "", oldest: str = BLOOM_ENGAGED) -> str:  # the oldest the suite pins
     """The block, markers included; `root`: the path from the document to the repository root, for its links."""
     return "\n".join(
         [

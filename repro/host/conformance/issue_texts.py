@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ... import findings, tolerance
 from ...findings import prose
+from ...findings.registry import BLOOM_ENGAGED
 from ..tables import num
 from ..upstream import releases
 from ..upstream import scripts as issue_scripts
@@ -314,7 +315,7 @@ ISSUES = {
     BUG_BLOOM_ALIBI_OFFSET: {
         "scope": "injection",
         "shown": lambda c: c["arch"] == "bloom" and c["world_size"] == 2 and not c["scenario"].startswith("tp2")
-        and c.get("transformers") == "4.43.4",
+        and c.get("transformers") == BLOOM_ENGAGED,
         "evidence": (("first crash", _first_crash),),
     },
     BUG_GPTJ_ACTIVATION: {

@@ -17,13 +17,14 @@ from functools import partial
 from pathlib import Path
 
 from ... import findings, gpu_sharing
+from ...findings.registry import NEWEST_TRANSFORMERS
 from .. import launch
 from ..envs import transformers_env
 from . import cost_run, patched_copy
 
 RANKS = 2
 ARCHS = ("llama", "gpt-neo", "opt")
-TRANSFORMERS = "5.25.0"  # GPT-Neo and OPT read the Cache's length there; OPT is injected again
+TRANSFORMERS = NEWEST_TRANSFORMERS  # GPT-Neo and OPT read the Cache's length there; OPT is injected again
 FIX = findings.by_id("empty-cache-positions").patch
 BUILDS = {f"series without {FIX}": tuple(p for p in findings.SERIES if p != FIX), "whole series": findings.SERIES}
 
