@@ -31,10 +31,11 @@ def _exit(code: int) -> None:
         raise Exit(code=code)
 
 
-def _task(body, command: str = "", request: type | None = None, extra: dict[str, tuple] | None = None):
+def _task(body, command: str = "", request: type | None = None, extra: dict | None = None, short: bool = False,
+          exclude: tuple[str, ...] = ()):  # fmt: skip
     """The task of `body`, with the options of its CLI command or job request (and `extra`: name -> default, help)."""
-    body.__signature__, helps, iterable = task_options.signature(command, request, extra)
-    return task(body, auto_shortflags=False, help=helps, iterable=iterable)
+    body.__signature__, helps, iterable = task_options.signature(command, request, extra, exclude)
+    return task(body, auto_shortflags=short, help=helps, iterable=iterable)
 
 
 def _cli(*argv: str) -> None:
@@ -74,7 +75,8 @@ def patched_deepspeed(c, **given):
 
 
 repro = _task(repro, request=jobs.ReproRequest)
-conformance = _task(conformance, "conformance", extra={
+# --merge joins shard directories on this host (python -m repro conformance --merge): no container paths for it here
+conformance = _task(conformance, "conformance", exclude=("merge",), extra={
     "engine": ("auto", "auto (cpu, cuda: local; rocm: docker, then podman, else local), docker, podman, buildah, "
                        "apptainer or local"),
     "gpus": ("", "GPUs to use, e.g. 0,1 (HIP_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES)"),
@@ -113,7 +115,7 @@ def bench(c, **given):
     _cli("bench", *task_options.cli_argv("bench", given))
 
 
-build = _task(build, request=jobs.BuildRequest)
+build = _task(build, request=jobs.BuildRequest, short=True)  # -b, -v, -e, -u, -d as ever
 test = _task(test, request=jobs.RunTestsRequest)
 shell = _task(shell, request=jobs.ShellRequest)
 clean = _task(clean, request=jobs.CleanRequest)

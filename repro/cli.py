@@ -265,11 +265,11 @@ HANDLERS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(argv)
+    tool = COMMANDS[argv[0]].tool if argv and argv[0] in COMMANDS else ""
+    args = None if tool else build_parser().parse_args(argv)  # a tool parses its own line, leading options too
     try:
-        tool = COMMANDS[args.command].tool
         if tool:
-            return importlib.import_module(tool).main(args.rest)
+            return importlib.import_module(tool).main(argv[1:])
         return HANDLERS[args.command](args, argv)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)

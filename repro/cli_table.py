@@ -227,7 +227,7 @@ COMMANDS: dict[str, Command] = {
         "install the Transformers shim for every Python process of this env",
         (opt("--site-dir", help="site-packages directory (default: this interpreter's purelib)"),),
     ),
-    # The upstream tools, each its own argument parser (`python -m repro NAME --help`):
+    # The upstream tools: each reads the rest of the line itself (its own usage line on a wrong one):
     "series": Command("derive the linear series from the pull requests for a DeepSpeed checkout (CHECKOUT OUT)",
                       tool="repro.host.upstream.series"),
     "pr-forms": Command("each pull request's 0.19.8 form (MASTER RELEASE), or --texts: PR.md and REQUIRES",

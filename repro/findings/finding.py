@@ -94,6 +94,10 @@ class Alone:
     configuration: str = "default"
     transformers: str | None = None  # the Transformers to run on, where not the architecture's default
 
+    def __post_init__(self) -> None:
+        if (self.configuration != "default" or self.transformers) and self.scenarios != ("reference",):
+            raise ValueError("a configuration's or another Transformers' cells run the reference scenario only")
+
 
 @dataclass(frozen=True)
 class Finding:

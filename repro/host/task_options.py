@@ -28,12 +28,14 @@ def _default(option: Option) -> object:
     return [] if option.spec.get("action") == "append" or option.spec.get("nargs") == "+" else None
 
 
-def signature(command: str = "", request: type | None = None, extra: dict[str, tuple] | None = None):
+def signature(command: str = "", request: type | None = None, extra: dict[str, tuple] | None = None,
+              exclude: tuple[str, ...] = ()):  # fmt: skip
     """A task body's signature (context first), its help by option name, and its repeatable options: the CLI
-    command's options, a request dataclass's fields (their defaults), and `extra` (name: (default, help))."""
+    command's options but `exclude`, a request dataclass's fields (their defaults), and `extra` (name: (default,
+    help))."""
     params = [inspect.Parameter("c", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     helps: dict[str, str] = {}
-    for option in cli_options(command) if command else []:
+    for option in (o for o in cli_options(command) if o.name not in exclude) if command else []:
         params.append(inspect.Parameter(_param(option.name), KEYWORD, default=_default(option)))
         helps[option.name] = option.spec.get("help", "")
     for f in dataclasses.fields(request) if request else []:

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from repro import findings
-from repro.findings import FINDINGS
 from repro.findings.finding import Finding, Scope
 from repro.findings.prs import PRS, directory
 from repro.findings.setup import Setup, covers, hits, version_tuple
@@ -92,15 +91,3 @@ def test_transformers_ranges_compare_as_releases():
     assert covers(scope, base)
     assert not covers(scope, Setup(arch="gpt-neox", zero=3, lora=False, transformers="4.52.0"))
     assert not covers(scope, Setup(arch="gpt-neox", zero=3, lora=False, transformers="4.44.2"))
-
-
-def test_the_diagnosis_reads_twins_and_refusals_from_the_registry():
-    """A finding's twin and its container refusal are registry data: the diagnosis' tables are built from them."""
-    from repro.host.conformance import diagnosis
-
-    twins = {t for f in FINDINGS for t in f.twins if t}
-    assert set(diagnosis.TWIN_BUGS) == twins and len(twins) == sum(1 for f in FINDINGS for t in f.twins if t)
-    for f in FINDINGS:
-        for i, twin in enumerate(f.twins):
-            assert not twin or diagnosis.TWIN_BUGS[twin] == f.says(f.shows[i]), f.id
-        assert f.refused_by is None or diagnosis.NAMED_REFUSALS[f.refused_by] == f.says(f.refusal), f.id

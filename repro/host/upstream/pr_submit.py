@@ -115,16 +115,17 @@ def submit(pr_dir: Path, checkout: Path, author: str) -> list[str]:
     own = len(sorted(pr_dir.glob("[0-9][0-9][0-9][0-9]-*.patch")))
     _git(checkout, "checkout", "-q", "-b", branch)
     identity = {"GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}
-    held = []
+    held, skipped = [], []
     with tempfile.TemporaryDirectory() as tmp:
         try:
             for i, patch in enumerate(patches):
                 copy = Path(tmp) / f"{i:04d}-{patch.name}"
                 text = as_submitter(patch.read_text(), name, email)
                 if _holds_change(checkout, patch):
-                    held.append(patch.name)
                     if not re.search(r"(?m)^diff --git a/(?!deepspeed/)", text):
-                        continue  # nothing but the change: the base holds all of it
+                        skipped.append(patch.name)  # nothing but the change: the base holds all of it
+                        continue
+                    held.append(patch.name)
                     copy.write_text(tests_only(text))
                     _git(checkout, "am", "-q", "--signoff", "--exclude=deepspeed/*", str(copy), env=identity)
                 else:
@@ -135,9 +136,11 @@ def submit(pr_dir: Path, checkout: Path, author: str) -> list[str]:
             _git(checkout, "checkout", "-q", base)
             _git(checkout, "branch", "-q", "-D", branch)
             raise
-    lines = [f"branch {branch} in {checkout}: {len(patches)} commits by {name} <{email}>, each signed off"]
+    made = len(patches) - len(skipped)
+    lines = [f"branch {branch} in {checkout}: {made} commits by {name} <{email}>, each signed off"]
     lines += [f"  {held_patch}: its deepspeed/ change is already in the base; only its tests are committed "
               "(credit the base's pull request in the description)" for held_patch in held]  # fmt: skip
+    lines += [f"  {held_patch}: already in the base, and it has no tests: not committed" for held_patch in skipped]
     if len(patches) > own:
         lines.append(f"  the first {len(patches) - own} are what it REQUIRES ({', '.join(_requires(pr_dir))}): "
                      "submit those first, or rebase onto them once merged")  # fmt: skip

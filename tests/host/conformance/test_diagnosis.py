@@ -554,3 +554,22 @@ def test_a_rank_without_a_tensor_parallel_group_is_0036_and_its_refusal_is_named
     assert dx.diagnose({"crash": refused}) == [dx.REFUSED_TP_WORLD_SIZE] and dx.REFUSED_TP_WORLD_SIZE in dx.REFUSALS
     elsewhere = {**refused, "at": "deepspeed/runtime/engine.py:10"}
     assert dx.diagnose({"crash": elsewhere})[0].startswith("crash in the Hybrid Engine: ValueError")
+
+
+def test_each_registry_twin_and_container_refusal_names_its_finding():
+    """The registry is the rule: a cell whose HE output is a finding's native twin (its `twins`), or whose crash is a
+    container's refusal naming the finding's setting (its `refused_by`), is diagnosed as that finding."""
+    from repro.findings import FINDINGS
+
+    for f in FINDINGS:
+        for i, twin in enumerate(f.twins):
+            if twin:
+                cell = arch_cell(arch="gpt-j", tokens_equal_native=False, per_step_logits_vs_native=[0.59, 0.5],
+                                 per_step_logits_vs_twin={twin: [7e-7, 6e-7]})  # fmt: skip
+                assert dx.diagnose(cell) == [f.says(f.shows[i])], (f.id, twin)
+        if f.refused_by:
+            file, setting = f.refused_by
+            crash = {"type": "ValueError", "message": f"DeepSpeed kernel injection cannot serve X with {setting}.",
+                     "at": f"deepspeed/module_inject/containers/{file}:1"}  # fmt: skip
+            assert dx.diagnose(arch_cell(crash=crash)) == [f.says(f.refusal)], f.id
+    assert sum(bool(t) for f in FINDINGS for t in f.twins) == 10 and sum(bool(f.refused_by) for f in FINDINGS) == 7
