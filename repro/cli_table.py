@@ -127,8 +127,8 @@ AFFECTED = Command(
     "the findings registry and the committed cells (seconds; DeepSpeed-Chat's step-3 defaults)",
     (
         OneOf((
-            opt("--arch", help="a model type: gpt-neox, gpt-neo, llama, opt, gpt-j, bloom, gpt2, or any other "
-                "DeepSpeed or Transformers knows (any case)"),
+            opt("--arch", help=f"a model type: {', '.join(ALL_ARCHS)}, gpt2, or any other DeepSpeed or Transformers "
+                "knows (any case)"),
             opt("--config", type=Path, metavar="PATH", help="your Hugging Face config.json (or its directory)"),
         )),
         opt("--zero", type=int, choices=(2, 3), default=3, help="the actor's ZeRO stage (default 3)"),

@@ -42,7 +42,6 @@ BUG_WEIGHTLESS_LAYER_NORM = shows("layer-norm-without-weights")
 # generate() got back is the injected layer's key and value, where Transformers 4.45 to 4.53 return the Cache
 # they handed every layer.
 BUG_CACHE_RETURN = shows("cache-return")
-BUG_NEOX_ROPE_SCALING = shows("rotary-base", 1)
 # A native twin the HE reproduces names its bug (repro.rank.archs: each adapter's twins); another twin is a Llama
 # setting the injected layer cannot compute (`llama-unservable-config`).
 TWIN_BUGS = {twin: f.says(f.shows[i]) for f in FINDINGS for i, twin in enumerate(f.twins) if twin}  # the registry's
@@ -97,13 +96,10 @@ REFUSED_ROPE = refusal("rotary-base")
 REFUSED_NEOX_ACTIVATION = refusal("gptneox-activation")
 REFUSED_NEOX_ATTENTION_BIAS = refusal("gptneox-attention-bias")
 REFUSED_OPT_BIAS = refusal("opt-bias")
-REFUSED_OPT_LAYER_NORM = refusal("opt-layer-norm-affine")
-REFUSED_GPTJ_ACTIVATION = refusal("gptj-activation")
 REFUSED_TP_WORLD_SIZE = refusal("tp-world-size")
 # `llama-grouped-query`'s refusal of a tensor-parallel size that does not divide the key/value heads (llama.py).
 REFUSED_GQA_TP = refusal("llama-grouped-query")
 GQA_TP_REFUSAL = "key/value heads (grouped-query attention), which"
-REFUSED_BLOOM_RESIDUAL = refusal("bloom-residual")
 # How DeepSpeed's refusals begin (`rotary-base`, `llama-unservable-config`, `gptneox-activation`,
 # `gptneox-attention-bias`, `opt-bias`, `opt-layer-norm-affine`, `gptj-activation`, `bloom-residual`).
 REFUSAL = "DeepSpeed kernel injection cannot serve"

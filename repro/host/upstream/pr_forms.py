@@ -145,18 +145,17 @@ def cache_memory(measured: dict) -> str:
     fixed = [r for r in measured["runs"] if r["build"] == "whole series"]
     filled = [r for r in fixed if r["hybrid_engine"]["cache_tokens"]]
     left = [r for r in fixed if not r["hybrid_engine"]["cache_bytes"]]
-    names = TITLES
     per_token = sorted({cache_cost.per_token(r["hybrid_engine"]) for r in filled})
     native = sorted({cache_cost.per_token(r["native"]) for r in fixed})
     words = [f"Measured with tiny models (2 layers, hidden 256, 4 heads, fp32; pinned ZeRO-3 on 2 ranks; a prompt "
              f"of 8 and 8 new tokens; Transformers {measured['transformers']}; {measured['evidence']}):"]  # fmt: skip
     if filled:
         words.append(f"the Cache `generate` returns holds {' / '.join(per_token)} bytes per token it counts for "
-                     f"{', '.join(names.get(r['arch'], r['arch']) for r in filled)}, where native generation's holds "
+                     f"{', '.join(TITLES.get(r['arch'], r['arch']) for r in filled)}, where native generation's holds "
                      f"{' / '.join(native)}: one element per token, layer and sequence, not the keys and "
                      "values;")  # fmt: skip
     if left:
-        words.append(f"{', '.join(names.get(r['arch'], r['arch']) for r in left)}, which does not read the Cache's "
+        words.append(f"{', '.join(TITLES.get(r['arch'], r['arch']) for r in left)}, which does not read the Cache's "
                      "length, gets nothing in it, as without the fix;")  # fmt: skip
     equal = all(r["tokens_equal_native"] for r in fixed)
     words.append(f"tokens {'equal' if equal else 'differ from'} native's for every model. On a GPU this has not been "

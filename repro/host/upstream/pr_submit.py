@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ...options import EXIT_USAGE
 from .pr_files import PRS_DIR
+from .series import deepspeed_part
 
 PLACEHOLDER = "deepspeed-he-zero3-repro"  # the series' author (repro/patches/*.patch)
 AUTHOR = re.compile(r"\s*(?P<name>[^<>]+?)\s*<(?P<email>[^<>@\s]+@[^<>@\s]+)>\s*")
@@ -64,9 +65,9 @@ def as_submitter(patch: str, name: str, email: str) -> str:
     return head + sep + rest
 
 
-def _holds_change(checkout: Path, patch: Path) -> bool:
-    """Whether the checkout already holds the patch's deepspeed/ change (it reverse-applies there)."""
-    if "\ndiff --git a/deepspeed/" not in patch.read_text():
+def _holds_change(checkout: Path, patch: Path, text: str) -> bool:
+    """Whether the checkout already holds the patch's (`text`'s) deepspeed/ change (it reverse-applies there)."""
+    if not deepspeed_part(text):
         return False
     check = [
         "git",
@@ -121,7 +122,7 @@ def submit(pr_dir: Path, checkout: Path, author: str) -> list[str]:
             for i, patch in enumerate(patches):
                 copy = Path(tmp) / f"{i:04d}-{patch.name}"
                 text = as_submitter(patch.read_text(), name, email)
-                if _holds_change(checkout, patch):
+                if _holds_change(checkout, patch, text):
                     if not re.search(r"(?m)^diff --git a/(?!deepspeed/)", text):
                         skipped.append(patch.name)  # nothing but the change: the base holds all of it
                         continue
