@@ -23,11 +23,8 @@ python=${PYTHON:-$repo/.venv/bin/python}
 git -C "$src" rev-parse --git-dir >/dev/null 2>&1 || { echo "error: $src is not a git checkout" >&2; exit 2; }
 version=$(cat "$src/version.txt" 2>/dev/null || true)
 form() {  # the patch files of a pull request directory, each in its form for the checkout's version if it has one
-  local dir=$1 p
-  for p in "$dir"/[0-9][0-9][0-9][0-9]-*.patch; do
-    [ -e "$p" ] || continue
-    if [ -n "$version" ] && [ -f "$dir/$version/${p##*/}" ]; then echo "$dir/$version/${p##*/}"; else echo "$p"; fi
-  done
+  (cd "$repo" && "$python" -c 'import sys; from pathlib import Path; from repro.host.upstream.pr_files import forms
+print("\n".join(map(str, forms(Path(sys.argv[1]), sys.argv[2] or None))))' "$1" "$version")
 }
 whole=0
 [ "$(basename "$series")" = prs ] && whole=1

@@ -27,7 +27,7 @@ from ...options import EXIT_BROKEN, EXIT_EXPECTATION, EXIT_OK, UsageError
 from ...paths import REPO_ROOT, cache_root, write_json
 from . import patched_copy
 
-RELEASE = "0.19.8"  # the release the series is built on (repro/patches/0.19.8/)
+RELEASE = "0.19.8"  # the release the series is built on (its forms: repro/host/upstream/pr_files.py)
 MANIFEST = "patched-deepspeed.json"
 
 

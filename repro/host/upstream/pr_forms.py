@@ -1,7 +1,8 @@
 """The pull requests' forms for a release, and their PR.md. A pull request is committed once, for DeepSpeed master
 (repro/patches/prs/<NN>-<slug>/, `git format-patch` of its commits alone on master after what it REQUIRES); where
-one of its commits does not apply to a release (its context differs there), that commit's form for the release sits
-in <NN>-<slug>/<release>/ under the same name. The linear series is derived from them (series.py).
+some files of one of its commits do not carry over to a release (their context differs there), those files' diffs
+for the release sit in <NN>-<slug>/<release>/ under the commit's name (pr_files composes the release form). The
+linear series is derived from them (series.py).
 
     python -m repro.host.upstream.pr_forms MASTER_CHECKOUT RELEASE_CHECKOUT    (each pull request's 0.19.8 forms)
     python -m repro.host.upstream.pr_forms MASTER_CHECKOUT RELEASE_CHECKOUT --only SLUG
@@ -29,7 +30,7 @@ from ...findings.prs import PRS, PullRequest, directory, required
 from ...findings.registry import TITLES
 from ...paths import REPO_ROOT
 from . import cache_cost, lora_cost, tp_cost
-from .pr_files import PRS_DIR, pr_patches
+from .pr_files import PRS_DIR, blocks, pr_patches, release_text
 from .series import SeriesError, git
 
 # What the tensor-parallel pull request costs a rank, measured (repro.host.upstream.tp_cost).
@@ -42,25 +43,34 @@ RELEASE = "0.19.8"
 CPU_PARAGRAPH = "The figures above were measured on CPU"  # how a commit message says what is CPU evidence
 
 
-def _body(patch: Path) -> str:
-    """A patch's diff without what differs between bases for the same change: blob ids and hunk positions."""
-    text = re.sub(r"(?m)^From [0-9a-f]{40} .*$|\n-- \n[\d.]+\n*\Z", "", patch.read_text()).rstrip("\n")
+def _normal(diff: str) -> str:
+    """A file's diff without what differs between bases for the same change: blob ids and hunk positions."""
+    text = re.sub(r"\n-- \n[\d.]+\n*\Z", "", diff).rstrip("\n")
     text = re.sub(r"^index [0-9a-f]+\.\.[0-9a-f]+.*$", "", text, flags=re.MULTILINE)
     return re.sub(r"^@@ -\d+(,\d+)? \+\d+(,\d+)? @@", "@@", text, flags=re.MULTILINE)
 
 
+def _changed_files(mine: Path, theirs: Path) -> str:
+    """The diffs of `theirs` (a commit carried over to the release) whose change differs from `mine` (its master
+    form), blob ids and hunk positions aside: what the release form must hold."""
+    _, master = blocks(mine.read_text())
+    _, release = blocks(re.sub(r"\n-- \n[\d.]+\n*\Z", "\n", theirs.read_text()))
+    return "".join(diff for line, diff in release.items() if _normal(diff) != _normal(master.get(line, "")))
+
+
 def _carry(work: Path, mine: Path, by_hand: Path) -> bool:
-    """The release form committed for `mine` (a master form) where there is one (True), else `mine` carried over
-    by `git am -3` (False)."""
+    """The release form composed for `mine` (a master form) where files of it are committed for the release (True),
+    else `mine` carried over by `git am -3` (False)."""
     if by_hand.is_file():
-        git(work, "am", "-q", str(by_hand))
+        git(work, "am", "-q", stdin=release_text(mine, by_hand))
         return True
     try:
         git(work, "am", "-q", "-3", str(mine))
     except SeriesError as exc:
         subprocess.run(["git", "-C", str(work), "am", "--abort"], capture_output=True)
         raise SeriesError(f"{mine.parent.name}/{mine.name} does not carry over to {RELEASE} after what it requires "
-                          f"({exc}); write its {RELEASE} form by hand as {by_hand}") from None  # fmt: skip
+                          f"({exc}); write the {RELEASE} diffs of the files that do not carry over by hand as "
+                        f"{by_hand}") from None  # fmt: skip
     return False
 
 
@@ -92,9 +102,10 @@ def release_forms(master: Path, checkout: Path, only: str | None = None) -> list
                  f"HEAD~{len(ours)}..HEAD")  # fmt: skip
             carried = 0
             for mine, theirs in zip(ours, sorted(exported.glob("*.patch")), strict=True):
-                if mine not in kept and _body(mine) != _body(theirs):
+                changed = _changed_files(mine, theirs)
+                if mine not in kept and changed:
                     folder.mkdir(exist_ok=True)
-                    (folder / mine.name).write_text(theirs.read_text())
+                    (folder / mine.name).write_text(changed)
                     carried += 1
             written.append(f"{directory(pr)}: {len(ours)} commits; {RELEASE} forms: {len(kept)} by hand, {carried} "
                            "written now")  # fmt: skip
@@ -219,7 +230,8 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
         "commit messages come from the same CPU runs.",
         "",
         "Apply: `git am repro/patches/prs/" + directory(pr) + "/*.patch` on master"
-        + (f" (on {RELEASE}: its `{RELEASE}/` form)" if (PRS_DIR / directory(pr) / RELEASE).exists() else "")
+        + (f" (on {RELEASE}: the same commits, each file diff under `{RELEASE}/` in place of its own)"
+           if (PRS_DIR / directory(pr) / RELEASE).exists() else "")  # fmt: skip
         + (", after what it requires." if pr.requires else "."),
         "",
     ]  # fmt: skip

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from ...options import EXIT_USAGE
-from .pr_files import PRS_DIR
+from .pr_files import PRS_DIR, SeriesError, forms
 from .series import deepspeed_part
 
 PLACEHOLDER = "deepspeed-he-zero3-repro"  # the series' author (repro/patches/*.patch)
@@ -41,12 +41,13 @@ def author_of(text: str) -> tuple[str, str]:
     return name, email
 
 
-def patches_of(pr_dir: Path) -> list[Path]:
-    """The pull request's patches, after those of what it REQUIRES (transitively, each once, in order)."""
+def patches_of(pr_dir: Path, release: str | None = None) -> list[Path]:
+    """The pull request's patches, after those of what it REQUIRES (transitively, each once, in order), each in its
+    form for `release` where it has one (a checkout of a release: its version.txt)."""
     order: list[Path] = []
     for needed in (pr_dir / "REQUIRES").read_text().split() if (pr_dir / "REQUIRES").exists() else []:
-        order += [p for p in patches_of(PRS_DIR / needed) if p not in order]
-    return order + sorted(pr_dir.glob("[0-9][0-9][0-9][0-9]-*.patch"))
+        order += [p for p in patches_of(PRS_DIR / needed, release) if p not in order]
+    return order + forms(pr_dir, release)
 
 
 def _git(checkout: Path, *args: str, env: dict | None = None) -> str:
@@ -112,7 +113,11 @@ def submit(pr_dir: Path, checkout: Path, author: str) -> list[str]:
     if _git(checkout, "branch", "--list", branch).strip():
         raise SubmitError(f"branch {branch} exists in {checkout}: nothing there is overwritten")
     base = _git(checkout, "rev-parse", "HEAD").strip()
-    patches = patches_of(pr_dir)
+    version = checkout / "version.txt"
+    try:
+        patches = patches_of(pr_dir, version.read_text().strip() if version.is_file() else None)
+    except SeriesError as exc:
+        raise SubmitError(str(exc)) from None
     own = len(sorted(pr_dir.glob("[0-9][0-9][0-9][0-9]-*.patch")))
     _git(checkout, "checkout", "-q", "-b", branch)
     identity = {"GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}

@@ -25,6 +25,13 @@ SERIES = [p for pr in PRS if pr.findings for p in pr_files.pr_patches(pr, None)]
 RELEASE_SERIES = sorted({p for pr in PRS if pr.findings for p in pr_files.pr_patches(pr, "0.19.8")} - set(SERIES))
 
 
+def _id(patch: Path) -> str:
+    """A committed patch by its place under repro/patches/; a release form (composed in the cache) by its commit's."""
+    if patch.is_relative_to(patched_copy.PATCH_DIR):
+        return str(patch.relative_to(patched_copy.PATCH_DIR))
+    return f"prs/{patch.parent.name}/0.19.8/{patch.name}"
+
+
 def _new_files(text: str) -> dict[str, str]:
     """path -> content of each file a git format-patch text creates."""
     files = {}
@@ -54,7 +61,7 @@ def test_0001_is_the_8391_fix_and_its_test():
     )
 
 
-@pytest.mark.parametrize("patch", SERIES + RELEASE_SERIES, ids=lambda p: str(p.relative_to(patched_copy.PATCH_DIR)))
+@pytest.mark.parametrize("patch", SERIES + RELEASE_SERIES, ids=_id)
 def test_each_patch_is_a_commit_anyone_can_sign_off(patch):
     """git format-patch output of the series' commits, authored by the project, with no Signed-off-by: DeepSpeed's
     DCO check wants the person who submits it (git commit -s / git am -s)."""
@@ -72,9 +79,7 @@ def test_each_patch_is_a_commit_anyone_can_sign_off(patch):
 OUTSIDE = patched_copy.environment_patches("0.19.8")  # the pull requests outside the series: their tests run too
 
 
-@pytest.mark.parametrize(
-    "patch", SERIES + RELEASE_SERIES + OUTSIDE, ids=lambda p: str(p.relative_to(patched_copy.PATCH_DIR))
-)
+@pytest.mark.parametrize("patch", SERIES + RELEASE_SERIES + OUTSIDE, ids=_id)
 def test_the_tests_a_patch_adds_are_the_ones_we_run(patch):
     added = _new_files(patch.read_text())
     tests = {path: content for path, content in added.items() if path.startswith("tests/unit/")}
@@ -85,11 +90,11 @@ def test_the_tests_a_patch_adds_are_the_ones_we_run(patch):
 
 
 def test_a_release_form_stands_for_a_master_commit_of_its_pull_request():
-    """<NN>-<slug>/0.19.8/X.patch is the release form of <NN>-<slug>/X.patch: same name, same subject (its message
-    may say where the release differs)."""
+    """The release form of <NN>-<slug>/X.patch (its files in <NN>-<slug>/0.19.8/X.patch swapped in) keeps its name
+    and subject (its message may say where the release differs)."""
     assert RELEASE_SERIES
     for patch in RELEASE_SERIES:
-        master = patch.parent.parent / patch.name
+        master = pr_files.PRS_DIR / patch.parent.name / patch.name
         assert master.is_file(), patch
         subject = [email.message_from_string(p.read_text())["Subject"] for p in (master, patch)]
         assert subject[0] == subject[1], patch
