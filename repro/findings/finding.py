@@ -100,6 +100,41 @@ class Alone:
 
 
 @dataclass(frozen=True)
+class Crash:
+    """A crash that names a finding in a conformance cell: the exception's type, the place that raised it (a path
+    prefix, as repro.rank records it: `deepspeed/...`, `transformers/...`), its message (how it begins, or `how` else)
+    and what of the cell it needs. Positive evidence: DeepSpeed failed on what the bug leaves it, where it reads it."""
+
+    at: str
+    message: str
+    type: str | None = None  # None: any exception
+    how: str = "starts"  # how `message` meets the crash's: starts, ends, equals or holds
+    arch: str | None = None  # only for this architecture (tried before a crash of any)
+    tensor_parallel: bool = False  # only under inference_tp_size > 1
+    sentence: int = 0  # the sentence of the finding's `shows` it names
+    refused: bool = False  # it names the finding's refusal instead
+    rank: bool = False  # the sentence goes on with the crashing rank and the message
+
+    def __post_init__(self) -> None:
+        if self.how not in ("starts", "ends", "equals", "holds"):
+            raise ValueError(f"crash at {self.at}: how {self.how!r} is not starts, ends, equals or holds")
+
+    def meets(self, cell: dict, crash: dict) -> bool:
+        """Whether a cell's crash ({type, message, at}) is this one."""
+        message = crash["message"]
+        said = {"starts": message.startswith, "ends": message.endswith, "equals": message.__eq__,
+                "holds": message.__contains__}[self.how](self.message)  # fmt: skip
+        tp = (cell.get("tensor_parallel") or {}).get("mp_size", 1) > 1
+        return (
+            said
+            and crash["at"].startswith(self.at)
+            and self.type in (None, crash["type"])
+            and self.arch in (None, cell.get("arch"))
+            and (tp or not self.tensor_parallel)
+        )
+
+
+@dataclass(frozen=True)
 class Finding:
     """One Hybrid Engine bug: its patch, where it shows, what a user can do, and how it is proven."""
 
@@ -137,6 +172,7 @@ class Finding:
     # container file whose refusal is this finding's with the setting its message names.
     twins: tuple[str, ...] = ()
     refused_by: tuple[str, str] | None = None
+    crashes: tuple[Crash, ...] = ()  # the crashes that name it (their sentence: `shows`, or its refusal)
 
     def __post_init__(self) -> None:
         if any((scope.config is None) != (scope.when is None) for scope in self.scopes):
@@ -148,6 +184,9 @@ class Finding:
             raise ValueError(f"finding {self.id}: refused_when is for a fix that serves some settings (fix={FIXED!r})")
         if self.fix not in (FIXED, REFUSED):
             raise ValueError(f"finding {self.id}: fix {self.fix!r} is not {FIXED!r} or {REFUSED!r}")
+        for crash in self.crashes:
+            if (crash.refused and self.refusal is None) or (not crash.refused and crash.sentence >= len(self.shows)):
+                raise ValueError(f"finding {self.id}: a crash at {crash.at} names a sentence it does not have")
 
     def says(self, template: str) -> str:
         """A diagnosis or refusal sentence with this finding's patch number filled in."""
@@ -166,6 +205,10 @@ class Finding:
     @property
     def scopes(self) -> tuple[Scope, ...]:
         return (self.scope, *self.also)
+
+    def names(self, crash: Crash) -> str:
+        """The diagnosis sentence a crash of this finding names."""
+        return self.says(self.refusal if crash.refused else self.shows[crash.sentence])
 
     @property
     def diagnoses(self) -> tuple[str, ...]:

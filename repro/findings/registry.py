@@ -15,6 +15,7 @@ from .finding import (
     SILENTLY_WRONG,
     Alone,
     Arch,
+    Crash,
     Finding,
     KernelPath,
     Limit,
@@ -31,6 +32,12 @@ ARCHITECTURES = (
     Arch("bloom", "BLOOM", "bloom"),
 )
 ALL_ARCHS = tuple(a.name for a in ARCHITECTURES)
+# Where the crashes that name findings are raised (Finding.crashes: paths as a cell records them).
+CONTAINERS = "deepspeed/module_inject/containers/"
+DS_TRANSFORMER = "deepspeed/model_implementations/transformers/ds_transformer.py"
+HYBRID_ENGINE = "deepspeed/runtime/hybrid_engine.py"
+SOFTMAX = "deepspeed/ops/transformer/inference/op_binding/softmax.py"
+NO_MP_GROUP = "'DeepSpeedHybridEngine' object has no attribute 'mp_group'"  # DeepSpeedEngine.__getattr__ raises it
 TITLES = {a.name: a.title for a in ARCHITECTURES}
 # The architectures whose layers hold no QKV bias (GPT-NeoX, OPT and BLOOM have one).
 BIAS_FREE = ("gpt-neo", "llama", "gpt-j")
@@ -270,6 +277,7 @@ FINDINGS: tuple[Finding, ...] = (
         text="ISSUE-llama-layer-tuple.md",
         scripts=(Script("llama_layer_tuple.py"),),
         shows=("injected layer returns a tuple where Transformers >= 4.54 expects a tensor ({patch})",),
+        crashes=(Crash(DS_TRANSFORMER, "'tuple' object has no", "AttributeError", arch="llama"),),
     ),
     Finding(
         id="llama-lora",
@@ -291,6 +299,15 @@ FINDINGS: tuple[Finding, ...] = (
         ),
         kernels_needed="`deepspeed.initialize` fails before any kernel is needed",
         alone=(Alone(("llama",), ("lora", "unpinned-lora")),),
+        crashes=(
+            Crash(
+                CONTAINERS + "llama.py",
+                "object has no attribute 'in_features'",
+                "AttributeError",
+                how="holds",
+                sentence=1,
+            ),
+        ),
     ),
     Finding(
         id="llama-unservable-config",
@@ -441,6 +458,14 @@ FINDINGS: tuple[Finding, ...] = (
         shows=("GPT-NeoX without attention biases crashes the Hybrid Engine on the missing QKV bias ({patch})",),
         refusal="refused by name: GPT-NeoX without the attention biases the injected layer adds ({patch})",
         refused_by=("gptneox.py", "attention_bias=False"),
+        crashes=(
+            Crash(
+                CONTAINERS + "features/hybrid_megatron.py",
+                "'NoneType' object has no attribute 'shape'",
+                "AttributeError",
+                how="equals",
+            ),
+        ),
     ),
     Finding(
         id="opt-activation",
@@ -481,6 +506,7 @@ FINDINGS: tuple[Finding, ...] = (
         shows=("OPT without biases crashes kernel injection on the missing q/k/v biases ({patch})",),
         refusal="refused by name: OPT without the biases the injected layer adds ({patch})",
         refused_by=("opt.py", "enable_bias=False"),
+        crashes=(Crash(CONTAINERS + "opt.py", "but got NoneType", "TypeError", how="ends"),),
     ),
     Finding(
         id="decode-as-prompt",
@@ -580,6 +606,9 @@ FINDINGS: tuple[Finding, ...] = (
         text="ISSUE-layer-norm-without-weights.md",
         scripts=(Script("opt_config.py", args=("--setting", "layer_norm_not_affine"), transformers=OPT_ENGAGED),),
         shows=("a LayerNorm without weights crashes the Hybrid Engine's replaced LayerNorms ({patch})",),
+        crashes=(
+            Crash("deepspeed/module_inject/layers.py", "'NoneType' object is not iterable", "TypeError", how="equals"),
+        ),
     ),
     Finding(
         id="opt-layer-norm-affine",
@@ -616,6 +645,16 @@ FINDINGS: tuple[Finding, ...] = (
         scripts=(Script("gptneo_cache.py", transformers=OPT_ENGAGED),),
         shows=("injected layer hands back its key and value, not the Cache it was passed: 2nd step fails ({patch})",),
         alone=(Alone(("gpt-neox",), transformers=OPT_ENGAGED),),
+        crashes=(
+            Crash("transformers/cache_utils.py", "not enough values to unpack (expected 2", "ValueError"),
+            # two sequences unpack; the model then asks the layer's (key, value) for its legacy cache
+            Crash(
+                "transformers/models/",
+                "'tuple' object has no attribute 'to_legacy_cache'",
+                "AttributeError",
+                how="equals",
+            ),
+        ),
     ),
     Finding(
         id="tensor-parallel-released",
@@ -648,6 +687,7 @@ FINDINGS: tuple[Finding, ...] = (
         text="ISSUE-tensor-parallel-output.md",
         scripts=(Script("tensor_parallel_mpu.py", 2, ("--arch", "gpt-neo")),),
         shows=("tensor-parallel generation hands back a tuple where the caller asked for a ModelOutput ({patch})",),
+        crashes=(Crash("", "returned tuple, not a ModelOutput", "TypeError", how="ends", tensor_parallel=True),),
     ),
     Finding(
         id="gptneox-tensor-parallel-heads",
@@ -700,6 +740,16 @@ FINDINGS: tuple[Finding, ...] = (
             "({patch})",
         ),
         alone=(Alone(("bloom",)),),
+        crashes=(
+            Crash(
+                SOFTMAX,
+                "must match the size of tensor b (0) at non-singleton dimension 1",
+                "RuntimeError",
+                how="ends",
+                arch="bloom",
+                rank=True,
+            ),
+        ),
     ),
     Finding(
         id="gptj-activation",
@@ -764,6 +814,13 @@ FINDINGS: tuple[Finding, ...] = (
             "BLOOM's tensor-parallel QKV copy ignores the Hybrid Engine's layout: it slices a rank's slice onto "
             "itself ({patch})",
         ),
+        crashes=(
+            Crash(
+                "deepspeed/module_inject/auto_tp.py",
+                "unsupported operation: some elements of the input tensor and the written-to",
+                arch="bloom",
+            ),
+        ),
     ),
     Finding(
         id="tensor-parallel-mask",
@@ -780,6 +837,7 @@ FINDINGS: tuple[Finding, ...] = (
         text="ISSUE-tensor-parallel-mask.md",
         scripts=(Script("tensor_parallel_mpu.py", 2, ("--arch", "bloom", "--zero", "3"), BLOOM_ENGAGED),),
         shows=("tensor-parallel generate() gathers the prompts but not their attention masks ({patch})",),
+        crashes=(Crash(SOFTMAX, "ALiBi holds", arch="bloom", rank=True),),
     ),
     Finding(
         id="layer-tensor-return",
@@ -818,6 +876,7 @@ FINDINGS: tuple[Finding, ...] = (
         ),  # fmt: skip
         shows=("injected layer returns a tuple where Transformers 5 expects a tensor ({patch})",),
         alone=(Alone(("gpt-neox", "opt", "gpt-j"), transformers=NEWEST_TRANSFORMERS),),
+        crashes=(Crash(DS_TRANSFORMER, "'tuple' object has no", "AttributeError"),),
     ),
     Finding(
         id="empty-cache-positions",
@@ -857,6 +916,10 @@ FINDINGS: tuple[Finding, ...] = (
         shows=("inference_tp_size leaves a rank without a tensor-parallel group: no attribute 'mp_group' ({patch})",),
         refusal="refused by name: an inference_tp_size that does not divide the number of ranks ({patch})",
         kernel_free="it fails in deepspeed.initialize, before any layer is injected",
+        crashes=(
+            Crash("deepspeed/runtime/", NO_MP_GROUP, "AttributeError", how="equals"),
+            Crash(HYBRID_ENGINE, "hybrid_engine.inference_tp_size", "ValueError", refused=True),
+        ),
     ),
     Finding(
         id="llama-grouped-query",
@@ -900,6 +963,15 @@ FINDINGS: tuple[Finding, ...] = (
         scripts=(Script("llama_grouped_query.py", transformers=OPT_ENGAGED),),
         shows=("grouped-query attention: the fused QKV cut as if k and v were as large as q ({patch})",),
         refusal="refused by name: an inference_tp_size that does not divide the key/value heads ({patch})",
+        crashes=(
+            Crash(
+                CONTAINERS + "llama.py",
+                "key/value heads (grouped-query attention), which",
+                "ValueError",
+                how="holds",
+                refused=True,
+            ),
+        ),
     ),
 )
 

@@ -8,6 +8,7 @@ from fractions import Fraction
 
 from ... import tolerance
 from ...findings import FINDINGS, by_id, named_in, refusal, shows
+from ...findings.registry import CONTAINERS
 from ...findings.setup import version_tuple
 from ...verdict import worst
 from ..family import diagnosis as family
@@ -88,8 +89,6 @@ BUG_CACHE_BEHIND = shows("empty-cache-positions")
 # Positive evidence: initialize failed where the Hybrid Engine reads the tensor-parallel group of a rank it left
 # outside every group (inference_tp_size does not divide the ranks; no mpu).
 BUG_TP_WORLD_SIZE = shows("tp-world-size")
-NO_MP_GROUP = "'DeepSpeedHybridEngine' object has no attribute 'mp_group'"
-HYBRID_ENGINE = "deepspeed/runtime/hybrid_engine.py"
 OUTSIDE_CONTRACT = "outside the Hybrid Engine's contract: an mpu over whole Hugging Face weights"
 REFUSED = refusal("llama-unservable-config")
 REFUSED_ROPE = refusal("rotary-base")
@@ -99,14 +98,11 @@ REFUSED_OPT_BIAS = refusal("opt-bias")
 REFUSED_TP_WORLD_SIZE = refusal("tp-world-size")
 # `llama-grouped-query`'s refusal of a tensor-parallel size that does not divide the key/value heads (llama.py).
 REFUSED_GQA_TP = refusal("llama-grouped-query")
-GQA_TP_REFUSAL = "key/value heads (grouped-query attention), which"
 # How DeepSpeed's refusals begin (`rotary-base`, `llama-unservable-config`, `gptneox-activation`,
 # `gptneox-attention-bias`, `opt-bias`, `opt-layer-norm-affine`, `gptj-activation`, `bloom-residual`).
 REFUSAL = "DeepSpeed kernel injection cannot serve"
 # The containers' refusals, told apart by the file that raised and the setting they name (any other DeepSpeed refusal
 # is `llama-unservable-config`'s, from llama.py).
-CONTAINERS = "deepspeed/module_inject/containers/"
-SOFTMAX = "deepspeed/ops/transformer/inference/op_binding/softmax.py"
 NAMED_REFUSALS = {f.refused_by: refusal(f.id) for f in FINDINGS if f.refused_by}  # the registry's
 # DeepSpeed 0.19.8's own refusal (released; not ours): DS_BloomContainer raises for Transformers from 4.44.
 REFUSED_BLOOM_TRANSFORMERS = "refused by name: BLOOM on Transformers newer than 4.43.4 (DeepSpeed's own check)"
@@ -114,6 +110,10 @@ REFUSED_BLOOM_TRANSFORMERS = "refused by name: BLOOM on Transformers newer than 
 # (containers/llama.py, _get_rope_theta: the registry's `llama-rope-scaling` limit).
 REFUSED_LLAMA_ROPE = "refused by name: a Llama with a scaled rotary embedding (DeepSpeed's own check)"
 LLAMA_ROPE = "DeepSpeed kernel injection cannot serve rope_type="
+# The crashes that name findings (the registry's Finding.crashes), one architecture's tried before any's.
+NAMED_CRASHES = sorted(
+    [(crash, f.names(crash)) for f in FINDINGS for crash in f.crashes], key=lambda c: c[0].arch is None
+)
 REFUSALS = (REFUSED, *NAMED_REFUSALS.values(), REFUSED_BLOOM_TRANSFORMERS, REFUSED_LLAMA_ROPE, REFUSED_TP_WORLD_SIZE,
             REFUSED_GQA_TP)  # fmt: skip
 # Positive evidence (a rank's own crash, repro.rank.cell_probe.peer_crash_path): BloomSelfAttention hands the softmax
@@ -324,51 +324,15 @@ def _one_ranks_mask(cell: dict, c: dict) -> bool:
 
 def _crash(cell: dict) -> str:
     c = cell["crash"]
-    if cell.get("arch") == "bloom" and c["type"] == "RuntimeError" and c["at"].startswith(SOFTMAX) and \
-            c["message"].endswith("must match the size of tensor b (0) at non-singleton dimension 1"):  # fmt: skip
-        return f"{BUG_BLOOM_ALIBI_OFFSET} (rank {cell.get('crash_rank', 0)}: {c['message']})"
-    if cell.get("arch") == "bloom" and c["message"].startswith("ALiBi holds") and c["at"].startswith(SOFTMAX):
-        return f"{BUG_TP_MASK} (rank {cell.get('crash_rank', 0)}: {c['message']})"
+    for crash, sentence in NAMED_CRASHES:  # the registry's (Finding.crashes)
+        if crash.meets(cell, c):
+            return f"{sentence} (rank {cell.get('crash_rank', 0)}: {c['message']})" if crash.rank else sentence
     if _one_ranks_mask(cell, c):
         return f"{BUG_TP_MASK} (rank {cell.get('crash_rank', 0)}, one rank's mask rows for all ranks' prompts: " \
                f"{c['message']})"  # fmt: skip
-    overlap = c["message"].startswith("unsupported operation: some elements of the input tensor and the written-to")
-    if cell.get("arch") == "bloom" and overlap and c["at"].startswith("deepspeed/module_inject/auto_tp.py"):
-        return BUG_BLOOM_TP_COPY
     if c["type"] == "RuntimeError" and c["message"].startswith("Transformers version") and \
             c["at"].startswith(CONTAINERS + "bloom.py"):  # fmt: skip
         return REFUSED_BLOOM_TRANSFORMERS
-    # raised by DeepSpeedEngine.__getattr__ (runtime/engine.py), where the Hybrid Engine reads its missing mp_group
-    if c["at"].startswith("deepspeed/runtime/") and (c["type"], c["message"]) == ("AttributeError", NO_MP_GROUP):
-        return BUG_TP_WORLD_SIZE
-    if c["at"].startswith(HYBRID_ENGINE) and c["type"] == "ValueError" and \
-            c["message"].startswith("hybrid_engine.inference_tp_size"):  # fmt: skip
-        return REFUSED_TP_WORLD_SIZE
-    tuple_where_tensor = c["type"] == "AttributeError" and c["message"].startswith("'tuple' object has no")
-    if tuple_where_tensor and c["at"].startswith("deepspeed/model_implementations/transformers/ds_transformer.py"):
-        return BUG_LAYER_TUPLE if cell.get("arch") == "llama" else BUG_LAYER_TENSOR_RETURN
-    no_in_features = c["type"] == "AttributeError" and "object has no attribute 'in_features'" in c["message"]
-    if no_in_features and c["at"].startswith("deepspeed/module_inject/containers/llama.py"):
-        return BUG_LORA_NO_IN_FEATURES
-    no_shape = c["type"] == "AttributeError" and c["message"] == "'NoneType' object has no attribute 'shape'"
-    if no_shape and c["at"].startswith(CONTAINERS + "features/hybrid_megatron.py"):
-        return BUG_NEOX_NO_ATTENTION_BIAS
-    no_bias = c["type"] == "TypeError" and c["message"].endswith("but got NoneType")
-    if no_bias and c["at"].startswith(CONTAINERS + "opt.py"):
-        return BUG_OPT_NO_BIAS
-    unpack = c["type"] == "ValueError" and c["message"].startswith("not enough values to unpack (expected 2")
-    if unpack and c["at"].startswith("transformers/cache_utils.py"):
-        return BUG_CACHE_RETURN
-    # With two sequences the unpacking succeeds; the model then asks the layer's (key, value) for a legacy cache.
-    legacy = c["type"] == "AttributeError" and c["message"] == "'tuple' object has no attribute 'to_legacy_cache'"
-    if legacy and c["at"].startswith("transformers/models/"):
-        return BUG_CACHE_RETURN
-    not_iterable = c["type"] == "TypeError" and c["message"] == "'NoneType' object is not iterable"
-    if not_iterable and c["at"].startswith("deepspeed/module_inject/layers.py"):
-        return BUG_WEIGHTLESS_LAYER_NORM
-    tuple_output = c["type"] == "TypeError" and c["message"].endswith("returned tuple, not a ModelOutput")
-    if tuple_output and (cell.get("tensor_parallel") or {}).get("mp_size", 1) > 1:
-        return BUG_TP_OUTPUT
     if (
         c["type"] == "ValueError"
         and c["message"].startswith(LLAMA_ROPE)
@@ -383,8 +347,6 @@ def _crash(cell: dict) -> str:
                  if c["at"].startswith(CONTAINERS + file) and setting in c["message"]]  # fmt: skip
         if len(named) == 1:
             return named[0]
-    if c["type"] == "ValueError" and GQA_TP_REFUSAL in c["message"] and c["at"].startswith(CONTAINERS + "llama.py"):
-        return REFUSED_GQA_TP
     if cell.get("grouped_query_attention") and c["at"].startswith("deepspeed/"):  # accepted, then failed on
         return f"{BUG_GROUPED_QUERY}: {c['type']} at {c['at']}"
     return f"crash in the Hybrid Engine: {c['type']}: {c['message']} ({c['at']})"

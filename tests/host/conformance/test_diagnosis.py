@@ -3,6 +3,10 @@
 
 import math
 
+import pytest
+
+from repro import findings
+from repro.findings import registry
 from repro.host.conformance import diagnosis as dx
 
 
@@ -148,7 +152,7 @@ def test_a_peers_earlier_crash_is_the_cells_and_blooms_alibi_offset_is_named_fro
     gloo = {"type": "RuntimeError", "message": "Connection closed by peer", "at": "deepspeed/runtime/zero/x.py:1"}
     alibi = {
         "type": "RuntimeError",
-        "at": dx.SOFTMAX + ":48",
+        "at": registry.SOFTMAX + ":48",
         "message": "The size of tensor a (4) must match the size of tensor b (0) at non-singleton dimension 1",
     }
     cell = arch_cell(
@@ -195,7 +199,7 @@ def test_blooms_tensor_parallel_copy_and_ungathered_mask_are_named_from_their_cr
     assert dx.diagnose(arch_cell(arch="opt", crash=overlap))[0].startswith("crash in the Hybrid Engine")
     short = {
         "type": "RuntimeError",
-        "at": dx.SOFTMAX + ":68",
+        "at": registry.SOFTMAX + ":68",
         "message": "ALiBi holds 4 rows where 2 sequences of 4 heads need 8",
     }
     cell = arch_cell(arch="bloom", peer_crashes=[{"rank": 1, "crash": short, "crash_time": 1.0}])
@@ -544,7 +548,7 @@ def test_decode_steps_off_an_empty_transformers_cache_are_named_only_when_the_de
 def test_a_rank_without_a_tensor_parallel_group_is_0036_and_its_refusal_is_named():
     """The AttributeError DeepSpeedEngine.__getattr__ raises for the mp_group the Hybrid Engine never assigned; any
     other missing attribute stays unexplained; the series' ValueError from hybrid_engine.py is its refusal."""
-    missing = {"type": "AttributeError", "message": dx.NO_MP_GROUP, "at": "deepspeed/runtime/engine.py:1388"}
+    missing = {"type": "AttributeError", "message": registry.NO_MP_GROUP, "at": "deepspeed/runtime/engine.py:1388"}
     assert dx.diagnose({"crash": missing}) == [dx.BUG_TP_WORLD_SIZE]
     other = {**missing, "message": "'DeepSpeedHybridEngine' object has no attribute 'mp_replace'"}
     assert dx.diagnose({"crash": other})[0].startswith("crash in the Hybrid Engine: AttributeError")
@@ -573,3 +577,36 @@ def test_each_registry_twin_and_container_refusal_names_its_finding():
                      "at": f"deepspeed/module_inject/containers/{file}:1"}  # fmt: skip
             assert dx.diagnose(arch_cell(crash=crash)) == [f.says(f.refusal)], f.id
     assert sum(bool(t) for f in FINDINGS for t in f.twins) == 10 and sum(bool(f.refused_by) for f in FINDINGS) == 7
+
+
+def _meeting(crash) -> dict:
+    """A crash of a cell that a registry Crash names: its type, a message it matches, raised where it looks."""
+    before, after = {"starts": ("", " and more"), "ends": ("more and ", ""), "holds": ("before ", " after")}.get(
+        crash.how, ("", "")
+    )
+    message = before + crash.message + after
+    return {"type": crash.type or "RuntimeError", "message": message, "at": crash.at + "x.py:1"}
+
+
+@pytest.mark.parametrize(
+    "finding, crash",
+    [(f, c) for f in findings.FINDINGS for c in f.crashes],
+    ids=lambda x: getattr(x, "id", None) or getattr(x, "at", ""),
+)
+def test_each_crash_the_registry_gives_a_finding_names_it_and_nothing_else_does(finding, crash):
+    """The registry alone names a crash (Finding.crashes): a cell with it gets the finding's sentence; the same crash
+    with another type, message or place (or on another architecture, or without tensor parallelism, where the crash
+    asks for them) does not."""
+    arch = crash.arch or "gpt-neox"
+    tp = {"tensor_parallel": {"mp_size": 2}} if crash.tensor_parallel else {}
+    met = _meeting(crash)
+    said = dx.diagnose(arch_cell(arch=arch, crash=met, **tp))[0]
+    assert said.startswith(finding.names(crash)) and findings.named_in(said)[0] is finding
+    others = [{**met, "message": "something else"}] + ([{**met, "at": "elsewhere/y.py:1"}] if crash.at else [])
+    others += [{**met, "type": "KeyError"}] if crash.type else []
+    for other in others:
+        assert not dx.diagnose(arch_cell(arch=arch, crash=other, **tp))[0].startswith(finding.names(crash)), other
+    if crash.arch:
+        assert not dx.diagnose(arch_cell(arch="gpt-j", crash=met, **tp))[0].startswith(finding.names(crash))
+    if crash.tensor_parallel:
+        assert not dx.diagnose(arch_cell(arch=arch, crash=met))[0].startswith(finding.names(crash))
