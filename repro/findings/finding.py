@@ -99,6 +99,30 @@ class Alone:
             raise ValueError("a configuration's or another Transformers' cells run the reference scenario only")
 
 
+INJECTION = "injection"  # a bug on the containers' layer: kernel injection and the Hybrid Engine alike
+HYBRID_ENGINE_ONLY = "hybrid-engine"  # a bug of the Hybrid Engine's own path (its ZeRO-3 merge, LoRA, LayerNorms)
+
+
+@dataclass(frozen=True)
+class IssueTable:
+    """What a finding's conformance issue text tabulates (repro.host.conformance.issue_texts renders it): the cells
+    it shows, in the suite's names (a cell's arch, scenario, configuration, zero_stage, lora, order, world_size,
+    transformers); the columns of what each measured (issue_texts.COLUMNS); the DeepSpeed paths the bug is on; and
+    the sentence of `shows` its cells' diagnoses carry."""
+
+    cells: Callable[[dict], bool]
+    columns: tuple[str, ...]
+    paths: str  # INJECTION or HYBRID_ENGINE_ONLY
+    sentence: int = 0
+    off_pin: bool = False  # only the cells on another Transformers than the pinned one (constraints/pinned.txt)
+    gpt_neox: bool = False  # its text says GPT-NeoX's hidden-size prerequisite (the released cells ran a shim)
+    fixed: str | None = None  # how its fixed cells are summed up, where not by correctness (issue_texts.FIXED)
+
+    def __post_init__(self) -> None:
+        if self.paths not in (INJECTION, HYBRID_ENGINE_ONLY) or not self.columns:
+            raise ValueError(f"an issue table needs columns and paths {INJECTION!r} or {HYBRID_ENGINE_ONLY!r}")
+
+
 @dataclass(frozen=True)
 class Crash:
     """A crash that names a finding in a conformance cell: the exception's type, the place that raised it (a path
@@ -173,6 +197,7 @@ class Finding:
     twins: tuple[str, ...] = ()
     refused_by: tuple[str, str] | None = None
     crashes: tuple[Crash, ...] = ()  # the crashes that name it (their sentence: `shows`, or its refusal)
+    table: IssueTable | None = None  # its conformance issue text's table (where the suite's cells show it)
 
     def __post_init__(self) -> None:
         if any((scope.config is None) != (scope.when is None) for scope in self.scopes):
@@ -184,6 +209,8 @@ class Finding:
             raise ValueError(f"finding {self.id}: refused_when is for a fix that serves some settings (fix={FIXED!r})")
         if self.fix not in (FIXED, REFUSED):
             raise ValueError(f"finding {self.id}: fix {self.fix!r} is not {FIXED!r} or {REFUSED!r}")
+        if self.table is not None and self.table.sentence >= len(self.shows):
+            raise ValueError(f"finding {self.id}: its issue table names a sentence it does not have")
         for crash in self.crashes:
             if (crash.refused and self.refusal is None) or (not crash.refused and crash.sentence >= len(self.shows)):
                 raise ValueError(f"finding {self.id}: a crash at {crash.at} names a sentence it does not have")

@@ -8,7 +8,7 @@ import re
 from functools import cache
 from pathlib import Path
 
-from . import by_id, named_in
+from . import by_id
 
 TEXTS = Path(__file__).with_name("texts")
 SECTIONS = ("measured", "cause", "fix", "context")
@@ -35,9 +35,3 @@ def of(finding_id: str) -> dict[str, str]:
     if missing:
         raise ValueError(f"{path}: no {', '.join(missing)} section")
     return found
-
-
-def issue(diagnosis: str) -> dict[str, str]:
-    """The prose and the issue text's file name of the finding a diagnosis names."""
-    finding = named_in(diagnosis)[0]
-    return {"file": finding.text, **of(finding.id)}

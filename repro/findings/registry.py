@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from .finding import (
     CRASH,
+    HYBRID_ENGINE_ONLY,
+    INJECTION,
     NOT_ESTABLISHED,
     REFUSED,
     SILENTLY_OFF,
@@ -17,6 +19,7 @@ from .finding import (
     Arch,
     Crash,
     Finding,
+    IssueTable,
     KernelPath,
     Limit,
     Scope,
@@ -45,6 +48,8 @@ BIAS_FREE = ("gpt-neo", "llama", "gpt-j")
 # OPT is injected up to 4.48.3 (0.19.8 keeps Cache-based OPT native from 4.49), BLOOM up to 4.43.4 (DeepSpeed's
 # container refuses newer), bool masks start at 4.53.0.
 OPT_ENGAGED = "4.48.3"
+# The Llama configurations the injected layer cannot compute that the suite runs (its issue text's cells).
+UNSERVABLE_CONFIGS = ("gelu-gating", "attention-bias", "mlp-bias")
 BLOOM_ENGAGED = "4.43.4"
 FIRST_BOOL_MASKS = "4.53.0"
 # Transformers 5: the first release and the newest on PyPI (2026-12-03) the suite runs on; the first releases whose
@@ -223,6 +228,12 @@ FINDINGS: tuple[Finding, ...] = (
         scripts=(Script("parallel_residual.py"),),
         shows=("sequential residual run as parallel (#3453)",),
         twins=("parallel_residual",),
+        table=IssueTable(
+            lambda c: c["arch"] == "gpt-neox" and c["configuration"] == "sequential-residual",
+            ("twin:parallel_residual",),
+            INJECTION,
+            gpt_neox=True,
+        ),
     ),
     Finding(
         id="rotary-base",
@@ -248,6 +259,12 @@ FINDINGS: tuple[Finding, ...] = (
         refusal="refused by name: a scaled rotary the injected attention cannot compute ({patch})",
         twins=("rotary_base_10000", "unscaled_rotary"),
         refused_by=("gptneox.py", "rope_type="),
+        table=IssueTable(
+            lambda c: c["arch"] == "gpt-neox" and c["configuration"] in ("rotary-base-1e6", "rope-scaling-linear-2"),
+            ("twin:rotary_base_10000", "twin:unscaled_rotary"),
+            INJECTION,
+            gpt_neox=True,
+        ),
     ),
     Finding(
         id="zero3-qkv-bias",
@@ -263,6 +280,16 @@ FINDINGS: tuple[Finding, ...] = (
         scripts=(Script("zero3_qkv_bias.py", 2),),
         shows=("ZeRO-3 adds the unwritten QKV bias buffer to a model without QKV bias (#4788; {patch})",),
         alone=(Alone(("gpt-neo", "llama"), ("reference", "unpinned")),),
+        table=IssueTable(
+            lambda c: (
+                c["arch"] != "gpt-neox"
+                and c["zero_stage"] == 3
+                and c["lora"] == "none"
+                and c["order"] == "eval-generate-train"
+            ),
+            ("qkv-bias",),
+            HYBRID_ENGINE_ONLY,
+        ),
     ),
     Finding(
         id="llama-layer-tuple",
@@ -278,6 +305,9 @@ FINDINGS: tuple[Finding, ...] = (
         scripts=(Script("llama_layer_tuple.py"),),
         shows=("injected layer returns a tuple where Transformers >= 4.54 expects a tensor ({patch})",),
         crashes=(Crash(DS_TRANSFORMER, "'tuple' object has no", "AttributeError", arch="llama"),),
+        table=IssueTable(
+            lambda c: c["arch"] == "llama" and c["scenario"] == "reference", ("first-generate",), INJECTION
+        ),
     ),
     Finding(
         id="llama-lora",
@@ -307,6 +337,9 @@ FINDINGS: tuple[Finding, ...] = (
                 how="holds",
                 sentence=1,
             ),
+        ),
+        table=IssueTable(
+            lambda c: c["arch"] == "llama" and c["lora"] != "none", ("did-or-twins",), HYBRID_ENGINE_ONLY, sentence=1
         ),
     ),
     Finding(
@@ -358,6 +391,11 @@ FINDINGS: tuple[Finding, ...] = (
         scripts=(Script("llama_unservable_config.py", transformers=OPT_ENGAGED),),
         shows=("Llama configuration the injected layer cannot compute, accepted silently ({patch})",),
         refusal="refused by name: outside what the injected layer computes ({patch})",
+        table=IssueTable(
+            lambda c: c["arch"] == "llama" and c["configuration"] in UNSERVABLE_CONFIGS,
+            ("computed-instead",),
+            INJECTION,
+        ),
     ),
     Finding(
         id="layer-norm-eps",
@@ -376,6 +414,11 @@ FINDINGS: tuple[Finding, ...] = (
         scripts=(Script("layer_norm_eps.py"),),
         shows=("LayerNorm outside the layers computed with eps 1e-5, not the model's ({patch})",),
         twins=("outer_layer_norm_at_eps_1e-5",),
+        table=IssueTable(
+            lambda c: "layer-norm-eps" in c["configuration"] and c["scenario"] == "reference",
+            ("twin:outer_layer_norm_at_eps_1e-5",),
+            HYBRID_ENGINE_ONLY,
+        ),
     ),
     Finding(
         id="tensor-parallel",
@@ -399,6 +442,7 @@ FINDINGS: tuple[Finding, ...] = (
         text="ISSUE-tensor-parallel.md",
         scripts=(Script("tensor_parallel_generate.py", 2),),
         shows=("tensor-parallel generation hands the injected layers unsliced weights ({patch})",),
+        table=IssueTable(lambda c: c["scenario"] == "tp2", ("tp-shapes", "crash"), HYBRID_ENGINE_ONLY, gpt_neox=True),
     ),
     Finding(
         id="engine-generate",
@@ -416,6 +460,12 @@ FINDINGS: tuple[Finding, ...] = (
         scripts=(Script("engine_generate_without_containers.py"),),
         shows=("engine.generate() fails when the Hybrid Engine built no container ({patch})",),
         kernel_free="no layer is injected on this path",
+        table=IssueTable(
+            lambda c: "engine_generate_without_containers" in c,
+            ("containers", "engine-generate"),
+            HYBRID_ENGINE_ONLY,
+            fixed="engine-generate",
+        ),
     ),
     Finding(
         id="gptneox-activation",
@@ -438,6 +488,12 @@ FINDINGS: tuple[Finding, ...] = (
         refusal="refused by name: a GPT-NeoX activation the injected MLP cannot compute ({patch})",
         twins=("gelu_activation",),
         refused_by=("gptneox.py", "hidden_act="),
+        table=IssueTable(
+            lambda c: c["arch"] == "gpt-neox" and c["configuration"] == "relu",
+            ("twin:gelu_activation",),
+            INJECTION,
+            gpt_neox=True,
+        ),
     ),
     Finding(
         id="gptneox-attention-bias",
@@ -466,6 +522,12 @@ FINDINGS: tuple[Finding, ...] = (
                 how="equals",
             ),
         ),
+        table=IssueTable(
+            lambda c: c["arch"] == "gpt-neox" and c["configuration"] == "no-attention-bias",
+            ("did",),
+            INJECTION,
+            gpt_neox=True,
+        ),
     ),
     Finding(
         id="opt-activation",
@@ -484,6 +546,11 @@ FINDINGS: tuple[Finding, ...] = (
         scripts=(Script("opt_config.py", args=("--setting", "gelu"), transformers=OPT_ENGAGED),),
         shows=("OPT's activation_function ignored by the Hybrid Engine: computed with ReLU ({patch})",),
         twins=("relu_activation",),
+        table=IssueTable(
+            lambda c: c["arch"] == "opt" and c["configuration"] == "gelu",
+            ("twin:relu_activation",),
+            HYBRID_ENGINE_ONLY,
+        ),
     ),
     Finding(
         id="opt-bias",
@@ -507,6 +574,7 @@ FINDINGS: tuple[Finding, ...] = (
         refusal="refused by name: OPT without the biases the injected layer adds ({patch})",
         refused_by=("opt.py", "enable_bias=False"),
         crashes=(Crash(CONTAINERS + "opt.py", "but got NoneType", "TypeError", how="ends"),),
+        table=IssueTable(lambda c: c["arch"] == "opt" and c["configuration"] == "no-bias", ("did",), INJECTION),
     ),
     Finding(
         id="decode-as-prompt",
@@ -532,6 +600,11 @@ FINDINGS: tuple[Finding, ...] = (
         text="ISSUE-decode-as-prompt.md",
         scripts=(Script("opt_config.py", args=("--setting", "post_layer_norm"), transformers=OPT_ENGAGED),),
         shows=("injected attention takes decode steps for prompts: the KV cache restarts every token ({patch})",),
+        table=IssueTable(
+            lambda c: c["arch"] == "opt" and c["configuration"] == "post-layer-norm",
+            ("prompt-flags", "crash"),
+            INJECTION,
+        ),
     ),
     Finding(
         id="opt-post-layer-norm",
@@ -551,6 +624,11 @@ FINDINGS: tuple[Finding, ...] = (
         shows=("post-LayerNorm OPT computed with its two LayerNorms swapped ({patch})",),
         alone=(Alone(("opt",), configuration="post-layer-norm"),),
         twins=("swapped_layer_norms",),
+        table=IssueTable(
+            lambda c: c["arch"] == "opt" and c["configuration"] == "post-layer-norm",
+            ("twin:swapped_layer_norms",),
+            INJECTION,
+        ),
     ),
     Finding(
         id="post-layer-norm-qkv-bias",
@@ -574,6 +652,11 @@ FINDINGS: tuple[Finding, ...] = (
         shows=("ZeRO-3 post-LayerNorm attention computed without its q/k/v biases ({patch})",),
         alone=(Alone(("opt",), configuration="post-layer-norm"),),
         twins=("no_qkv_bias",),
+        table=IssueTable(
+            lambda c: c["arch"] == "opt" and c["configuration"] == "post-layer-norm" and c["zero_stage"] == 3,
+            ("twin:no_qkv_bias",),
+            HYBRID_ENGINE_ONLY,
+        ),
     ),
     Finding(
         id="gptneox-layer-class",
@@ -587,6 +670,7 @@ FINDINGS: tuple[Finding, ...] = (
         text="ISSUE-gptneox-layer-class.md",
         scripts=(Script("gptneox_config.py", args=("--setting", "default"), transformers=OPT_ENGAGED),),
         shows=("GPT-NeoX layers never injected: GPTNEOXLayerPolicy cannot import GPTNeoXLayer ({patch})",),
+        table=IssueTable(lambda c: c["arch"] == "gpt-neox", ("containers", "layer-policy"), INJECTION, off_pin=True),
     ),
     Finding(
         id="layer-norm-without-weights",
@@ -608,6 +692,11 @@ FINDINGS: tuple[Finding, ...] = (
         shows=("a LayerNorm without weights crashes the Hybrid Engine's replaced LayerNorms ({patch})",),
         crashes=(
             Crash("deepspeed/module_inject/layers.py", "'NoneType' object is not iterable", "TypeError", how="equals"),
+        ),
+        table=IssueTable(
+            lambda c: c["arch"] == "opt" and c["configuration"] == "layer-norm-not-affine",
+            ("did",),
+            HYBRID_ENGINE_ONLY,
         ),
     ),
     Finding(
@@ -655,6 +744,9 @@ FINDINGS: tuple[Finding, ...] = (
                 how="equals",
             ),
         ),
+        table=IssueTable(
+            lambda c: c["arch"] in ("gpt-neo", "gpt-neox", "gpt-j"), ("containers", "crash"), INJECTION, off_pin=True
+        ),
     ),
     Finding(
         id="tensor-parallel-released",
@@ -669,6 +761,11 @@ FINDINGS: tuple[Finding, ...] = (
         scripts=(Script("tensor_parallel_mpu.py", 2, ("--arch", "gpt-neo")),),
         shows=(
             "tensor-parallel generation with an mpu hands the injected layers released ZeRO-3 partitions ({patch})",
+        ),
+        table=IssueTable(
+            lambda c: c["scenario"] == "tp2-mpu-slices" and c["arch"] != "gpt-neox",
+            ("tp-split-shapes", "crash"),
+            HYBRID_ENGINE_ONLY,
         ),
     ),
     Finding(
@@ -688,6 +785,9 @@ FINDINGS: tuple[Finding, ...] = (
         scripts=(Script("tensor_parallel_mpu.py", 2, ("--arch", "gpt-neo")),),
         shows=("tensor-parallel generation hands back a tuple where the caller asked for a ModelOutput ({patch})",),
         crashes=(Crash("", "returned tuple, not a ModelOutput", "TypeError", how="ends", tensor_parallel=True),),
+        table=IssueTable(
+            lambda c: c["scenario"] == "tp2-mpu-slices" and c["zero_stage"] == 3, ("crash",), HYBRID_ENGINE_ONLY
+        ),
     ),
     Finding(
         id="gptneox-tensor-parallel-heads",
@@ -702,6 +802,12 @@ FINDINGS: tuple[Finding, ...] = (
         text="ISSUE-gptneox-tensor-parallel-heads.md",
         scripts=(Script("tensor_parallel_mpu.py", 2, ("--arch", "gpt-neox", "--zero", "2")),),
         shows=("GPT-NeoX's QKV layout transform splits a rank's slice by the model's head count ({patch})",),
+        table=IssueTable(
+            lambda c: c["scenario"] == "tp2-mpu-slices" and c["arch"] == "gpt-neox",
+            ("qkv-layouts", "crash"),
+            HYBRID_ENGINE_ONLY,
+            gpt_neox=True,
+        ),
     ),
     Finding(
         id="left-padding",
@@ -718,6 +824,9 @@ FINDINGS: tuple[Finding, ...] = (
         scripts=(Script("left_padding.py", transformers=FIRST_BOOL_MASKS),),
         shows=("left padding attended: the injected attention cannot use the mask Transformers hands it ({patch})",),
         alone=(Alone(("gpt-neox", "llama"), ("left-pad",)),),
+        table=IssueTable(
+            lambda c: c["scenario"] == "left-pad" and c["arch"] in ("gpt-neox", "llama"), ("masks", "crash"), INJECTION
+        ),
     ),
     Finding(
         id="bloom-alibi-offset",
@@ -750,6 +859,16 @@ FINDINGS: tuple[Finding, ...] = (
                 rank=True,
             ),
         ),
+        table=IssueTable(
+            lambda c: (
+                c["arch"] == "bloom"
+                and c["world_size"] == 2
+                and not c["scenario"].startswith("tp2")
+                and c["transformers"] == BLOOM_ENGAGED
+            ),
+            ("first-crash",),
+            INJECTION,
+        ),
     ),
     Finding(
         id="gptj-activation",
@@ -770,6 +889,9 @@ FINDINGS: tuple[Finding, ...] = (
         refusal="refused by name: a GPT-J activation the injected MLP cannot compute ({patch})",
         twins=("tanh_gelu_activation",),
         refused_by=("gptj.py", "activation_function="),
+        table=IssueTable(
+            lambda c: c["arch"] == "gpt-j" and c["configuration"] == "relu", ("twin:tanh_gelu_activation",), INJECTION
+        ),
     ),
     Finding(
         id="bloom-residual",
@@ -795,6 +917,11 @@ FINDINGS: tuple[Finding, ...] = (
         refusal="refused by name: BLOOM with the residual after the LayerNorm ({patch})",
         twins=("residual_before_layer_norm",),
         refused_by=("bloom.py", "apply_residual_connection_post_layernorm=True"),
+        table=IssueTable(
+            lambda c: c["arch"] == "bloom" and c["configuration"] == "residual-post-layernorm",
+            ("twin:residual_before_layer_norm",),
+            INJECTION,
+        ),
     ),
     Finding(
         id="bloom-tensor-parallel",
@@ -821,6 +948,11 @@ FINDINGS: tuple[Finding, ...] = (
                 arch="bloom",
             ),
         ),
+        table=IssueTable(
+            lambda c: c["arch"] == "bloom" and c["scenario"].startswith("tp2-mpu") and c["zero_stage"] == 3,
+            ("first-crash",),
+            HYBRID_ENGINE_ONLY,
+        ),
     ),
     Finding(
         id="tensor-parallel-mask",
@@ -838,6 +970,15 @@ FINDINGS: tuple[Finding, ...] = (
         scripts=(Script("tensor_parallel_mpu.py", 2, ("--arch", "bloom", "--zero", "3"), BLOOM_ENGAGED),),
         shows=("tensor-parallel generate() gathers the prompts but not their attention masks ({patch})",),
         crashes=(Crash(SOFTMAX, "ALiBi holds", arch="bloom", rank=True),),
+        table=IssueTable(
+            lambda c: (
+                (c["arch"] == "bloom" or c["scenario"].endswith("left-pad"))
+                and c["scenario"].startswith("tp2-mpu")
+                and c["zero_stage"] == 3
+            ),
+            ("first-crash",),
+            HYBRID_ENGINE_ONLY,
+        ),
     ),
     Finding(
         id="layer-tensor-return",
@@ -877,6 +1018,15 @@ FINDINGS: tuple[Finding, ...] = (
         shows=("injected layer returns a tuple where Transformers 5 expects a tensor ({patch})",),
         alone=(Alone(("gpt-neox", "opt", "gpt-j"), transformers=NEWEST_TRANSFORMERS),),
         crashes=(Crash(DS_TRANSFORMER, "'tuple' object has no", "AttributeError"),),
+        table=IssueTable(
+            lambda c: (
+                c["arch"] in ("gpt-neox", "opt", "gpt-j")
+                and c["scenario"] == "reference"
+                and c["transformers"].startswith("5.")
+            ),
+            ("containers", "first-generate"),
+            INJECTION,
+        ),
     ),
     Finding(
         id="empty-cache-positions",
@@ -895,6 +1045,11 @@ FINDINGS: tuple[Finding, ...] = (
         scripts=(Script("cache_positions.py", transformers=NEWEST_TRANSFORMERS),),
         shows=("decode steps placed by a Transformers Cache the injected layers leave empty ({patch})",),
         alone=(Alone(("gpt-neo", "opt"), transformers=NEWEST_TRANSFORMERS),),
+        table=IssueTable(
+            lambda c: c["arch"] in ("gpt-neo", "opt") and c["transformers"].startswith("5."),
+            ("cache-steps",),
+            INJECTION,
+        ),
     ),
     Finding(
         id="tp-world-size",
@@ -919,6 +1074,14 @@ FINDINGS: tuple[Finding, ...] = (
         crashes=(
             Crash("deepspeed/runtime/", NO_MP_GROUP, "AttributeError", how="equals"),
             Crash(HYBRID_ENGINE, "hybrid_engine.inference_tp_size", "ValueError", refused=True),
+        ),
+        table=IssueTable(
+            lambda c: (
+                (c.get("probe") or {}).get("tp", 1) > c["world_size"]
+                or c["world_size"] % (c.get("probe") or {}).get("tp", 1) != 0
+            ),
+            ("first-crash",),
+            HYBRID_ENGINE_ONLY,
         ),
     ),
     Finding(
@@ -971,6 +1134,9 @@ FINDINGS: tuple[Finding, ...] = (
                 how="holds",
                 refused=True,
             ),
+        ),
+        table=IssueTable(
+            lambda c: c["arch"] == "llama" and c.get("grouped_query_attention", False), ("kv-heads", "did"), INJECTION
         ),
     ),
 )

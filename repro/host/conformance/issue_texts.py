@@ -9,44 +9,12 @@ from pathlib import Path
 
 from ... import findings, tolerance
 from ...findings import prose
-from ...findings.registry import BLOOM_ENGAGED
+from ...findings.finding import IssueTable
 from ..tables import num
 from ..upstream import releases
 from ..upstream import scripts as issue_scripts
 from . import evidence, issue_brief, labels
 from .diagnosis import (
-    BUG_3453,
-    BUG_BLOOM_ALIBI_OFFSET,
-    BUG_BLOOM_RESIDUAL,
-    BUG_BLOOM_TP_COPY,
-    BUG_CACHE_BEHIND,
-    BUG_CACHE_RETURN,
-    BUG_DECODE_AS_PROMPT,
-    BUG_ENGINE_GENERATE,
-    BUG_GPTJ_ACTIVATION,
-    BUG_GROUPED_QUERY,
-    BUG_LAYER_TENSOR_RETURN,
-    BUG_LAYER_TUPLE,
-    BUG_LORA_NO_IN_FEATURES,
-    BUG_NEOX_ACTIVATION,
-    BUG_NEOX_LAYER_CLASS,
-    BUG_NEOX_NO_ATTENTION_BIAS,
-    BUG_NEOX_TP_HEADS,
-    BUG_NORM_EPS,
-    BUG_OPT_ACTIVATION,
-    BUG_OPT_NO_BIAS,
-    BUG_OPT_POST_LN,
-    BUG_PADDING_MASK,
-    BUG_POST_LN_QKV_BIAS,
-    BUG_QKV_BIAS,
-    BUG_ROPE,
-    BUG_TP_MASK,
-    BUG_TP_OUTPUT,
-    BUG_TP_RELEASED,
-    BUG_TP_UNSLICED,
-    BUG_TP_WORLD_SIZE,
-    BUG_UNSERVABLE,
-    BUG_WEIGHTLESS_LAYER_NORM,
     CORRECT,
     REFUSALS,
     TOL,
@@ -160,204 +128,70 @@ TP_RELEASES = (
 )
 
 
-# Each bug the suite confirms, for its upstream issue text (DeepSpeed's bug template): the cells that show it
-# (`shown`), what each such cell measured (`evidence`), the cause as read in DeepSpeed 0.19.8, and the fix.
-ISSUES = {
-    BUG_3453: {
-        "scope": "injection",
-        "gpt_neox": True,
-        "shown": lambda c: c["arch"] == "gpt-neox" and c["configuration"] == "sequential-residual",
-        "evidence": (("vs the same weights computed as a parallel-residual model (max abs, every step)",
-                      _twin("parallel_residual")),),
-    },
-    BUG_ROPE: {
-        "scope": "injection",
-        "gpt_neox": True,
-        "shown": lambda c: c["arch"] == "gpt-neox"
-        and c["configuration"] in ("rotary-base-1e6", "rope-scaling-linear-2"),
-        "evidence": (("vs the same weights rotated with base 10000 (max abs, every step)",
-                      _twin("rotary_base_10000")),
-                     ("vs the same weights rotated unscaled (max abs, every step)", _twin("unscaled_rotary"))),
-    },
-    BUG_QKV_BIAS: {
-        "scope": "hybrid-engine",
-        "shown": lambda c: c["arch"] != "gpt-neox" and c["zero_stage"] == 3 and c["lora"] == "none"
-        and c["order"] == "eval-generate-train",
-        "evidence": (("bias handed to the QKV GEMM", _bias),),
-    },
-    BUG_LAYER_TUPLE: {
-        "scope": "injection",
-        "shown": lambda c: c["arch"] == "llama" and c["scenario"] == "reference",
-        "evidence": (("the Hybrid Engine's first generate", _crash),),
-    },
-    BUG_LAYER_TENSOR_RETURN: {
-        "scope": "injection",
-        "shown": lambda c: c["arch"] in ("gpt-neox", "opt", "gpt-j") and c["scenario"] == "reference"
-        and c.get("transformers", PINNED).startswith("5."),
-        "evidence": (("inference containers", lambda c: str(c.get("inference_containers", 0))),
-                     ("the Hybrid Engine's first generate", _crash)),
-    },
-    BUG_CACHE_BEHIND: {
-        "scope": "injection",
-        "shown": lambda c: c["arch"] in ("gpt-neo", "opt") and c.get("transformers", PINNED).startswith("5."),
-        "evidence": (("Transformers Cache / tokens seen, last decode step", _cache_steps),),
-    },
-    BUG_LORA_NO_IN_FEATURES: {
-        "scope": "hybrid-engine",
-        "shown": lambda c: c["arch"] == "llama" and c["lora"] != "none",
-        "evidence": (("what the Hybrid Engine did", lambda c: _crash(c) if "crash" in c else _twins(c)),),
-    },
-    BUG_UNSERVABLE: {
-        "scope": "injection",
-        "shown": lambda c: c["arch"] == "llama" and c["configuration"] in UNSERVABLE_CONFIGS,
-        "evidence": (("what the Hybrid Engine computed instead", lambda c: _crash(c) if "crash" in c else _twins(c)),),
-    },
-    BUG_NORM_EPS: {
-        "scope": "hybrid-engine",
-        "shown": lambda c: "layer-norm-eps" in c["configuration"] and c["scenario"] == "reference",
-        "evidence": (("vs the same weights with the final LayerNorm at eps 1e-5 (max abs, every step)",
-                      _twin("outer_layer_norm_at_eps_1e-5")),),
-    },
-    BUG_ENGINE_GENERATE: {
-        "scope": "hybrid-engine",
-        "shown": lambda c: "engine_generate_without_containers" in c,
-        "evidence": (("inference containers", lambda c: str(c.get("inference_containers", 0))),
-                     ("`engine.generate()`", _engine_generate)),
-        "fixed": _engine_generate_fixed,
-    },
-    BUG_TP_UNSLICED: {
-        "scope": "hybrid-engine",
-        "gpt_neox": True,
-        "shown": lambda c: c["scenario"] == "tp2",
-        "evidence": (("layers built for / QKV weights handed (each rank's slice: 3 x hidden / 2 rows fused, "
-                      "hidden / 2 each separate)", _tp_shapes),
-                     ("crash", _crash)),
-    },
-    BUG_NEOX_ACTIVATION: {
-        "scope": "injection",
-        "gpt_neox": True,
-        "shown": lambda c: c["arch"] == "gpt-neox" and c["configuration"] == "relu",
-        "evidence": (("vs the same weights with a GELU MLP (max abs, every step)", _twin("gelu_activation")),),
-    },
-    BUG_NEOX_NO_ATTENTION_BIAS: {
-        "scope": "injection",
-        "gpt_neox": True,
-        "shown": lambda c: c["arch"] == "gpt-neox" and c["configuration"] == "no-attention-bias",
-        "evidence": (("what the Hybrid Engine did", _crash),),
-    },
-    BUG_OPT_ACTIVATION: {
-        "scope": "hybrid-engine",
-        "shown": lambda c: c["arch"] == "opt" and c["configuration"] == "gelu",
-        "evidence": (("vs the same weights with a ReLU MLP (max abs, every step)", _twin("relu_activation")),),
-    },
-    BUG_OPT_NO_BIAS: {
-        "scope": "injection",
-        "shown": lambda c: c["arch"] == "opt" and c["configuration"] == "no-bias",
-        "evidence": (("what the Hybrid Engine did", _crash),),
-    },
-    BUG_DECODE_AS_PROMPT: {
-        "scope": "injection",
-        "shown": lambda c: c["arch"] == "opt" and c["configuration"] == "post-layer-norm",
-        "evidence": (("one-token decode calls the injected attention took for prompts", _prompt_flags),
-                     ("crash", _crash)),
-    },
-    BUG_OPT_POST_LN: {
-        "scope": "injection",
-        "shown": lambda c: c["arch"] == "opt" and c["configuration"] == "post-layer-norm",
-        "evidence": (("vs the same weights with each layer's two LayerNorms swapped (max abs, every step)",
-                      _twin("swapped_layer_norms")),),
-    },
-    BUG_POST_LN_QKV_BIAS: {
-        "scope": "hybrid-engine",
-        "shown": lambda c: c["arch"] == "opt" and c["configuration"] == "post-layer-norm" and c["zero_stage"] == 3,
-        "evidence": (("vs the same weights without q/k/v biases (max abs, every step)", _twin("no_qkv_bias")),),
-    },
-    BUG_NEOX_LAYER_CLASS: {
-        "scope": "injection",
-        "shown": lambda c: c["arch"] == "gpt-neox" and c.get("transformers", PINNED) != PINNED,
-        "evidence": (("inference containers", lambda c: str(c.get("inference_containers", 0))),
-                     ("policies naming the layer class", _layer_policy)),
-    },
-    BUG_WEIGHTLESS_LAYER_NORM: {
-        "scope": "hybrid-engine",
-        "shown": lambda c: c["arch"] == "opt" and c["configuration"] == "layer-norm-not-affine",
-        "evidence": (("what the Hybrid Engine did", _crash),),
-    },
-    BUG_CACHE_RETURN: {
-        "scope": "injection",
-        "shown": lambda c: c["arch"] in ("gpt-neo", "gpt-neox", "gpt-j") and c.get("transformers", PINNED) != PINNED,
-        "evidence": (("inference containers", lambda c: str(c.get("inference_containers", 0))),
-                     ("crash", _crash)),
-    },
-    BUG_TP_RELEASED: {
-        "scope": "hybrid-engine",
-        "shown": lambda c: c["scenario"] == "tp2-mpu-slices" and c["arch"] != "gpt-neox",
-        "evidence": (("layers built for / Q, K, V weights handed (each rank's slice: hidden / 2 rows)", _tp_shapes),
-                     ("crash", _crash)),
-    },
-    BUG_TP_OUTPUT: {
-        "scope": "hybrid-engine",
-        "shown": lambda c: c["scenario"] == "tp2-mpu-slices" and c["zero_stage"] == 3,
-        "evidence": (("crash", _crash),),
-    },
-    BUG_PADDING_MASK: {
-        "scope": "injection",
-        "shown": lambda c: c["scenario"] == "left-pad" and c["arch"] in ("gpt-neox", "llama"),
-        "evidence": (("masks Transformers handed the first injected attention", _masks), ("crash", _crash)),
-    },
-    BUG_NEOX_TP_HEADS: {
-        "scope": "hybrid-engine",
-        "gpt_neox": True,
-        "shown": lambda c: c["scenario"] == "tp2-mpu-slices" and c["arch"] == "gpt-neox",
-        "evidence": (("QKV layout after eval()", lambda c: ", ".join(c.get("qkv_layouts_after_eval") or []) or "-"),
-                     ("crash", _crash)),
-    },
-    BUG_BLOOM_ALIBI_OFFSET: {
-        "scope": "injection",
-        "shown": lambda c: c["arch"] == "bloom" and c["world_size"] == 2 and not c["scenario"].startswith("tp2")
-        and c.get("transformers") == BLOOM_ENGAGED,
-        "evidence": (("first crash", _first_crash),),
-    },
-    BUG_GPTJ_ACTIVATION: {
-        "scope": "injection",
-        "shown": lambda c: c["arch"] == "gpt-j" and c["configuration"] == "relu",
-        "evidence": (("vs the same weights with gelu_new (max abs, every step)", _twin("tanh_gelu_activation")),),
-    },
-    BUG_BLOOM_RESIDUAL: {
-        "scope": "injection",
-        "shown": lambda c: c["arch"] == "bloom" and c["configuration"] == "residual-post-layernorm",
-        "evidence": (("vs the same weights with the residual before the LayerNorm (max abs, every step)",
-                      _twin("residual_before_layer_norm")),),
-    },
-    BUG_BLOOM_TP_COPY: {
-        "scope": "hybrid-engine",
-        "shown": lambda c: c["arch"] == "bloom" and c["scenario"].startswith("tp2-mpu") and c["zero_stage"] == 3,
-        "evidence": (("first crash", _first_crash),),
-    },
-    BUG_TP_MASK: {
-        "scope": "hybrid-engine",
-        "shown": lambda c: (c["arch"] == "bloom" or c["scenario"].endswith("left-pad"))
-        and c["scenario"].startswith("tp2-mpu") and c["zero_stage"] == 3,
-        "evidence": (("first crash", _first_crash),),
-    },
-    BUG_GROUPED_QUERY: {
-        "scope": "injection",
-        "shown": lambda c: c["arch"] == "llama" and c.get("grouped_query_attention", False),
-        "evidence": (("key/value heads", lambda c: f"{c.get('key_value_heads')} of {c.get('attention_heads')} heads"),
-                     ("what the Hybrid Engine did", _crash)),
-    },
-    BUG_TP_WORLD_SIZE: {
-        "scope": "hybrid-engine",
-        "shown": lambda c: (c.get("probe") or {}).get("tp", 1) > c["world_size"] or
-        c["world_size"] % (c.get("probe") or {}).get("tp", 1) != 0,
-        "evidence": (("first crash", _first_crash),),
-    },
+# What a native twin (repro.rank.archs) computes the same weights as: its issue-text column's words.
+TWIN_WORDS = {
+    "parallel_residual": "computed as a parallel-residual model",
+    "rotary_base_10000": "rotated with base 10000",
+    "unscaled_rotary": "rotated unscaled",
+    "outer_layer_norm_at_eps_1e-5": "with the final LayerNorm at eps 1e-5",
+    "gelu_activation": "with a GELU MLP",
+    "relu_activation": "with a ReLU MLP",
+    "swapped_layer_norms": "with each layer's two LayerNorms swapped",
+    "no_qkv_bias": "without q/k/v biases",
+    "tanh_gelu_activation": "with gelu_new",
+    "residual_before_layer_norm": "with the residual before the LayerNorm",
+}
+# The columns an issue text's table can show (a finding's IssueTable names them): a heading and what it reads from
+# a cell's measurements.
+COLUMNS: dict[str, tuple[str, Callable[[dict], str]]] = {
+    **{f"twin:{twin}": (f"vs the same weights {words} (max abs, every step)", _twin(twin))
+       for twin, words in TWIN_WORDS.items()},
+    "qkv-bias": ("bias handed to the QKV GEMM", _bias),
+    "first-generate": ("the Hybrid Engine's first generate", _crash),
+    "containers": ("inference containers", lambda c: str(c.get("inference_containers", 0))),
+    "cache-steps": ("Transformers Cache / tokens seen, last decode step", _cache_steps),
+    "did": ("what the Hybrid Engine did", _crash),
+    "did-or-twins": ("what the Hybrid Engine did", lambda c: _crash_or_twins(c)),
+    "computed-instead": ("what the Hybrid Engine computed instead", lambda c: _crash_or_twins(c)),
+    "engine-generate": ("`engine.generate()`", _engine_generate),
+    "tp-shapes": ("layers built for / QKV weights handed (each rank's slice: 3 x hidden / 2 rows fused, hidden / 2 "
+                  "each separate)", _tp_shapes),
+    "tp-split-shapes": ("layers built for / Q, K, V weights handed (each rank's slice: hidden / 2 rows)", _tp_shapes),
+    "crash": ("crash", _crash),
+    "prompt-flags": ("one-token decode calls the injected attention took for prompts", _prompt_flags),
+    "layer-policy": ("policies naming the layer class", _layer_policy),
+    "masks": ("masks Transformers handed the first injected attention", _masks),
+    "qkv-layouts": ("QKV layout after eval()", lambda c: ", ".join(c.get("qkv_layouts_after_eval") or []) or "-"),
+    "first-crash": ("first crash", _first_crash),
+    "kv-heads": ("key/value heads", lambda c: f"{c.get('key_value_heads')} of {c.get('attention_heads')} heads"),
 }  # fmt: skip
-# The prose of each (title, what was measured, cause, fix, context) is the finding's markdown, repro/findings/texts/.
-ISSUES = {bug: {**meta, **prose.issue(bug)} for bug, meta in ISSUES.items()}
+# How a finding's fixed cells are summed up where not by correctness (IssueTable.fixed).
+FIXED = {"engine-generate": _engine_generate_fixed}
 
 
-UNSERVABLE_CONFIGS = ("gelu-gating", "attention-bias", "mlp-bias")
+def _shown(table: IssueTable) -> Callable[[dict], bool]:
+    """The cells a finding's issue text shows: its table's test, and off the pinned Transformers where it says so."""
+    if not table.off_pin:
+        return table.cells
+    return lambda c: table.cells(c) and c.get("transformers", PINNED) != PINNED
+
+
+# Each bug the suite confirms, for its upstream issue text (DeepSpeed's bug template), from the registry's
+# IssueTable: the cells that show it (`shown`), what each such cell measured (`evidence`), the paths it is on; the
+# prose of each (title, what was measured, cause, fix, context) is the finding's markdown, repro/findings/texts/.
+ISSUES = {
+    f.says(f.shows[f.table.sentence]): {
+        "scope": f.table.paths,
+        "gpt_neox": f.table.gpt_neox,
+        "shown": _shown(f.table),
+        "evidence": tuple(COLUMNS[column] for column in f.table.columns),
+        **({"fixed": FIXED[f.table.fixed]} if f.table.fixed else {}),
+        **prose.of(f.id),
+        "file": f.text,
+    }
+    for f in findings.FINDINGS
+    if f.table is not None
+}
 
 
 NEOX_PREREQUISITE = (
@@ -376,6 +210,10 @@ SCOPES = {
     "Engine, which builds its layers through the same containers",
     "hybrid-engine": "the Hybrid Engine only; `deepspeed.init_inference` does not take this path",
 }
+
+
+def _crash_or_twins(cell: dict) -> str:
+    return _crash(cell) if "crash" in cell else _twins(cell)
 
 
 def _twins(cell: dict) -> str:

@@ -1,0 +1,45 @@
+"""The issue texts are driven by the registry: each finding's IssueTable names its cells and columns."""
+
+import pytest
+
+from repro import findings
+from repro.findings.finding import INJECTION, IssueTable
+from repro.host.conformance import issue_texts
+
+TABLED = [f for f in findings.FINDINGS if f.table is not None]
+
+
+def test_every_finding_with_a_conformance_text_has_a_table_and_nothing_else_makes_one():
+    """ISSUES is the registry's tables, one per finding, keyed by the sentence its cells carry."""
+    assert TABLED
+    assert set(issue_texts.ISSUES) == {f.says(f.shows[f.table.sentence]) for f in TABLED}
+    assert {meta["file"] for meta in issue_texts.ISSUES.values()} == {f.text for f in TABLED}
+
+
+@pytest.mark.parametrize("finding", TABLED, ids=lambda f: f.id)
+def test_each_table_names_columns_the_texts_can_render(finding):
+    assert set(finding.table.columns) <= set(issue_texts.COLUMNS), finding.id
+    assert finding.table.fixed is None or finding.table.fixed in issue_texts.FIXED
+
+
+def test_a_table_off_the_pin_leaves_out_the_pinned_cells():
+    table = IssueTable(lambda c: c["arch"] == "gpt-neox", ("crash",), INJECTION, off_pin=True)
+    shown = issue_texts._shown(table)
+    assert shown({"arch": "gpt-neox", "transformers": "4.48.3"})
+    assert not shown({"arch": "gpt-neox", "transformers": issue_texts.PINNED})
+    assert not shown({"arch": "llama", "transformers": "4.48.3"})
+    assert issue_texts._shown(IssueTable(table.cells, ("crash",), INJECTION)) is table.cells
+
+
+def test_a_table_without_columns_or_with_other_paths_or_sentences_is_refused():
+    with pytest.raises(ValueError, match="needs columns"):
+        IssueTable(lambda c: True, (), INJECTION)
+    with pytest.raises(ValueError, match="needs columns"):
+        IssueTable(lambda c: True, ("crash",), "kernels")
+    with pytest.raises(ValueError, match="issue table names a sentence"):
+        findings.Finding(
+            **{
+                **vars(findings.by_id("opt-bias")),
+                "table": IssueTable(lambda c: True, ("crash",), INJECTION, sentence=3),
+            }
+        )
