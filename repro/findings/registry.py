@@ -514,6 +514,7 @@ FINDINGS: tuple[Finding, ...] = (
         shows=("GPT-NeoX without attention biases crashes the Hybrid Engine on the missing QKV bias ({patch})",),
         refusal="refused by name: GPT-NeoX without the attention biases the injected layer adds ({patch})",
         refused_by=("gptneox.py", "attention_bias=False"),
+        # the QKV layout transform (hybrid_megatron.py's _align_qkv) read the shape of a QKV bias the model lacks
         crashes=(
             Crash(
                 CONTAINERS + "features/hybrid_megatron.py",
@@ -573,6 +574,7 @@ FINDINGS: tuple[Finding, ...] = (
         shows=("OPT without biases crashes kernel injection on the missing q/k/v biases ({patch})",),
         refusal="refused by name: OPT without the biases the injected layer adds ({patch})",
         refused_by=("opt.py", "enable_bias=False"),
+        # the OPT policy concatenated q/k/v biases an OPT with enable_bias=False does not have
         crashes=(Crash(CONTAINERS + "opt.py", "but got NoneType", "TypeError", how="ends"),),
         table=IssueTable(lambda c: c["arch"] == "opt" and c["configuration"] == "no-bias", ("did",), INJECTION),
     ),
@@ -690,6 +692,7 @@ FINDINGS: tuple[Finding, ...] = (
         text="ISSUE-layer-norm-without-weights.md",
         scripts=(Script("opt_config.py", args=("--setting", "layer_norm_not_affine"), transformers=OPT_ENGAGED),),
         shows=("a LayerNorm without weights crashes the Hybrid Engine's replaced LayerNorms ({patch})",),
+        # the Hybrid Engine built Normalize (layers.py) for a LayerNorm without weights: torch got dim None
         crashes=(
             Crash("deepspeed/module_inject/layers.py", "'NoneType' object is not iterable", "TypeError", how="equals"),
         ),
@@ -734,6 +737,7 @@ FINDINGS: tuple[Finding, ...] = (
         scripts=(Script("gptneo_cache.py", transformers=OPT_ENGAGED),),
         shows=("injected layer hands back its key and value, not the Cache it was passed: 2nd step fails ({patch})",),
         alone=(Alone(("gpt-neox",), transformers=OPT_ENGAGED),),
+        # DynamicCache.from_legacy_cache got the injected layer's (key, value) back, not the Cache it handed it
         crashes=(
             Crash("transformers/cache_utils.py", "not enough values to unpack (expected 2", "ValueError"),
             # two sequences unpack; the model then asks the layer's (key, value) for its legacy cache
@@ -784,6 +788,7 @@ FINDINGS: tuple[Finding, ...] = (
         text="ISSUE-tensor-parallel-output.md",
         scripts=(Script("tensor_parallel_mpu.py", 2, ("--arch", "gpt-neo")),),
         shows=("tensor-parallel generation hands back a tuple where the caller asked for a ModelOutput ({patch})",),
+        # generate(return_dict_in_generate=True) handed the caller DeepSpeed's tuple of this rank's rows
         crashes=(Crash("", "returned tuple, not a ModelOutput", "TypeError", how="ends", tensor_parallel=True),),
         table=IssueTable(
             lambda c: c["scenario"] == "tp2-mpu-slices" and c["zero_stage"] == 3, ("crash",), HYBRID_ENGINE_ONLY
@@ -849,6 +854,7 @@ FINDINGS: tuple[Finding, ...] = (
             "({patch})",
         ),
         alone=(Alone(("bloom",)),),
+        # a rank's own crash: the softmax took alibi[global rank x heads:], none of its own heads (CPU: shapes)
         crashes=(
             Crash(
                 SOFTMAX,
@@ -941,6 +947,7 @@ FINDINGS: tuple[Finding, ...] = (
             "BLOOM's tensor-parallel QKV copy ignores the Hybrid Engine's layout: it slices a rank's slice onto "
             "itself ({patch})",
         ),
+        # attention_qkv_mp() drops the Hybrid Engine's reversed_dim: auto_tp copies a rank's slice onto itself
         crashes=(
             Crash(
                 "deepspeed/module_inject/auto_tp.py",
@@ -1017,6 +1024,7 @@ FINDINGS: tuple[Finding, ...] = (
         ),  # fmt: skip
         shows=("injected layer returns a tuple where Transformers 5 expects a tensor ({patch})",),
         alone=(Alone(("gpt-neox", "opt", "gpt-j"), transformers=NEWEST_TRANSFORMERS),),
+        # the same tuple as Llama's, passed on by GPT-NeoX (from 5.2), OPT and GPT-J (from 5.24)
         crashes=(Crash(DS_TRANSFORMER, "'tuple' object has no", "AttributeError"),),
         table=IssueTable(
             lambda c: (
@@ -1071,6 +1079,7 @@ FINDINGS: tuple[Finding, ...] = (
         shows=("inference_tp_size leaves a rank without a tensor-parallel group: no attribute 'mp_group' ({patch})",),
         refusal="refused by name: an inference_tp_size that does not divide the number of ranks ({patch})",
         kernel_free="it fails in deepspeed.initialize, before any layer is injected",
+        # initialize read the tensor-parallel group of a rank left outside every group (tp does not divide ranks)
         crashes=(
             Crash("deepspeed/runtime/", NO_MP_GROUP, "AttributeError", how="equals"),
             Crash(HYBRID_ENGINE, "hybrid_engine.inference_tp_size", "ValueError", refused=True),

@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from repro import findings
 from repro.host.conformance import diagnosis as dx
 from repro.rank import qkv_states
 from repro.rank.engine import greedy
@@ -17,7 +18,9 @@ def test_a_tuple_from_generate_is_named_and_the_host_diagnosis_reads_that_name()
     with pytest.raises(TypeError) as raised:
         greedy(TupleGenerate(), torch.tensor([[1, 2]]), 1)
     crash = {"type": "TypeError", "message": str(raised.value), "at": ""}
-    assert dx.diagnose({"crash": crash, "tensor_parallel": {"mp_size": 2, "heads_per_rank": 2}}) == [dx.BUG_TP_OUTPUT]
+    assert dx.diagnose({"crash": crash, "tensor_parallel": {"mp_size": 2, "heads_per_rank": 2}}) == [
+        findings.shows("tensor-parallel-output")
+    ]
 
 
 def test_the_host_names_the_layout_state_the_rank_records():

@@ -14,35 +14,10 @@ from ...verdict import worst
 from ..family import diagnosis as family
 
 CORRECT = "correct"
-BUG_3453 = shows("3453")
-BUG_ROPE = shows("rotary-base")
 BUG_QKV_BIAS = shows("zero3-qkv-bias")
-BUG_LAYER_TUPLE = shows("llama-layer-tuple")
-# The same tuple in GPT-NeoX, OPT and GPT-J layers, whose models pass it on from Transformers 5.2 / 5.24.
-BUG_LAYER_TENSOR_RETURN = shows("layer-tensor-return")
 BUG_LORA_NOT_FOUND = shows("llama-lora")
-BUG_LORA_NO_IN_FEATURES = shows("llama-lora", 1)
 BUG_UNSERVABLE = shows("llama-unservable-config")
 BUG_GROUPED_QUERY = shows("llama-grouped-query")
-BUG_NORM_EPS = shows("layer-norm-eps")
-BUG_OPT_ACTIVATION = shows("opt-activation")
-# Positive evidence: the OPT policy concatenated q/k/v biases an OPT with enable_bias=False does not have.
-BUG_OPT_NO_BIAS = shows("opt-bias")
-BUG_OPT_POST_LN = shows("opt-post-layer-norm")
-BUG_POST_LN_QKV_BIAS = shows("post-layer-norm-qkv-bias")
-BUG_NEOX_ACTIVATION = shows("gptneox-activation")
-BUG_BLOOM_RESIDUAL = shows("bloom-residual")
-BUG_GPTJ_ACTIVATION = shows("gptj-activation")
-# Positive evidence: DeepSpeed's QKV layout transform read the shape of the QKV bias a GPT-NeoX without attention
-# biases does not have (hybrid_megatron.py's _align_qkv).
-BUG_NEOX_NO_ATTENTION_BIAS = shows("gptneox-attention-bias")
-# Positive evidence: the Hybrid Engine built Normalize (deepspeed/module_inject/layers.py) for a LayerNorm without
-# weights, and torch's LayerNorm was handed dim None.
-BUG_WEIGHTLESS_LAYER_NORM = shows("layer-norm-without-weights")
-# Positive evidence: Transformers' DynamicCache.from_legacy_cache failed to unpack a layer's (key, value): the cache
-# generate() got back is the injected layer's key and value, where Transformers 4.45 to 4.53 return the Cache
-# they handed every layer.
-BUG_CACHE_RETURN = shows("cache-return")
 # A native twin the HE reproduces names its bug (repro.rank.archs: each adapter's twins); another twin is a Llama
 # setting the injected layer cannot compute (`llama-unservable-config`).
 TWIN_BUGS = {twin: f.says(f.shows[i]) for f in FINDINGS for i, twin in enumerate(f.twins) if twin}  # the registry's
@@ -73,9 +48,6 @@ BUG_TP_RELEASED = shows("tensor-parallel-released")
 # of the heads put in the inference layout as if it held all of the model's (repro.rank.qkv_states).
 BUG_NEOX_TP_HEADS = shows("gptneox-tensor-parallel-heads")
 BY_MODEL_HEADS = "inference_by_model_heads"  # repro.rank.qkv_states.BY_MODEL_HEADS (no torch on the host side)
-# Positive evidence: generate(return_dict_in_generate=True) under tensor-parallel generation handed the caller a
-# tuple (repro.rank.engine.greedy names it): DeepSpeed sliced this rank's rows out of the ModelOutput itself.
-BUG_TP_OUTPUT = shows("tensor-parallel-output")
 # Measured (repro.rank.he_faults.PromptFlags): with a left-padded prompt, the masks the first injected attention was
 # handed. DeepSpeed's attention adds its mask to the scores (the CPU fallback and, read, the CUDA kernel), and
 # turns only an int64 one into 0 / -inf: a bool mask adds 0 or 1, a missing one or one that covers fewer keys
@@ -86,15 +58,8 @@ BUG_PADDING_MASK = shows("left-padding")
 # GPT-Neo and OPT place each step by that Cache's length, which the injected layers never filled: every decode token
 # was embedded at the prompt's first positions.
 BUG_CACHE_BEHIND = shows("empty-cache-positions")
-# Positive evidence: initialize failed where the Hybrid Engine reads the tensor-parallel group of a rank it left
-# outside every group (inference_tp_size does not divide the ranks; no mpu).
-BUG_TP_WORLD_SIZE = shows("tp-world-size")
 OUTSIDE_CONTRACT = "outside the Hybrid Engine's contract: an mpu over whole Hugging Face weights"
 REFUSED = refusal("llama-unservable-config")
-REFUSED_ROPE = refusal("rotary-base")
-REFUSED_NEOX_ACTIVATION = refusal("gptneox-activation")
-REFUSED_NEOX_ATTENTION_BIAS = refusal("gptneox-attention-bias")
-REFUSED_OPT_BIAS = refusal("opt-bias")
 REFUSED_TP_WORLD_SIZE = refusal("tp-world-size")
 # `llama-grouped-query`'s refusal of a tensor-parallel size that does not divide the key/value heads (llama.py).
 REFUSED_GQA_TP = refusal("llama-grouped-query")
@@ -116,16 +81,6 @@ NAMED_CRASHES = sorted(
 )
 REFUSALS = (REFUSED, *NAMED_REFUSALS.values(), REFUSED_BLOOM_TRANSFORMERS, REFUSED_LLAMA_ROPE, REFUSED_TP_WORLD_SIZE,
             REFUSED_GQA_TP)  # fmt: skip
-# Positive evidence (a rank's own crash, repro.rank.cell_probe.peer_crash_path): BloomSelfAttention hands the softmax
-# `head_offset = dist.get_rank() * heads per partition`, the global rank whatever the tensor-parallel group, and
-# the softmax adds `alibi[head_offset:head_offset + heads]`: on data-parallel rank 1 of a 4-head model that is
-# alibi[4:8], none of the 4 heads the layer has (DeepSpeed's PyTorch softmax: a shape error; the CUDA kernel's
-# indexing reads past the sequence's heads instead: read, not run).
-BUG_BLOOM_ALIBI_OFFSET = shows("bloom-alibi-offset")
-# Positive evidence: under tensor parallelism on ZeRO-3, DeepSpeed's slicing copy (auto_tp.py) was handed a
-# BLOOM layer's QKV and the tensor it copies into overlapping: DS_BloomContainer.attention_qkv_mp() drops the
-# reversed_dim the Hybrid Engine passes, so the copy slices the rank's slice onto itself.
-BUG_BLOOM_TP_COPY = shows("bloom-tensor-parallel")
 # Positive evidence: under pinned ZeRO-3 tensor parallelism the injected BLOOM attention was handed ALiBi for fewer
 # sequences than its scores hold (our softmax stand-in names it; the kernel reads past it): generate() gathers
 # every rank's prompts but hands the model the calling rank's attention mask, from which BLOOM builds ALiBi.

@@ -2,6 +2,7 @@
 
 import pytest
 
+from repro import findings
 from repro.host.conformance import cells, diagnosis, plan
 
 
@@ -11,7 +12,7 @@ def test_a_real_sequential_residual_cell_shows_3453(tmp_path):
     axes = plan.cell_axes("gpt-neox", "sequential-residual", "released", 2, 1, "reference")
     result = cells.run_cell(tmp_path, None, axes, timeout_s=240)
     assert result["settings"]["overrides"] == {"use_parallel_residual": False}
-    assert diagnosis.diagnose({**axes, **result}) == [diagnosis.BUG_3453]
+    assert diagnosis.diagnose({**axes, **result}) == [findings.shows("3453")]
     assert max(result["per_step_logits_vs_twin"]["parallel_residual"]) < 1e-5
     # CPU evidence, and it says so per op: every inference op ran DeepSpeed's PyTorch fallback.
     assert result["device"] == "cpu" and result["settings"]["backend"] == "cpu"
@@ -25,7 +26,7 @@ def test_a_real_llama_cell_records_the_hybrid_engines_crash(tmp_path):
     axes = plan.cell_axes("llama", "default", "released", 3, 1, "reference")
     result = cells.run_cell(tmp_path, None, axes, timeout_s=240)
     assert result["crash"]["type"] == "AttributeError" and result["crash"]["at"].startswith("deepspeed/")
-    assert diagnosis.diagnose({**axes, **result}) == [diagnosis.BUG_LAYER_TUPLE]
+    assert diagnosis.diagnose({**axes, **result}) == [findings.shows("llama-layer-tuple")]
 
 
 @pytest.mark.distributed
@@ -53,7 +54,7 @@ def test_opt_engages_on_4_48_3_where_a_gelu_model_is_computed_with_relu_and_stay
     roots = suite.prepare([gelu, native])
     result = cells.run_cell(tmp_path, roots[("released", "4.48.3")][0], gelu, timeout_s=240)
     assert result["versions"]["transformers"] == "4.48.3" and result["injected_layer_calls"] > 0
-    assert diagnosis.diagnose({**gelu, **result}) == [diagnosis.BUG_OPT_ACTIVATION]
+    assert diagnosis.diagnose({**gelu, **result}) == [findings.shows("opt-activation")]
     result = cells.run_cell(tmp_path, roots[("released", plan.PINNED)][0], native, timeout_s=240)
     assert result["inference_containers"] == 0 and result["tokens_equal_native"]
     found = diagnosis.diagnose({**native, **result})
@@ -74,7 +75,7 @@ def test_bloom_on_two_data_parallel_ranks_offsets_alibi_by_the_global_rank(tmp_p
     roots = suite.prepare([axes])
     result = cells.run_cell(tmp_path, roots[("released", "4.43.4")][0], axes, timeout_s=240)
     assert [p["rank"] for p in result["peer_crashes"]] == [1]
-    assert diagnosis.diagnose({**axes, **result})[0].startswith(diagnosis.BUG_BLOOM_ALIBI_OFFSET + " (rank 1:")
+    assert diagnosis.diagnose({**axes, **result})[0].startswith(findings.shows("bloom-alibi-offset") + " (rank 1:")
     assert not list(tmp_path.rglob("*.crash.json"))
 
 

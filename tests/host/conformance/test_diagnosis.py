@@ -55,7 +55,7 @@ MATCH, FAR = [1e-7] * 4, [0.3] * 4
 def test_a_sequential_model_computed_as_parallel_residual_is_3453_from_positive_evidence():
     assert dx.diagnose(neox_cell()) == ["correct"]
     parallel = neox_cell("sequential-residual", False, "xxxx", twins={"parallel_residual": MATCH})
-    assert dx.diagnose(parallel) == [dx.BUG_3453]
+    assert dx.diagnose(parallel) == [findings.shows("3453")]
     # Different tokens without the parallel-residual twin's logits are not #3453: unexplained.
     assert dx.diagnose(neox_cell("sequential-residual", False, "xxxx", twins={"parallel_residual": FAR})) == [
         dx.UNEXPLAINED
@@ -65,7 +65,7 @@ def test_a_sequential_model_computed_as_parallel_residual_is_3453_from_positive_
 
 def test_an_ignored_rotary_base_is_named_from_the_base_10000_twin():
     cell = neox_cell("rotary-base-1e6", tokens_equal=False, steps="xxxx", twins={"rotary_base_10000": MATCH})
-    assert dx.diagnose(cell) == [dx.BUG_ROPE]
+    assert dx.diagnose(cell) == [findings.shows("rotary-base")]
     cell["per_step_logits_vs_twin"] = {"rotary_base_10000": FAR}
     assert dx.diagnose(cell) == [dx.UNEXPLAINED]
 
@@ -86,10 +86,10 @@ def test_a_cell_that_could_not_run_is_a_crash_never_correct():
 def test_the_tuple_crash_is_named_only_with_its_exact_signature():
     crash = {"type": "AttributeError", "message": "'tuple' object has no attribute 'size'",
              "at": "deepspeed/model_implementations/transformers/ds_transformer.py:139"}  # fmt: skip
-    assert dx.diagnose({"arch": "llama", "crash": crash}) == [dx.BUG_LAYER_TUPLE]
+    assert dx.diagnose({"arch": "llama", "crash": crash}) == [findings.shows("llama-layer-tuple")]
     # the same tuple from GPT-NeoX, OPT and GPT-J layers on Transformers 5 is its own finding (0034, not 0008)
     for arch in ("gpt-neox", "opt", "gpt-j"):
-        assert dx.diagnose({"arch": arch, "crash": crash}) == [dx.BUG_LAYER_TENSOR_RETURN]
+        assert dx.diagnose({"arch": arch, "crash": crash}) == [findings.shows("layer-tensor-return")]
     elsewhere = {**crash, "at": "transformers/models/llama/modeling_llama.py:300"}
     assert dx.diagnose({"crash": elsewhere})[0].startswith("crash in the Hybrid Engine: AttributeError")
     other = {**crash, "type": "IndexError", "message": "list index out of range"}
@@ -158,15 +158,15 @@ def test_a_peers_earlier_crash_is_the_cells_and_blooms_alibi_offset_is_named_fro
     cell = arch_cell(
         arch="bloom", crash=gloo, crash_time=2.0, peer_crashes=[{"rank": 1, "crash": alibi, "crash_time": 1.0}]
     )
-    assert dx.diagnose(cell) == [f"{dx.BUG_BLOOM_ALIBI_OFFSET} (rank 1: {alibi['message']})"]
+    assert dx.diagnose(cell) == [f"{findings.shows('bloom-alibi-offset')} (rank 1: {alibi['message']})"]
     later = {**cell, "peer_crashes": [{"rank": 1, "crash": alibi, "crash_time": 3.0}]}
     assert dx.diagnose(later)[0].startswith("crash in the Hybrid Engine: RuntimeError: Connection closed")
     untimed = {**cell, "peer_crashes": [{"rank": 1, "crash": alibi}]}
     assert dx.diagnose(untimed)[0].startswith("crash in the Hybrid Engine: RuntimeError: Connection closed")
-    assert not dx.diagnose({**cell, "arch": "gpt-neox"})[0].startswith(dx.BUG_BLOOM_ALIBI_OFFSET)
+    assert not dx.diagnose({**cell, "arch": "gpt-neox"})[0].startswith(findings.shows("bloom-alibi-offset"))
     # ZeRO-2: rank 0 measured a correct generate and failed only in the barrier after it; rank 1's crash decides.
     rank0_fine = arch_cell(arch="bloom", peer_crashes=[{"rank": 1, "crash": alibi, "crash_time": 1.0}])
-    assert dx.diagnose(rank0_fine) == [f"{dx.BUG_BLOOM_ALIBI_OFFSET} (rank 1: {alibi['message']})"]
+    assert dx.diagnose(rank0_fine) == [f"{findings.shows('bloom-alibi-offset')} (rank 1: {alibi['message']})"]
     refused = {
         "type": "RuntimeError",
         "at": dx.CONTAINERS + "bloom.py:29",
@@ -195,7 +195,7 @@ def test_blooms_tensor_parallel_copy_and_ungathered_mask_are_named_from_their_cr
         "at": "deepspeed/module_inject/auto_tp.py:122",
         "message": "unsupported operation: some elements of the input tensor and the written-to tensor refer",
     }
-    assert dx.diagnose(arch_cell(arch="bloom", crash=overlap)) == [dx.BUG_BLOOM_TP_COPY]
+    assert dx.diagnose(arch_cell(arch="bloom", crash=overlap)) == [findings.shows("bloom-tensor-parallel")]
     assert dx.diagnose(arch_cell(arch="opt", crash=overlap))[0].startswith("crash in the Hybrid Engine")
     short = {
         "type": "RuntimeError",
@@ -204,7 +204,7 @@ def test_blooms_tensor_parallel_copy_and_ungathered_mask_are_named_from_their_cr
     }
     cell = arch_cell(arch="bloom", peer_crashes=[{"rank": 1, "crash": short, "crash_time": 1.0}])
     assert dx.diagnose(cell) == [f"{dx.BUG_TP_MASK} (rank 1: {short['message']})"]
-    assert not dx.diagnose(cell)[0].startswith(dx.BUG_BLOOM_ALIBI_OFFSET)
+    assert not dx.diagnose(cell)[0].startswith(findings.shows("bloom-alibi-offset"))
 
 
 def test_one_ranks_mask_for_every_ranks_prompts_is_0033_only_with_tensor_parallel_left_padding():
@@ -234,7 +234,7 @@ def test_one_ranks_mask_for_every_ranks_prompts_is_0033_only_with_tensor_paralle
 def test_gptjs_activation_twin_names_its_bug_only_when_the_he_matches_it():
     relu = arch_cell(arch="gpt-j", tokens_equal_native=False, per_step_logits_vs_native=[0.59, 0.5],
                      per_step_logits_vs_twin={"tanh_gelu_activation": [7e-7, 6e-7]})  # fmt: skip
-    assert dx.diagnose(relu) == [dx.BUG_GPTJ_ACTIVATION]
+    assert dx.diagnose(relu) == [findings.shows("gptj-activation")]
     assert dx.diagnose({**relu, "per_step_logits_vs_twin": {"tanh_gelu_activation": [0.3, 0.2]}}) == [dx.UNEXPLAINED]
 
 
@@ -279,9 +279,9 @@ def test_a_grouped_query_ranks_slice_is_narrower_and_not_unsliced():
 def test_gpt_neox_refusals_are_told_apart_by_the_setting_they_name():
     at = "deepspeed/module_inject/containers/gptneox.py:60"
     named = {
-        "rope_type='linear'": dx.REFUSED_ROPE,
-        "hidden_act='silu'": dx.REFUSED_NEOX_ACTIVATION,
-        "attention_bias=False": dx.REFUSED_NEOX_ATTENTION_BIAS,
+        "rope_type='linear'": findings.refusal("rotary-base"),
+        "hidden_act='silu'": findings.refusal("gptneox-activation"),
+        "attention_bias=False": findings.refusal("gptneox-attention-bias"),
     }
     for setting, refused in named.items():
         refusal = {"type": "ValueError", "at": at, "message": f"{dx.REFUSAL} GPT-NeoX with {setting}: ..."}
@@ -293,7 +293,7 @@ def test_gpt_neox_refusals_are_told_apart_by_the_setting_they_name():
 def test_a_crash_on_the_missing_qkv_bias_is_0015_only_in_the_qkv_layout_transform():
     crash = {"type": "AttributeError", "message": "'NoneType' object has no attribute 'shape'",
              "at": "deepspeed/module_inject/containers/features/hybrid_megatron.py:19"}  # fmt: skip
-    assert dx.diagnose({"crash": crash}) == [dx.BUG_NEOX_NO_ATTENTION_BIAS]
+    assert dx.diagnose({"crash": crash}) == [findings.shows("gptneox-attention-bias")]
     elsewhere = {**crash, "at": "deepspeed/ops/transformer/inference/ds_mlp.py:100"}
     assert dx.diagnose({"crash": elsewhere})[0].startswith("crash in the Hybrid Engine")
 
@@ -301,11 +301,11 @@ def test_a_crash_on_the_missing_qkv_bias_is_0015_only_in_the_qkv_layout_transfor
 def test_opts_missing_bias_crash_is_0017_only_in_its_policy_and_its_refusal_is_named():
     crash = {"type": "TypeError", "message": "expected Tensor as element 0 in argument 0, but got NoneType",
              "at": "deepspeed/module_inject/containers/opt.py:144"}  # fmt: skip
-    assert dx.diagnose({"crash": crash}) == [dx.BUG_OPT_NO_BIAS]
+    assert dx.diagnose({"crash": crash}) == [findings.shows("opt-bias")]
     assert dx.diagnose({"crash": {**crash, "at": "deepspeed/ops/x.py:1"}})[0].startswith("crash in the Hybrid Engine")
     refusal = {"type": "ValueError", "at": "deepspeed/module_inject/containers/opt.py:120",
                "message": f"{dx.REFUSAL} OPT with enable_bias=False: ..."}  # fmt: skip
-    assert dx.diagnose({"crash": refusal}) == [dx.REFUSED_OPT_BIAS]
+    assert dx.diagnose({"crash": refusal}) == [findings.refusal("opt-bias")]
 
 
 def test_a_llama_twin_the_he_reproduces_names_the_setting_it_ignored():
@@ -321,13 +321,13 @@ def test_a_llama_twin_the_he_reproduces_names_the_setting_it_ignored():
 def test_a_final_norm_at_normalizes_default_epsilon_is_0011():
     cell = arch_cell(arch="gpt-neo", tokens_equal_native=True, per_step_logits_vs_native=[0.021, 0.024],
                      per_step_logits_vs_twin={"outer_layer_norm_at_eps_1e-5": [9e-5, 1.4e-4]})  # fmt: skip
-    assert dx.diagnose(cell) == [dx.BUG_NORM_EPS]
+    assert dx.diagnose(cell) == [findings.shows("layer-norm-eps")]
 
 
 def test_a_gpt_neox_final_norm_at_normalizes_default_epsilon_is_0011_from_its_twin():
     cell = neox_cell("layer-norm-eps-1e-3", tokens_equal=True, steps="xxxx",
                      twins={"outer_layer_norm_at_eps_1e-5": MATCH})  # fmt: skip
-    assert dx.diagnose(cell) == [dx.BUG_NORM_EPS]
+    assert dx.diagnose(cell) == [findings.shows("layer-norm-eps")]
     cell["per_step_logits_vs_twin"] = {"outer_layer_norm_at_eps_1e-5": FAR}
     assert dx.diagnose(cell) == [dx.UNEXPLAINED]
 
@@ -385,12 +385,12 @@ def test_decode_steps_taken_for_prompts_are_named_before_the_crash_they_lead_to(
 def test_opts_twins_name_their_bugs_only_when_the_he_matches_them():
     gelu = arch_cell(arch="opt", tokens_equal_native=False, per_step_logits_vs_native=[0.47, 0.53],
                      per_step_logits_vs_twin={"relu_activation": [6e-7, 5e-7]})  # fmt: skip
-    assert dx.diagnose(gelu) == [dx.BUG_OPT_ACTIVATION]
+    assert dx.diagnose(gelu) == [findings.shows("opt-activation")]
     assert dx.diagnose({**gelu, "per_step_logits_vs_twin": {"relu_activation": [0.3, 0.2]}}) == [dx.UNEXPLAINED]
     post = {**gelu, "per_step_logits_vs_twin": {"swapped_layer_norms": [6e-7, 5e-7], "no_qkv_bias": [0.25, 0.24]}}
-    assert dx.diagnose(post) == [dx.BUG_OPT_POST_LN]
+    assert dx.diagnose(post) == [findings.shows("opt-post-layer-norm")]
     no_bias = {**gelu, "per_step_logits_vs_twin": {"swapped_layer_norms": [0.25, 0.24], "no_qkv_bias": [7e-7, 6e-7]}}
-    assert dx.diagnose(no_bias) == [dx.BUG_POST_LN_QKV_BIAS]
+    assert dx.diagnose(no_bias) == [findings.shows("post-layer-norm-qkv-bias")]
 
 
 def test_tensor_parallel_layers_handed_unsliced_weights_are_named_from_the_shapes():
@@ -459,7 +459,7 @@ def test_a_tuple_from_generate_is_0026_only_under_tensor_parallel_generation():
     crash = {"type": "TypeError", "at": "",
              "message": "generate(return_dict_in_generate=True) returned tuple, not a ModelOutput"}  # fmt: skip
     tp = {"tensor_parallel": {"mp_size": 2, "heads_per_rank": 2}}
-    assert dx.diagnose({"crash": crash, **tp}) == [dx.BUG_TP_OUTPUT]
+    assert dx.diagnose({"crash": crash, **tp}) == [findings.shows("tensor-parallel-output")]
     assert dx.diagnose({"crash": crash})[0].startswith("crash in the Hybrid Engine: TypeError")
     other = {**crash, "message": "generate(return_dict_in_generate=True) returned Tensor, not a ModelOutput"}
     assert dx.diagnose({"crash": other, **tp})[0].startswith("crash in the Hybrid Engine: TypeError")
@@ -523,7 +523,7 @@ def test_the_layers_key_and_value_taken_for_the_cache_is_0024_with_one_sequence_
     one = crashed("ValueError", "not enough values to unpack (expected 2, got 1)", "transformers/cache_utils.py:487")
     two = crashed("AttributeError", "'tuple' object has no attribute 'to_legacy_cache'",
                   "transformers/models/gpt_neo/modeling_gpt_neo.py:771")  # fmt: skip
-    assert dx.diagnose(one) == dx.diagnose(two) == [dx.BUG_CACHE_RETURN]
+    assert dx.diagnose(one) == dx.diagnose(two) == [findings.shows("cache-return")]
     # The same messages from elsewhere are not named.
     elsewhere = crashed("AttributeError", "'tuple' object has no attribute 'to_legacy_cache'", "deepspeed/x.py:1")
     assert dx.diagnose(elsewhere)[0].startswith("crash in the Hybrid Engine")
@@ -549,7 +549,7 @@ def test_a_rank_without_a_tensor_parallel_group_is_0036_and_its_refusal_is_named
     """The AttributeError DeepSpeedEngine.__getattr__ raises for the mp_group the Hybrid Engine never assigned; any
     other missing attribute stays unexplained; the series' ValueError from hybrid_engine.py is its refusal."""
     missing = {"type": "AttributeError", "message": registry.NO_MP_GROUP, "at": "deepspeed/runtime/engine.py:1388"}
-    assert dx.diagnose({"crash": missing}) == [dx.BUG_TP_WORLD_SIZE]
+    assert dx.diagnose({"crash": missing}) == [findings.shows("tp-world-size")]
     other = {**missing, "message": "'DeepSpeedHybridEngine' object has no attribute 'mp_replace'"}
     assert dx.diagnose({"crash": other})[0].startswith("crash in the Hybrid Engine: AttributeError")
     refused = {"type": "ValueError", "at": "deepspeed/runtime/hybrid_engine.py:461",

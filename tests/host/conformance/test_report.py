@@ -3,6 +3,7 @@ and say when nothing shows a bug."""
 
 import json
 
+from repro import findings
 from repro.host import table_dir
 from repro.host.conformance import diagnosis, issue_brief, issue_texts, plan, report
 
@@ -39,7 +40,7 @@ TUPLE = {"type": "AttributeError", "message": "'tuple' object has no attribute '
 
 
 def test_the_report_and_the_heatmap_come_from_the_json(tmp_path):
-    bug = neox("sequential-residual", "released", (1.13, 1.0), [6e-7] * 2, [diagnosis.BUG_3453])
+    bug = neox("sequential-residual", "released", (1.13, 1.0), [6e-7] * 2, [findings.shows("3453")])
     ok = llama(
         "whole series",
         tokens_equal_native=True,
@@ -51,7 +52,10 @@ def test_the_report_and_the_heatmap_come_from_the_json(tmp_path):
     report.write_reports(tmp_path, data(cells))
     text = (tmp_path / "CONFORMANCE.md").read_text()
     assert f"| sequential-residual | reference | released | {plan.PINNED} | 3 | 2 | 1.13 | no | " in text
-    assert f"| default | reference | released | {plan.PINNED} | 3 | 2 | - | - | {diagnosis.BUG_LAYER_TUPLE} |" in text
+    assert (
+        f"| default | reference | released | {plan.PINNED} | 3 | 2 | - | - | {findings.shows('llama-layer-tuple')} |"
+        in text
+    )
     assert "**With the whole series" in text and "2 of 2 cells are correct, 0 refuse by name" in text
     assert "CPU evidence, not GPU or AMD evidence" in text and "gpt-neox <= 3e-07" in text
     assert (tmp_path / "conformance.png").stat().st_size > 5_000
@@ -61,7 +65,7 @@ def test_the_report_and_the_heatmap_come_from_the_json(tmp_path):
 
 
 def test_each_issue_text_is_the_bug_template_filled_from_the_cells_that_show_it(tmp_path):
-    bug = neox("sequential-residual", "released", (1.13, 1.0), [6e-7] * 2, [diagnosis.BUG_3453])
+    bug = neox("sequential-residual", "released", (1.13, 1.0), [6e-7] * 2, [findings.shows("3453")])
     fixed = neox("sequential-residual")
     crash = llama(crash=TUPLE)
     report.write_reports(tmp_path, data([bug, fixed, crash]))
@@ -86,7 +90,7 @@ def test_each_issue_text_is_the_bug_template_filled_from_the_cells_that_show_it(
 
 
 def test_each_issue_text_is_short_and_shows_released_deepspeed_only(tmp_path):
-    bug = neox("sequential-residual", "released", (1.13, 1.0), [6e-7] * 2, [diagnosis.BUG_3453])
+    bug = neox("sequential-residual", "released", (1.13, 1.0), [6e-7] * 2, [findings.shows("3453")])
     fixed = neox("sequential-residual")
     report.write_reports(tmp_path, data([bug, fixed]))
     text = (tmp_path / issue_texts.ISSUE_3453).read_text()
