@@ -24,6 +24,7 @@ import math
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -97,6 +98,47 @@ class Laps:
             progress(f"{name.replace('_', ' ')} done in {self.timings[name]:.1f} s")
 
 
+@dataclass
+class Native:
+    """What a cell measures before DeepSpeed touches the model: its prompt, the native references the Hybrid
+    Engine is compared with, and the training weights (and LoRA deltas) its layout evidence reads against."""
+
+    ids: torch.Tensor
+    mask: torch.Tensor | None
+    merged: torch.nn.Module
+    base: torch.nn.Module
+    twins: dict
+    tokens: list
+    logits: list
+    base_tokens: list
+    unmerged_tokens: list
+    unmerged_logits: list
+    sliced: list
+    heads: int
+    held: int  # the heads of the QKV weights this rank trains
+    originals: dict
+    deltas: dict
+
+
+def _native(spec: dict, arch, model: torch.nn.Module, device: torch.device, world: int) -> Native:
+    heads = model.config.num_attention_heads
+    ids, mask = prompt_batch(spec["left_pad"], model.config.vocab_size, device)
+    n = spec["new_tokens"]
+    merged, base = lora.merged_reference(model), lora.base_reference(model)  # kept out of ZeRO's hands
+    twins = arch.twins(merged)
+    with torch.no_grad():
+        ref_tokens, ref_logits = greedy(merged, ids, n, attention_mask=mask)
+        base_tokens, _ = greedy(base, ids, n, attention_mask=mask)
+        unmerged_tokens, unmerged_logits = greedy(model, ids, n, attention_mask=mask)
+    sliced = _tp_slices(spec, arch, model, world)  # after the native references, which need the whole model
+    return Native(
+        ids, mask, merged, base, twins, ref_tokens, ref_logits, base_tokens, unmerged_tokens, unmerged_logits, sliced,
+        heads, held=heads // spec["tp"] if sliced else heads,
+        originals={name: p.detach().clone() for name, p in model.named_parameters()},
+        deltas={f"{name}.weight": m.delta().detach().clone() for name, m in lora.lora_modules(model).items()},
+    )  # fmt: skip
+
+
 def run(spec: dict) -> dict:
     laps = Laps()
     world = int(os.environ["WORLD_SIZE"])
@@ -112,98 +154,26 @@ def run(spec: dict) -> dict:
 
     arch = adapter(spec["arch"])
     model, lora_names = _model(spec, arch, device)
-    heads = model.config.num_attention_heads
-    ids, mask = prompt_batch(spec["left_pad"], model.config.vocab_size, device)
-    n = spec["new_tokens"]
-    merged, base = lora.merged_reference(model), lora.base_reference(model)  # kept out of ZeRO's hands
-    twins = arch.twins(merged)
-    with torch.no_grad():
-        ref_tokens, ref_logits = greedy(merged, ids, n, attention_mask=mask)
-        base_tokens, _ = greedy(base, ids, n, attention_mask=mask)
-        unmerged_tokens, unmerged_logits = greedy(model, ids, n, attention_mask=mask)
-    sliced = _tp_slices(spec, arch, model, world)  # after the native references, which need the whole model
-    held = heads // spec["tp"] if sliced else heads  # the heads of the QKV weights this rank trains
-    originals = {name: p.detach().clone() for name, p in model.named_parameters()}
-    deltas = {f"{name}.weight": m.delta().detach().clone() for name, m in lora.lora_modules(model).items()}
+    native = _native(spec, arch, model, device, world)
     laps("build_and_native")
 
-    calls = ORDERS[spec["order"]]
-    result: dict = {
-        "arch": arch.name,
-        "settings": _settings(spec, arch.name, calls, world),
-        "device": _device_name(device),
-        "grouped_query_attention": getattr(model.config, "num_key_value_heads", None) not in (None, heads),
-        # The key/value heads of its heads (None: one per head): a rank's slice of a grouped-query QKV is narrower.
-        "key_value_heads": getattr(model.config, "num_key_value_heads", None),
-        "attention_heads": heads,
-        "hidden_size": model.config.hidden_size,
-        **_software(),
-        "kernel": op_state,
-        "lora_modules": lora_names,
-        "tp_sliced_modules": len(sliced),
-        "lora_changes_native_tokens": ref_tokens != base_tokens,
-        "native_tokens": ref_tokens,
-        "native_lora_unmerged_tokens": unmerged_tokens,
-        "native_base_tokens": base_tokens,
-        "merged_vs_unmerged_logits_max_abs": measure.worst(measure.stepwise_max_abs(ref_logits, unmerged_logits)),
-    }
+    result = _header(spec, arch, model.config, native, (world, device, op_state, lora_names))
     phase = "initialize"
     try:
         engine = _initialize(spec, model, world)
-        names = {id(p): name for name, p in engine.module.named_parameters()}
-        containers = engine._inference_containers
         laps("deepspeed_initialize")
         phase = "call_order"
-        # The cell's call order up to and including its first HE generate and the train() after it: the QKV
-        # the containers hold is measured at the last eval() before the generate, the weights after the train().
-        bias_probe = he_faults.QkvBiasProbe(containers)
-        for i, call in enumerate(calls):
-            if call == "generate":
-                layers_saw = (
-                    qkv_states.ParamProbe(
-                        containers, names, originals, deltas, held, model_heads=heads, tp_share=_tp_share(spec)
-                    )
-                    if arch.fused_qkv
-                    else None
-                )
-                injected, prompts = he_faults.LayerCalls(containers), he_faults.PromptFlags(containers)
-                cache_steps = he_faults.CacheSteps(engine.module)
-                try:
-                    with torch.no_grad():  # DeepSpeed-Chat's call: the HE replaces module.generate when it engages
-                        he_tokens, he_logits = greedy(engine.module, ids, n, spec["synced_gpus"], mask)
-                finally:  # what the attention took each step for is evidence even when generate fails
-                    result.update(bias_probe.shapes())
-                    result["inference_containers"] = len(containers)
-                    result["tensor_parallel"] = _tensor_parallel(containers)
-                    result["injected_layer_calls"] = injected.remove()
-                    result["kernel_paths"] = fallbacks.kernel_paths(c.module for c in containers)
-                    result["approximations"] = lifted + approximations(model.config, result["kernel_paths"])
-                    result["attention_prompt_flags"] = prompts.remove()
-                    result["transformers_cache_steps"] = cache_steps.remove()
-                if layers_saw is not None:
-                    layers_saw.remove()
-                    result["weights_seen_by_inference_layers"] = layers_saw.records
-                continue
-            getattr(engine, call)()
-            if call == "eval" and calls[i + 1] == "generate" and arch.fused_qkv:
-                worst_qkv, layouts = qkv_states.qkv_after_eval(containers, originals, names, held, heads)
-                result["qkv_after_eval_vs_inference_layout_max_abs"] = worst_qkv
-                result["qkv_layouts_after_eval"] = layouts
-        result["qkv_bias_on_bias_free_model"] = bias_probe.remove()
-        if not containers:  # DeepSpeed warns that rollout uses the model's generate; does engine.generate?
-            result["engine_generate_without_containers"] = _engine_generate(engine, ids, mask, ref_tokens)
-            result["layer_policy"] = _layer_policy(arch.layer_list(engine.module)[0])
-        result["restore_after_first_generate"] = qkv_states.gathered_vs_originals(
-            engine, originals, held, arch.fused_qkv
-        )
+        he_tokens, he_logits = _first_generate(engine, spec, arch, model.config, native, lifted, result)
         laps("he_order_generate_train")
-        native = (merged, base, twins, ref_tokens, ref_logits)
-        result.update(_compare(he_tokens, he_logits, (ids, mask), native, lora_names, spec["dtype"]))
+        references = (native.merged, native.base, native.twins, native.tokens, native.logits)
+        result.update(_compare(he_tokens, he_logits, (native.ids, native.mask), references, lora_names, spec["dtype"]))
         phase = "cycles"
-        cycle_tokens = _cycles(engine, spec, ids, mask)
+        cycle_tokens = _cycles(engine, spec, native.ids, native.mask)
         result["cycle_tokens"] = cycle_tokens
-        result["cycle_tokens_equal_native"] = [t == ref_tokens for t in cycle_tokens]
-        result["restore_after_cycles"] = qkv_states.gathered_vs_originals(engine, originals, held, arch.fused_qkv)
+        result["cycle_tokens_equal_native"] = [t == native.tokens for t in cycle_tokens]
+        result["restore_after_cycles"] = qkv_states.gathered_vs_originals(
+            engine, native.originals, native.held, arch.fused_qkv
+        )
         laps("cycles")
     except Exception as exc:  # the Hybrid Engine's own failure: the cell's finding
         result["crash"] = {**he_faults.crash(exc), "during": phase}
@@ -211,6 +181,88 @@ def run(spec: dict) -> dict:
     result["duration_s"] = round(time.time() - laps.started, 2)
     result["timings_s"] = laps.timings
     return result
+
+
+def _header(spec: dict, arch, config, native: Native, run: tuple) -> dict:
+    """What the cell is (its settings, model shape, software and kernels) and what its native references gave."""
+    world, device, op_state, lora_names = run
+    heads = native.heads
+    return {
+        "arch": arch.name,
+        "settings": _settings(spec, arch.name, ORDERS[spec["order"]], world),
+        "device": _device_name(device),
+        "grouped_query_attention": getattr(config, "num_key_value_heads", None) not in (None, heads),
+        # The key/value heads of its heads (None: one per head): a rank's slice of a grouped-query QKV is narrower.
+        "key_value_heads": getattr(config, "num_key_value_heads", None),
+        "attention_heads": heads,
+        "hidden_size": config.hidden_size,
+        **_software(),
+        "kernel": op_state,
+        "lora_modules": lora_names,
+        "tp_sliced_modules": len(native.sliced),
+        "lora_changes_native_tokens": native.tokens != native.base_tokens,
+        "native_tokens": native.tokens,
+        "native_lora_unmerged_tokens": native.unmerged_tokens,
+        "native_base_tokens": native.base_tokens,
+        "merged_vs_unmerged_logits_max_abs": measure.worst(
+            measure.stepwise_max_abs(native.logits, native.unmerged_logits)
+        ),
+    }
+
+
+def _first_generate(engine, spec: dict, arch, config, native: Native, lifted: list, result: dict) -> tuple:
+    """The cell's call order up to and including its first HE generate and the train() after it: the QKV the
+    containers hold is measured at the last eval() before the generate, the weights after the train(). Records
+    into `result` as it goes (what the attention took is evidence even when generate fails); returns the HE's
+    tokens and logits."""
+    calls = ORDERS[spec["order"]]
+    names = {id(p): name for name, p in engine.module.named_parameters()}
+    containers = engine._inference_containers
+    bias_probe = he_faults.QkvBiasProbe(containers)
+    for i, call in enumerate(calls):
+        if call == "generate":
+            layers_saw = (
+                qkv_states.ParamProbe(
+                    containers, names, native.originals, native.deltas, native.held, model_heads=native.heads,
+                    tp_share=_tp_share(spec),
+                )
+                if arch.fused_qkv
+                else None
+            )  # fmt: skip
+            injected, prompts = he_faults.LayerCalls(containers), he_faults.PromptFlags(containers)
+            cache_steps = he_faults.CacheSteps(engine.module)
+            try:
+                with torch.no_grad():  # DeepSpeed-Chat's call: the HE replaces module.generate when it engages
+                    he_tokens, he_logits = greedy(
+                        engine.module, native.ids, spec["new_tokens"], spec["synced_gpus"], native.mask
+                    )
+            finally:  # what the attention took each step for is evidence even when generate fails
+                result.update(bias_probe.shapes())
+                result["inference_containers"] = len(containers)
+                result["tensor_parallel"] = _tensor_parallel(containers)
+                result["injected_layer_calls"] = injected.remove()
+                result["kernel_paths"] = fallbacks.kernel_paths(c.module for c in containers)
+                result["approximations"] = lifted + approximations(config, result["kernel_paths"])
+                result["attention_prompt_flags"] = prompts.remove()
+                result["transformers_cache_steps"] = cache_steps.remove()
+            if layers_saw is not None:
+                layers_saw.remove()
+                result["weights_seen_by_inference_layers"] = layers_saw.records
+            continue
+        getattr(engine, call)()
+        if call == "eval" and calls[i + 1] == "generate" and arch.fused_qkv:
+            worst_qkv, layouts = qkv_states.qkv_after_eval(containers, native.originals, names, native.held,
+                                                           native.heads)  # fmt: skip
+            result["qkv_after_eval_vs_inference_layout_max_abs"] = worst_qkv
+            result["qkv_layouts_after_eval"] = layouts
+    result["qkv_bias_on_bias_free_model"] = bias_probe.remove()
+    if not containers:  # DeepSpeed warns that rollout uses the model's generate; does engine.generate?
+        result["engine_generate_without_containers"] = _engine_generate(engine, native.ids, native.mask, native.tokens)
+        result["layer_policy"] = _layer_policy(arch.layer_list(engine.module)[0])
+    result["restore_after_first_generate"] = qkv_states.gathered_vs_originals(
+        engine, native.originals, native.held, arch.fused_qkv
+    )
+    return he_tokens, he_logits
 
 
 def _model(spec: dict, arch, device: torch.device) -> tuple[torch.nn.Module, list[str]]:
