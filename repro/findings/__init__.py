@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from . import verdicts
 from .finding import Finding, Limit, Scope, Script
 from .registry import FINDINGS, LIMITS
 
@@ -41,13 +42,9 @@ def needs_of(patch: str) -> tuple[str, ...]:
 
 def named_in(diagnosis: str) -> tuple[Finding, str] | None:
     """The finding a conformance diagnosis names, and how: "shows" (the bug) or "refused" (the series' refusal).
-    A diagnosis is one of a finding's sentences, possibly followed by measured detail."""
-    for finding in FINDINGS:
-        for sentence in finding.diagnoses:
-            if diagnosis == sentence or diagnosis.startswith((sentence + " ", sentence + ":")):
-                kind = "refused" if finding.refusal and sentence == finding.says(finding.refusal) else "shows"
-                return finding, kind
-    return None
+    A diagnosis is one of a finding's sentences, possibly followed by measured detail (verdicts.of reads it)."""
+    verdict = verdicts.of(diagnosis)
+    return (by_id(verdict["id"]), verdict["as"]) if "id" in verdict else None
 
 
 def shows(finding_id: str, index: int = 0) -> str:

@@ -80,7 +80,7 @@ def reproduced(report: Report, cells: list[dict]) -> str:
     """Where the suite shows what explains the report: its committed cells of the reported architecture and ZeRO stage
     whose diagnosis names each finding (released, or a build with the finding's patch left out); what the report
     lacks where nothing explains it."""
-    from . import named_in
+    from . import verdicts
 
     if report.verdict != EXPLAINED:
         return (report.lacks or "-").replace("|", "/").replace("\n", " ")[:160]
@@ -90,8 +90,7 @@ def reproduced(report: Report, cells: list[dict]) -> str:
     for name in report.by:
         shown = [c for c in cells if c["arch"] == s["arch"]
                  and s.get("zero") in (None, c["zero_stage"])
-                 and any((named_in(d) or (None,))[0] is not None and named_in(d)[0].id == name
-                         for d in c.get("diagnosis", ()))]  # fmt: skip
+                 and any(finding.id == name for finding, _ in verdicts.named(c))]  # fmt: skip
         counts.append(f"`{name}`: {len(shown)}")
     return "committed cells of its architecture and ZeRO stage showing it (any build, CPU): " + ", ".join(counts)
 

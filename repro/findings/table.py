@@ -219,16 +219,14 @@ EVIDENCE_END = "<!-- findings-evidence:end -->"
 def evidence_table(cells: list[dict]) -> str:
     """Per finding, the committed cells whose diagnosis names it (any build) and those the series refuses through
     its patch: counted from the JSON, so the docs cannot drift from it."""
-    from . import named_in
+    from . import verdicts
 
     shown: dict[str, int] = {}
     refused: dict[str, int] = {}
     for cell in cells:
-        for diagnosis in cell.get("diagnosis", ()):
-            found = named_in(diagnosis)
-            if found:
-                counts = shown if found[1] == "shows" else refused
-                counts[found[0].id] = counts.get(found[0].id, 0) + 1
+        for finding, how in verdicts.named(cell):
+            counts = shown if how == verdicts.SHOWS else refused
+            counts[finding.id] = counts.get(finding.id, 0) + 1
     lines = [
         EVIDENCE_BEGIN,
         "| finding | cells showing it | cells refused by name with the series | patch | upstream test |",

@@ -7,7 +7,7 @@ import re
 from fractions import Fraction
 
 from ... import tolerance
-from ...findings import FINDINGS, by_id, named_in, refusal, shows
+from ...findings import FINDINGS, by_id, refusal, shows
 from ...findings.registry import CONTAINERS
 from ...findings.setup import version_tuple
 from ...verdict import worst
@@ -169,12 +169,6 @@ def diagnose(cell: dict) -> list[str]:
     if worst(steps) <= tol and (cell["tokens_equal_native"] or near_tie(cell, tol)):
         return [CORRECT]
     return [UNEXPLAINED]
-
-
-def findings_of(diagnoses: list[str]) -> list[dict]:
-    """The registry's findings the diagnoses name, by stable id: what a reader keys on, not the prose."""
-    named = [named_in(d) for d in diagnoses]
-    return [{"id": found.id, "as": kind} for found, kind in filter(None, named)]
 
 
 def near_tie(cell: dict, tol: float) -> bool:

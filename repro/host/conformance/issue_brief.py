@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import json
 
-from ... import findings
-from ...findings import reports, table
+from ...findings import reports, table, verdicts
 from ...findings.finding import Finding
 from ...paths import REPO_ROOT
 from ..upstream import pr_files, releases
@@ -40,12 +39,12 @@ def _printed(runs: list[dict], key: str) -> list[str]:
 
 
 def _names(cell: dict, finding: Finding) -> bool:
-    return any((findings.named_in(d) or (None,))[0] is finding for d in cell["diagnosis"])
+    return any(named is finding for named, _ in verdicts.named(cell))
 
 
 def brief(data: dict, bug: str, meta: dict) -> str:
     """The short text for the finding the diagnosis `bug` names."""
-    finding: Finding = findings.named_in(bug)[0]
+    finding: Finding = meta["finding"]
     scripts = issue_scripts.scripts_of(meta["file"]) or []
     invocations = [inv for inv in releases.invocations() if inv.script in scripts]
     released_runs = [r for r in (releases.load() or {}).get("runs", []) if r["release"] == "0.19.8"]

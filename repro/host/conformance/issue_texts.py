@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ... import findings, tolerance
-from ...findings import prose
+from ...findings import prose, verdicts
 from ...findings.finding import IssueTable
 from ..tables import num
 from ..upstream import releases
@@ -181,6 +181,8 @@ def _shown(table: IssueTable) -> Callable[[dict], bool]:
 # prose of each (title, what was measured, cause, fix, context) is the finding's markdown, repro/findings/texts/.
 ISSUES = {
     f.says(f.shows[f.table.sentence]): {
+        "finding": f,
+        "sentence": f.table.sentence,
         "scope": f.table.paths,
         "gpt_neox": f.table.gpt_neox,
         "shown": _shown(f.table),
@@ -226,7 +228,7 @@ def issue_text(data: dict, bug: str) -> str:
     meta = ISSUES[bug]
     measured = [c for c in data["cells"] if "error" not in c]
     shown = [c for c in measured if meta["shown"](c)]
-    hits = [c for c in shown if any(d.startswith(bug) for d in c["diagnosis"])]
+    hits = [c for c in shown if verdicts.shows(c, meta["finding"], meta["sentence"])]
     if not hits:
         return f"# {bug}\n\nNo measured cell shows it; nothing to report.\n"
     fixed = [c for c in shown if c["build"] == "whole series"]

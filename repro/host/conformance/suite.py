@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ...findings import verdicts
 from ...options import EXIT_BROKEN, EXIT_INTERRUPTED, EXIT_OK, UsageError, ds_accelerator
 from ...paths import write_json
 from .. import launch, pool, table_dir, tables
@@ -26,7 +27,7 @@ from ..upstream import patched_copy
 from ..upstream.ds_report import ds_report_text
 from . import devices, my_model
 from .cells import run_cell
-from .diagnosis import diagnose, findings_of
+from .diagnosis import diagnose
 from .evidence import CPU_EVIDENCE
 from .plan import ARCH_CONFIGS, BUILDS, COMMAND, SCENARIOS, key, plan_of, shard_of
 from .report import write_reports
@@ -170,7 +171,7 @@ def _measure(
         error=error,
         error_limit=400,
     )
-    cell["findings"] = findings_of(cell["diagnosis"])
+    cell["verdicts"] = [verdicts.of(d) for d in cell["diagnosis"]]
     return cell
 
 
@@ -256,7 +257,8 @@ def rediagnose(out: Path, log: Callable[[str], None] = print) -> int:
             new = diagnose(cell)
             changed += new != cell["diagnosis"]
             cell["diagnosis"] = new
-        cell["findings"] = findings_of(cell["diagnosis"])
+        cell.pop("findings", None)  # the ids alone, recorded before cells carried their verdicts
+        cell["verdicts"] = [verdicts.of(d) for d in cell["diagnosis"]]
     write_json(path, data)
     write_reports(Path(out), data)
     log(f"[conformance] rediagnosed {len(data['cells'])} cells from their measurements: {changed} changed; "
@@ -265,5 +267,25 @@ def rediagnose(out: Path, log: Callable[[str], None] = print) -> int:
 
 
 def render_only(out: Path, log: Callable[[str], None] = print) -> int:
-    """`--render`: the reports again from OUT/conformance.json, measuring nothing."""
+    """`--render`: the reports again from OUT/conformance.json, measuring nothing; each cell's diagnosis is worded
+    again from its verdicts first (a finding's sentence reworded in the registry), and the JSON rewritten if so."""
+    path = Path(out) / "conformance.json"
+    if path.exists():
+        data = json.loads(path.read_text())
+        reworded = reword(data["cells"])
+        if reworded:
+            write_json(path, data)
+            log(f"[conformance] {reworded} cells worded again from their verdicts in {path}")
     return tables.rerender(Path(out), "conformance.json", write_reports, "conformance", log)
+
+
+def reword(cells: list[dict]) -> int:
+    """Each cell's diagnosis in the registry's words of today, from its verdicts; how many changed (a cell of an
+    older run without verdicts keeps its words)."""
+    changed = 0
+    for cell in cells:
+        if "verdicts" in cell:
+            words = [verdicts.sentence(v) for v in cell["verdicts"]]
+            changed += words != cell["diagnosis"]
+            cell["diagnosis"] = words
+    return changed
