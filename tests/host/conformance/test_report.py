@@ -3,6 +3,8 @@ and say when nothing shows a bug."""
 
 import json
 
+import pytest
+
 from repro import findings
 from repro.host import table_dir
 from repro.host.conformance import diagnosis, issue_brief, issue_texts, plan, report
@@ -116,12 +118,20 @@ def test_the_committed_issue_texts_are_at_most_80_lines():
         assert "whole series" not in text.split("**Cause**")[0], meta["file"]  # released evidence only
 
 
-def test_the_committed_reports_are_what_the_committed_json_renders(tmp_path):
-    """results/reference/conformance: nothing hand-edited, nothing stale."""
+def _committed_runs() -> list:
     from repro.paths import REPO_ROOT
 
-    committed = REPO_ROOT / "results" / "reference" / "conformance"
-    report.write_reports(tmp_path, json.loads((committed / "conformance.json").read_text()))
+    reference = REPO_ROOT / "results" / "reference"
+    return sorted(path.parent for path in reference.glob("**/conformance.json"))
+
+
+@pytest.mark.parametrize("committed", _committed_runs(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_the_committed_reports_are_what_the_committed_json_renders(tmp_path, committed):
+    """Every committed conformance run (the suite's, and each "check my model" twin's): nothing hand-edited, nothing
+    stale against today's registry (its answers' words), and its cells carry verdicts."""
+    data = json.loads((committed / "conformance.json").read_text())
+    assert all("verdicts" in c for c in data["cells"])
+    report.write_reports(tmp_path, data)
     rendered = sorted(p.name for p in tmp_path.iterdir())
     working = {"conformance.json", table_dir.JOURNAL, table_dir.RUN, "cells"}  # git-ignored after a local run
     assert rendered == sorted(p.name for p in committed.iterdir() if p.name not in working)
