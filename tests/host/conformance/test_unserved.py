@@ -2,6 +2,7 @@
 measurement, and the refusals of a config this path does not take."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -77,3 +78,16 @@ def test_a_qwen2_twin_is_measured_as_not_served_and_its_results_are_never_overwr
     assert "not served" in (out / "UNSERVED.md").read_text()
     with pytest.raises(UsageError, match="holds the results"):
         unserved.main(config, out)
+
+
+def _committed_unserved() -> list:
+    from repro.paths import REPO_ROOT
+
+    found = sorted((REPO_ROOT / "results" / "reference").glob("**/unserved.json"))
+    return [path for path in found if "cells" in json.loads(path.read_text())]  # older single-cell runs have none
+
+
+@pytest.mark.parametrize("committed", _committed_unserved(), ids=lambda p: p.parent.name)
+def test_each_committed_unserved_report_is_what_its_json_renders(committed):
+    data = json.loads(committed.read_text())
+    assert unserved.render(Path(data["config"]), data["cells"]) == (committed.parent / "UNSERVED.md").read_text()
