@@ -259,23 +259,28 @@ def _comparison(native, he: _Generated, qkv: dict, dtype: str) -> dict:
     }
 
 
+class Phases:
+    """Each phase's time and this rank's peak RSS (MB) at its end (where memory peaks); rank 0 prints one progress
+    line per phase (relayed by the host)."""
+
+    def __init__(self, started: float, rank: int) -> None:
+        self.started, self.mark, self.rank = started, started, rank
+        self.timings: dict[str, float] = {}
+        self.peak_rss: dict[str, float] = {}
+
+    def __call__(self, phase: str) -> None:
+        now = time.time()
+        self.timings[phase], self.mark = round(now - self.mark, 3), now
+        self.peak_rss[phase] = environment.peak_rss_mb()
+        if self.rank == 0:
+            lifecycle.progress(f"{phase.replace('_', ' ')} done in {self.timings[phase]:.1f} s "
+                               f"(peak RSS {self.peak_rss[phase] / 1024:.2f} GB)")  # fmt: skip
+
+
 def run(spec: dict, started: float) -> dict:
     """`started`: when the rank's interpreter began its imports (torch's included), so `imports` is whole."""
-    timings: dict[str, float] = {}
-    peak_rss: dict[str, float] = {}  # this rank's peak RSS (MB) at the end of each phase: where memory peaks
-    mark = [started]
-
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-
-    def _done(phase: str) -> None:
-        """Records the phase's time and, on rank 0, prints one progress line (relayed by the host)."""
-        now = time.time()
-        timings[phase], mark[0] = round(now - mark[0], 3), now
-        peak_rss[phase] = environment.peak_rss_mb()
-        if rank == 0:
-            lifecycle.progress(
-                f"{phase.replace('_', ' ')} done in {timings[phase]:.1f} s (peak RSS {peak_rss[phase] / 1024:.2f} GB)"
-            )
+    _done = Phases(started, rank)
 
     shim.apply()
     import deepspeed
@@ -333,22 +338,24 @@ def run(spec: dict, started: float) -> dict:
         "patched": fixstatus.is_fixed(fix),
         "fix_status": fix,
         **_comparison(native, he, qkv, spec["dtype"]),
-        "cycles": {
-            **cycles,
-            "restored_exactly": restored,
-            "max_abs_drift": drift,
-            "changed_parameters": changed,
-        },
+        "cycles": {**cycles, "restored_exactly": restored, "max_abs_drift": drift, "changed_parameters": changed},
+        **_run_facts(op_state, paths, _done),
+    }
+    result["verdict"] = verdict.of_variant(result)
+    return result
+
+
+def _run_facts(op_state: dict, paths: dict, phases: Phases) -> dict:
+    """How the run went: the shm op, the kernel paths the layers took, its time and memory by phase."""
+    return {
         "shm_comm_op": lifecycle.shm_comm_op_state(),
         "kernel_paths": {
             "compiled_op": op_state["compiled_op"],
             "compiled_op_error": op_state["compiled_op_error"],
             **paths,
         },
-        "duration_s": round(time.time() - started, 2),
-        "timings_s": timings,
-        "peak_rss_mb_by_phase": peak_rss,
+        "duration_s": round(time.time() - phases.started, 2),
+        "timings_s": phases.timings,
+        "peak_rss_mb_by_phase": phases.peak_rss,
         "peak_rss_mb": environment.peak_rss_mb(),
     }
-    result["verdict"] = verdict.of_variant(result)
-    return result
