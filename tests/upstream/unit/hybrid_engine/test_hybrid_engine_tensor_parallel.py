@@ -189,12 +189,12 @@ class TestHybridEngineTensorParallelGenerate(DistributedTest):
         model = model.to(device).eval()
         input_ids = torch.arange(10, 74, device=device).unsqueeze(0)
         with torch.no_grad():
-            expected_tokens, expected_logits = greedy(model, input_ids, model.embed_out)
+            expected_tokens, expected_logits = greedy(model, input_ids, model.get_output_embeddings())
         engine, *_ = initialize(model, zero_stage=2, pin_parameters=True)
 
         engine.eval()
         with torch.no_grad():
-            tokens, logits = greedy(engine, input_ids, engine.module.embed_out)
+            tokens, logits = greedy(engine, input_ids, engine.module.get_output_embeddings())
 
         assert engine._inference_containers, "no layer was injected"
         assert torch.equal(tokens, expected_tokens)
