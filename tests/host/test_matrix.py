@@ -82,3 +82,12 @@ def test_render_states_every_outcome_with_counts():
     )
     assert "| 0.9.3 | yes | no | n/a | n/a | n/a | n/a | n/a | n/a | n/a | cannot run on CPU |" in text
     assert "CPU evidence, not AMD evidence" in text and "PR #8539" in text
+
+
+def test_the_committed_matrix_report_is_what_its_json_renders():
+    import json
+
+    from repro.paths import REPO_ROOT
+
+    committed = REPO_ROOT / "results" / "reference" / "matrix"
+    assert matrix.render(json.loads((committed / "matrix.json").read_text())) == (committed / "MATRIX.md").read_text()

@@ -52,3 +52,9 @@ def test_a_gpu_measurement_adds_time_and_device_memory_and_names_its_transport(m
     assert cache_cost.evidence("cuda", 1) == "CUDA (DeepSpeed's compiled kernels, 1 rank, nccl)"
     monkeypatch.setenv("REPRO_SHARED_GPU", "1")
     assert cache_cost.evidence("cuda", 2) == "CUDA (DeepSpeed's compiled kernels, 2 ranks, gloo)"
+
+
+def test_the_committed_table_is_what_its_json_renders():
+    committed = REPO_ROOT / "results" / "reference" / "cache-cost"
+    data = json.loads((committed / "cache-cost.json").read_text())
+    assert cache_cost.render(data) + "\n" == (committed / "cache-cost.md").read_text()

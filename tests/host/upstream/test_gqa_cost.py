@@ -33,3 +33,9 @@ def test_the_committed_measurement_serves_every_ratio_with_fewer_qkv_bytes():
     assert sorted(runs) == sorted(gqa_cost.KV_HEADS) and all(r["tokens_equal_native"] for r in runs.values())
     assert all(r["inference_containers"] == 4 for r in runs.values())  # injected, not the model's own forward
     assert runs[16]["qkv_weight_bytes"] > runs[4]["qkv_weight_bytes"] > runs[1]["qkv_weight_bytes"]
+
+
+def test_the_committed_table_is_what_its_json_renders():
+    committed = REPO_ROOT / "results" / "reference" / "gqa-cost"
+    data = json.loads((committed / "gqa-cost.json").read_text())
+    assert gqa_cost.render(data) + "\n" == (committed / "gqa-cost.md").read_text()

@@ -26,3 +26,7 @@ def test_an_issue_text_says_which_releases_its_script_ran_on_and_how_each_ended(
     assert "prints `BUG:` on 0.18.3, 0.19.8" in said and "cannot run on 0.16.9" in said and "OK" not in said
     assert said.startswith("Affected releases, run (CPU") and "results/reference/affected-releases/AFFECTED.md" in said
     assert releases.sentence(data, ["0099"]) == "" and releases.sentence(None, ["0005"]) == ""
+
+
+def test_the_committed_affected_report_is_what_its_json_renders():
+    assert releases.render(releases.load()) == (releases.REFERENCE / releases.REPORT).read_text()
