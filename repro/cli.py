@@ -187,15 +187,15 @@ def _patched_deepspeed(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _bench(args: argparse.Namespace, argv: list[str]) -> int:
-    import json
 
+    from . import results
     from .host import bench
     from .model_registry import RANDOM_PYTHIA
 
     result = bench.run(["tiny", RANDOM_PYTHIA] if args.full else ["tiny"])
     print(bench.render(result))
     if args.out:
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        results.write(args.out, result, sort_keys=False)
     return 0
 
 

@@ -1,9 +1,8 @@
-"""Where things live (the source checkout, results, caches) and how results are written."""
+"""Where things live (the source checkout, results, caches), and how a file is replaced whole."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -36,8 +35,3 @@ def replace_atomically(path: Path, write: Callable[[Path], None]) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
-
-
-def write_json(path: Path, data: dict) -> None:
-    """Every JSON file a run leaves: indented, keys sorted, newline-terminated (diffable, stable bytes)."""
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")

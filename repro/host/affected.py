@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from .. import results
 from ..findings import advice, by_id, policies, prs, reports, table
 from ..findings.answer import (
     CORRECT,
@@ -33,7 +34,6 @@ from .conformance import my_model
 from .envs import transformers_env
 from .envs.transformers_env import pinned
 
-CELLS = REPO_ROOT / "results" / "reference" / "conformance" / "conformance.json"
 README = REPO_ROOT / "README.md"
 CONFORMANCE_DOC = REPO_ROOT / "docs" / "conformance.md"
 UPSTREAM_DOC = REPO_ROOT / "docs" / "upstream.md"
@@ -41,7 +41,6 @@ REPORTS_DOC = REPO_ROOT / "docs" / "upstream-reports.md"
 ARCHS = {**my_model.MODEL_TYPES, **{arch: arch for arch in my_model.MODEL_TYPES.values()}}  # suite names too
 # A release number, with a pre-release or dev tail read as its release (4.57.6.dev0 -> 4.57.6; 5.0.0rc1 -> 5.0.0).
 VERSION = re.compile(r"(?P<release>\d+\.\d+(\.\d+)?)([.-]?(dev|rc|a|b|alpha|beta|post)\d*)?(\+[\w.]+)?")
-MEASURED_RUNS = (REPO_ROOT / "results" / "reference" / "my-model", REPO_ROOT / "results" / "reference" / "unserved")
 
 
 @dataclass(frozen=True)
@@ -234,7 +233,7 @@ def report(setup: Setup, model_type: str, served: bool, said: Answer, cells: lis
     elif said.outcome != CORRECT:
         lines.append(f"With the series: {said.with_series} (no patch changes it).")
     if cells is None:
-        lines.append(f"Evidence: no committed cells at {CELLS} (run from the repository).")
+        lines.append(f"Evidence: no committed cells at {results.CONFORMANCE} (run from the repository).")
     elif served and setup.arch in ARCHS.values():
         lines.append("Evidence (committed conformance cells, tiny twins, CPU; nearest to your setup, as released):")
         for cell in nearest(setup, cells):
@@ -271,7 +270,7 @@ def todo(setup: Setup, served: bool, said: Answer) -> list[str]:
 def measured_runs(model_type: str) -> list[str]:
     """The committed per-model runs (results/reference/my-model, unserved) of this model type."""
     found = []
-    for root in MEASURED_RUNS:
+    for root in results.MEASURED_MODELS:
         for config in sorted((root / "configs").glob("*.json")):
             if json.loads(config.read_text()).get("model_type") == model_type:
                 found += [str(d.relative_to(REPO_ROOT)) for d in sorted(root.glob(f"{config.stem}*")) if d.is_dir()]
@@ -283,7 +282,7 @@ def main(req: Request, log: Callable[[str], None] = print) -> int:
     said = answer(setup, served=served)
     if req.run is not None:
         check_runnable(setup, served, req.config, model_type)  # refused before anything is written
-    cells = json.loads(CELLS.read_text())["cells"] if CELLS.is_file() else None
+    cells = (results.load_if_written(results.CONFORMANCE) or {}).get("cells")
     for line in report(setup, model_type, served, said, cells):
         log(line)
     if req.run is None:
@@ -333,7 +332,7 @@ def measure(req: Request, setup: Setup, said: Answer, log: Callable[[str], None]
     code = conformance.main(req.run, model=model, log=log)
     if code != 0:
         return code
-    by_build = {c["build"]: c for c in json.loads((req.run / "conformance.json").read_text())["cells"]}
+    by_build = {c["build"]: c for c in results.load(req.run / "conformance.json")["cells"]}
     released, series = by_build["released"], by_build["whole series"]
     got, got_series = measured(released), series_measured(series)
     log(f"Measured (CPU, tiny twin, {req.run}): as released {got} ({'; '.join(released['diagnosis'])[:200]}); "
@@ -356,7 +355,7 @@ def block_in(text: str, begin: str = table.BEGIN, end: str = table.END) -> str |
 
 def generated() -> dict[Path, list[tuple[str, str, str]]]:
     """Each document's generated blocks: (begin marker, end marker, the block as it should read)."""
-    cells = json.loads(CELLS.read_text())["cells"]
+    cells = results.load(results.CONFORMANCE)["cells"]
     return {
         README: [(table.BEGIN, table.END, table.render(transformers_env.newest(), oldest=transformers_env.oldest()))],
         CONFORMANCE_DOC: [(table.EVIDENCE_BEGIN, table.EVIDENCE_END, table.evidence_table(cells))],
@@ -383,7 +382,7 @@ def update_docs(log: Callable[[str], None] = print) -> int:
 
 def refresh_policies(log: Callable[[str], None] = print) -> int:
     found = policies.live()
-    policies.SNAPSHOT.write_text(json.dumps(found, indent=1) + "\n")
+    results.write(policies.SNAPSHOT, found, indent=1, sort_keys=False)
     log(f"{policies.SNAPSHOT}: DeepSpeed {found['deepspeed']}, Transformers {found['transformers']}: "
         f"{', '.join(found['model_types'])}")  # fmt: skip
     return 0
@@ -414,7 +413,7 @@ def measure_unserved(
     if code != 0 or not result.is_file():
         log(f"[affected] the measurement broke ({launch.first_error(output)}); its log: {out / 'ranks.log'}")
         return EXIT_BROKEN
-    found = json.loads(result.read_text())
+    found = results.load(result)
     if "initialize_raised" in found:
         raised = found["initialize_raised"]
         log(f"Measured (CPU, tiny twin, {out}): deepspeed.initialize raised {raised['type']}: {raised['message']} "

@@ -9,7 +9,6 @@ variant); peak RSS per rank for Pythia-410M fp32 <= 4 GB. Time it on a quiet mac
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from .. import results
 from ..options import VARIANTS
 from ..paths import REPO_ROOT
 
@@ -45,7 +45,7 @@ def pair(model: str, out: Path, *extra: str, env: dict[str, str] | None = None) 
     wall, proc = _timed(cmd, env)
     if proc.returncode != 0:
         raise RuntimeError(f"{model} pair failed: {proc.stderr.strip().splitlines()[-1:]}")
-    variants = {v: json.loads((out / f"{v}.json").read_text()) for v in VARIANTS}
+    variants = {v: results.load(out / f"{v}.json") for v in VARIANTS}
     rss = [mb for r in variants.values() for mb in r.get("peak_rss_mb_per_rank", [])]
     return {
         "wall_s": round(wall, 2),

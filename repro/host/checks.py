@@ -10,8 +10,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from .. import fixstatus
-from ..paths import write_json
+from .. import fixstatus, results
 from . import launch
 from .upstream import audit, patched_copy, regression
 
@@ -57,7 +56,7 @@ def _step(out: Path, name: str, what: str, fn: Callable[[], dict], log) -> str:
     except Exception as exc:  # one broken check is recorded; the others still run
         data = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
         status = f"error: {data['error']}"
-    write_json(out / f"{name}.json", data)
+    results.write(out / f"{name}.json", data)
     log(f"[checks] {time.strftime('%H:%M:%S')} {name} {status} in {time.monotonic() - started:.1f} s")
     if name == "regression" and "error" not in data:
         log(f"[checks] regression test: before={data['before']['outcome']} after={data['after']['outcome']}")

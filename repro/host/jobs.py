@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import results as result_files
 from ..model_registry import RANDOM_PYTHIA, REAL_PYTHIA, ModelUnavailable, check_available, check_cached
 from ..options import (
     EXIT_BROKEN,
@@ -237,7 +238,7 @@ def conformance(req: ConformanceRequest, log=print) -> int:
 def _check_resumed_backend(out: Path, backend: str) -> None:
     """A resumed run measures where it started: the backend (and so the image) must be the one it recorded."""
     try:
-        started = json.loads((out / table_dir.RUN).read_text()).get("backend", "cpu")
+        started = result_files.load(out / table_dir.RUN).get("backend", "cpu")
     except (OSError, json.JSONDecodeError):
         return  # the suite itself says what is wrong with OUT
     if started != backend:
@@ -287,7 +288,7 @@ def judge_on_host(out: Path, variants: list[str], command: str, broken, interrup
     keep = {}
     if earlier.exists():
         try:
-            keep = {k: v for k, v in json.loads(earlier.read_text()).items() if k in ("checks",)}
+            keep = {k: v for k, v in result_files.load(earlier).items() if k in ("checks",)}
         except (OSError, json.JSONDecodeError):
             keep = {}
     options = {"variants": variants, "judged": "on the host, after every container"}
@@ -357,7 +358,7 @@ def test_in_images(backend: str, engine: str, dry_run: bool, log=print) -> int:
         cmd = choice.runner.run_command(choice.backend, image, inner, mounts, containers.RunFlags())
         codes[v] = choice.runner.execute(cmd, dry_run, log)
         path = out / f"regression-{v}.json"
-        results[v] = json.loads(path.read_text()) if path.exists() else None
+        results[v] = result_files.load_if_written(path)
     if dry_run:
         return 0
     log(f"upstream regression test: exit status before={codes['before']} after={codes['after']}; results in {out}")

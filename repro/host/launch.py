@@ -3,7 +3,6 @@ ends the whole run within `timeout_s`, and its error is surfaced, not buried in 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -14,9 +13,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import gpu_sharing, progress
+from .. import gpu_sharing, progress, results
 from ..options import ds_accelerator
-from ..paths import REPO_ROOT, cache_root, write_json
+from ..paths import REPO_ROOT, cache_root
 
 
 class LaunchError(RuntimeError):
@@ -208,7 +207,12 @@ def run_variant(spec: LaunchSpec, out_dir: Path, patched_root: Path | None, prog
     out_json = out_dir / f"{spec.variant}.json"
     spec_file = out_dir / f".{spec.variant}.spec.json"
     log_file = out_dir / f"{spec.variant}.log"
-    spec_file.write_text(json.dumps({**spec.__dict__, "dist_backend": spec.dist_backend, "out": str(out_json)}))
+    results.write(
+        spec_file,
+        {**spec.__dict__, "dist_backend": spec.dist_backend, "out": str(out_json)},
+        indent=None,
+        sort_keys=False,
+    )
     port = free_port()
     cmd = command(spec, spec_file, port)
     with open(log_file, "w") as log:
@@ -238,9 +242,9 @@ def run_variant(spec: LaunchSpec, out_dir: Path, patched_root: Path | None, prog
             f"{spec.variant}: ranks exited with status {code}: {first_error(log_file.read_text())} "
             f"(full log: {log_file})"
         )
-    result = json.loads(out_json.read_text())
+    result = results.load(out_json)
     result["peak_rss_mb_per_rank"] = _collect_rss(out_json, spec.ranks)
-    write_json(out_json, result)
+    results.write(out_json, result)
     return result
 
 
@@ -300,7 +304,7 @@ def probe_json(module: str, out_json: Path, returncode: int, output: str) -> dic
         log = out_json.with_suffix(".log")
         log.write_text(output)
         raise LaunchError(f"{module}: ranks exited with status {returncode}: {first_error(output)} (full log: {log})")
-    return json.loads(out_json.read_text())
+    return results.load(out_json)
 
 
 def _collect_rss(out_json: Path, ranks: int) -> list[float]:

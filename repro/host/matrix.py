@@ -14,7 +14,6 @@ others; a cell that cannot run says why in one line.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -26,8 +25,9 @@ from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
 
+from .. import results
 from ..options import UsageError
-from ..paths import REPO_ROOT, cache_root, write_json
+from ..paths import REPO_ROOT, cache_root
 from . import table_dir
 from .launch import Interrupted, interrupt_on_sigterm
 
@@ -141,7 +141,7 @@ def _runs(python: Path, env: dict, out: Path, ds_version: str, harness: bool, re
         if not summary_path.exists():
             counts["errors"].append((proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1][:300])
             continue
-        summary = json.loads(summary_path.read_text())
+        summary = results.load(summary_path)
         if summary.get("error"):  # a run that broke was not judged: it counts as no run, with its reason
             counts["errors"].append(summary["error"][:300])
             continue
@@ -152,7 +152,7 @@ def _runs(python: Path, env: dict, out: Path, ds_version: str, harness: bool, re
         counts["fixed_after"] += bool(summary.get("fixed_after"))
         for variant in ("before", "after"):
             path = run_dir / f"{variant}.json"
-            result = json.loads(path.read_text()) if path.exists() else {}
+            result = results.load_if_written(path) or {}
             counts[f"qkv_{variant}"].append(result.get("qkv", {}).get("max_abs"))
             counts[f"outcomes_{variant}"].append((summary.get("variant_outcomes") or {}).get(variant, "did not run"))
         log(f"[matrix] {ds_version} harness={harness} run {i + 1}/{repeats}: {summary.get('reason', '')[:120]}")
@@ -278,7 +278,7 @@ def main(versions: list[str], out: Path, repeats: int = 3, log=print, regenerate
     range can be filled in several sittings. A release that already has a row is refused (exit 2) unless
     `regenerate`: nothing measured is replaced silently. Each row records the command and time that made it."""
     out = Path(out)
-    previous = json.loads((out / "matrix.json").read_text()).get("rows", []) if (out / "matrix.json").exists() else []
+    previous = (results.load_if_written(out / "matrix.json") or {}).get("rows", [])
     again = [r["deepspeed"] for r in previous if r["deepspeed"] in versions]
     if again and not regenerate:
         raise UsageError(f"{out / 'matrix.json'} already has rows for {', '.join(again)}: pass `--regenerate` to "
@@ -309,5 +309,5 @@ def _write(out: Path, rows: list[dict], repeats: int) -> None:
         "command": f"python -m repro matrix --full --repeats {repeats} --out {out}",
         "rows": rows,
     }
-    write_json(out / "matrix.json", data)
+    results.write(out / "matrix.json", data)
     (out / "MATRIX.md").write_text(render(data))

@@ -8,7 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
-from .. import fixstatus, gpu_sharing
+from .. import fixstatus, gpu_sharing, results
 from ..model_registry import ARCHITECTURES, DTYPE_NAMES, ModelUnavailable, check_available
 from ..options import (
     LAUNCHERS,
@@ -122,7 +122,7 @@ def check_pair(opts: RunOptions, variants: list[str]) -> None:
         if other in variants or not path.exists():
             continue
         try:
-            recorded = json.loads(path.read_text())
+            recorded = results.load(path)
         except (OSError, json.JSONDecodeError) as exc:
             raise UsageError(f"--out {opts.out}: {path.name} cannot be read ({exc}); choose a new directory") from None
         had = {**(recorded.get("request") or {}), "deepspeed": (recorded.get("versions") or {}).get("deepspeed")}

@@ -8,9 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from .. import fixstatus
+from .. import fixstatus, results
 from ..options import EXIT_INTERRUPTED, RunOptions, variants_of
-from ..paths import write_json
 from . import summary
 from .launch import Interrupted, LaunchError, LaunchSpec, interrupt_on_sigterm, run_variant
 from .rundir import new_run_dir
@@ -80,7 +79,7 @@ def run_pair(opts: RunOptions, argv: list[str], log=print) -> int:
         from . import checks
 
         judged["checks"] = checks.write_all(out, log=log)
-        write_json(out / "summary.json", judged)
+        results.write(out / "summary.json", judged)
     log(summary.one_line(judged))
     return judged["exit_status"]
 

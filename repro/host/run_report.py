@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from .. import findings, verdict
+from .. import findings, results, verdict
 from ..options import VARIANTS
 
 # Reported upstream (DeepSpeed #8391) on AMD MI250, BF16, Pythia-410M-deduped, ZeRO-3.
@@ -56,11 +56,11 @@ class ReportError(RuntimeError):
 def load(run_dir: Path) -> dict:
     if not (run_dir / "summary.json").exists():
         raise ReportError(f"{run_dir} has no summary.json: is it a `python -m repro run` directory?")
-    data = {"summary": json.loads((run_dir / "summary.json").read_text())}
+    data = {"summary": results.load(run_dir / "summary.json")}
     for name in (*VARIANTS, "regression", "audit", "sanity"):
         path = run_dir / f"{name}.json"
         if path.exists():
-            data[name] = json.loads(path.read_text())
+            data[name] = results.load(path)
     return data
 
 

@@ -11,9 +11,9 @@ import json
 import time
 from pathlib import Path
 
+from .. import results as result_files
 from .. import verdict
 from ..options import VARIANTS
-from ..paths import write_json
 from .upstream import patched_copy
 
 
@@ -24,7 +24,7 @@ def read_variants(out: Path) -> dict[str, dict]:
         path = out / f"{name}.json"
         if path.exists():
             try:
-                results[name] = json.loads(path.read_text())
+                results[name] = result_files.load(path)
             except (OSError, json.JSONDecodeError):
                 continue
     return results
@@ -63,7 +63,7 @@ def write(
         patch_text=patched_copy.patch_file(patched_copy.FIX_8391, "master").read_text(),
         environment=next((r.get("environment") for r in results.values()), None),
     )
-    write_json(out / "summary.json", summary)
+    result_files.write(out / "summary.json", summary)
     return summary
 
 

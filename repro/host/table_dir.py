@@ -12,6 +12,7 @@ import json
 import os
 from pathlib import Path
 
+from .. import results as result_files
 from ..options import UsageError
 
 JOURNAL = "cells.jsonl"  # one finished cell per line, appended as it finishes
@@ -32,7 +33,7 @@ def claim(out: Path, results: str, command: str, resume: bool = False, regenerat
         if not (out / JOURNAL).exists():
             raise UsageError(f"nothing to resume in {out}: no {JOURNAL} (start it with `python -m repro {command} "
                              f"--out {out}`)")  # fmt: skip
-        options = json.loads((out / RUN).read_text()) if (out / RUN).exists() else {}
+        options = result_files.load_if_written(out / RUN) or {}
     elif held and not regenerate:
         raise UsageError(
             f"{out} holds the results of an earlier run ({', '.join(held)}): pass `--resume {out}` to run only its "
@@ -58,7 +59,7 @@ def check_writable(out: Path) -> None:
 
 
 def start(out: Path, options: dict) -> None:
-    (out / RUN).write_text(json.dumps(options, sort_keys=True) + "\n")
+    result_files.write(out / RUN, options, indent=None)
 
 
 def record(out: Path, cell: dict) -> None:

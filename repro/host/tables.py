@@ -3,11 +3,11 @@ end the table, and the reports rendered again from a table's JSON alone."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from .. import results
 from ..options import EXIT_OK, EXIT_USAGE
 
 
@@ -17,7 +17,7 @@ def rerender(out: Path, name: str, write: Callable[[Path, dict], None], command:
     if not path.exists():
         log(f"[{command}] {path} does not exist: run `python -m repro {command} --out {out}` first")
         return EXIT_USAGE
-    write(out, json.loads(path.read_text()))
+    write(out, results.load(path))
     log(f"[{command}] rendered the reports in {out} from {path}")
     return EXIT_OK
 

@@ -10,7 +10,6 @@ cuda or rocm, the compiled kernels on the rank's GPU (`placement`)."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from .. import results
 from . import fallbacks, placement
 from .lifecycle import init_distributed, shutdown
 
@@ -116,7 +116,7 @@ def main(out: Path, arch: str, backend: str = "cpu") -> None:
             "tokens_equal_native": he["tokens"] == native["tokens"],
             "logits_max_abs_vs_native": max(steps),
         }
-        out.write_text(json.dumps(result, indent=2) + "\n")
+        results.write(out, result, sort_keys=False)
     shutdown()
 
 

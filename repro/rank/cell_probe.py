@@ -29,9 +29,8 @@ from pathlib import Path
 
 import torch
 
-from .. import fixstatus, shim, tolerance
+from .. import fixstatus, results, shim, tolerance
 from ..model_registry import DEFAULT_PROMPT_IDS
-from ..paths import write_json
 from . import cpu_fp16, fallbacks, he_faults, lora, measure, models, placement, qkv_states, tp_slices
 from .archs import adapter
 from .engine import ds_config, greedy
@@ -507,10 +506,10 @@ def main(out: str) -> int:
         # the host reports as a broken cell.
         rank = int(os.environ.get("RANK", "0"))
         if rank == 0:
-            write_json(out_path, result)
+            results.write(out_path, result)
         else:
             own = {"rank": rank, "crash": result["crash"], "crash_time": result["crash_time"]}
-            write_json(peer_crash_path(out_path, rank), own)
+            results.write(peer_crash_path(out_path, rank), own)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)

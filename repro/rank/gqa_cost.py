@@ -7,7 +7,6 @@ the device memory a generate peaks at above what was held before it."""
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from .. import results
 from . import fallbacks, placement
 from .cache_cost import generate
 from .lifecycle import init_distributed, shutdown
@@ -100,7 +100,7 @@ def main(out: Path, kv_heads: int, backend: str = "cpu") -> None:
             "tokens_equal_native": he["tokens"] == native["tokens"],
             "logits_max_abs_vs_native": max(steps),
         }
-        out.write_text(json.dumps(result, indent=2) + "\n")
+        results.write(out, result, sort_keys=False)
     shutdown()
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..paths import write_json
+from .. import results
 from ..progress import line as progress_line
 
 SHM_COMM_OP = "deepspeed_shm_comm"
@@ -68,7 +68,7 @@ def finish(out: Path, result: dict) -> None:
     import torch.distributed as dist
 
     if not dist.is_initialized() or dist.get_rank() == 0:
-        write_json(out, result)
+        results.write(out, result)
     shutdown()
 
 

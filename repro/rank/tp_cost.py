@@ -10,7 +10,6 @@ CPU evidence only: DeepSpeed's kernels are our PyTorch stand-ins (`fallbacks`) a
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from .. import results
 from . import fallbacks
 from .lifecycle import init_distributed, shutdown
 
@@ -111,7 +111,7 @@ def main(out: Path, tp: int, zero: int, pin: bool) -> None:
             "generate_s": [round(t, 4) for t in times[1:]],
             "generate_median_s": round(statistics.median(times[1:]), 4),
         }
-        out.write_text(json.dumps(result, indent=2) + "\n")
+        results.write(out, result, sort_keys=False)
     shutdown()
 
 

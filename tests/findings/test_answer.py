@@ -7,14 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from repro import findings
+from repro import findings, results
 from repro.findings.answer import CORRECT, KERNEL, answer, measured, series_measured
 from repro.findings.finding import CRASH, FIXED, REFUSED, SILENTLY_OFF, SILENTLY_WRONG
 from repro.findings.setup import Setup
 
-CELLS = json.loads(
-    (Path(__file__).resolve().parents[2] / "results/reference/conformance/conformance.json").read_text()
-)
+CELLS = results.load(results.CONFORMANCE)
 
 
 def mismatches(build: str, registry=findings.FINDINGS) -> tuple[int, list]:

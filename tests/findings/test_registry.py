@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from repro import findings
+from repro import findings, results
 from repro.findings.finding import Finding, Scope
 from repro.findings.prs import PRS, directory
 from repro.findings.setup import Setup, covers, hits, version_tuple
 
 ROOT = Path(__file__).resolve().parents[2]
 PATCHES = ROOT / "repro" / "patches"
-CELLS = ROOT / "results" / "reference" / "conformance" / "conformance.json"
+CELLS = results.CONFORMANCE
 
 
 def test_one_finding_per_commit_of_the_pull_requests():

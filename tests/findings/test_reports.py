@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from repro import results
 from repro.findings import by_id, named_in, reports
 from repro.findings.answer import answer
 from repro.findings.registry import LIMITS
@@ -128,7 +129,7 @@ def test_the_committed_page_is_what_the_data_renders():
 
     text = (ROOT / "docs/upstream-reports.md").read_text()
     assert affected.block_in(text, reports.BEGIN, reports.END) == reports.page(
-        json.loads(affected.CELLS.read_text())["cells"]
+        results.load(results.CONFORMANCE)["cells"]
     )
 
 

@@ -4,12 +4,11 @@ re-renders without diagnosing again, and only a whole sentence names a finding."
 import dataclasses
 import json
 
-from repro import findings
+from repro import findings, results
 from repro.findings import verdicts
 from repro.host.conformance import suite
-from repro.paths import REPO_ROOT
 
-CELLS = json.loads((REPO_ROOT / "results/reference/conformance/conformance.json").read_text())["cells"]
+CELLS = results.load(results.CONFORMANCE)["cells"]
 
 
 def test_every_committed_cell_carries_verdicts_its_diagnosis_is_worded_from():

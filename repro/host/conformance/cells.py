@@ -4,10 +4,10 @@ pool's `run_probe` or one torchrun per cell (`launch.run_probe`)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
+from ... import results
 from .. import launch
 from .plan import dtype_of
 
@@ -36,7 +36,7 @@ def run_cell(
     settings = {"arch": axes["arch"], "targets": axes["lora"], "pin": axes["pin"], "order": axes["order"],
                 "zero_stage": axes["zero_stage"], "config": axes["config"], "dtype": dtype_of(axes),
                 "backend": backend, **axes.get("probe", {})}  # fmt: skip
-    spec.write_text(json.dumps(settings))
+    results.write(spec, settings, indent=None, sort_keys=False)
     peers = [out.with_suffix(f".rank{r}.crash.json") for r in range(1, axes["world_size"])]  # cell_probe's
     for f in peers:
         f.unlink(missing_ok=True)
@@ -48,8 +48,8 @@ def run_cell(
             # in the barrier after it: its result and the peer's crash are the cell's. Anything else is broken.
             if not out.exists() or not any(f.exists() for f in peers):
                 raise
-            result = json.loads(out.read_text())
-        crashed = [json.loads(f.read_text()) for f in peers if f.exists()]
+            result = results.load(out)
+        crashed = [results.load(f) for f in peers if f.exists()]
         return {**result, "peer_crashes": crashed} if crashed else result
     finally:
         for f in (spec, out, *peers):

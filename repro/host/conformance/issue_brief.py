@@ -5,17 +5,14 @@ script's source, ds_report, system info) is in its appendix beside it (issue_tex
 
 from __future__ import annotations
 
-import json
-
+from ... import results
 from ...findings import reports, table, verdicts
 from ...findings.finding import Finding
-from ...paths import REPO_ROOT
 from ..upstream import pr_files, releases
 from ..upstream import scripts as issue_scripts
 from . import labels
 from .plan import PINNED
 
-PROOF = REPO_ROOT / "results" / "reference" / "patched-deepspeed" / "proof.json"
 MAX_LINES = 80
 ROWS = 4  # released cells shown; the appendix holds them all
 
@@ -26,9 +23,8 @@ def appendix_name(file: str) -> str:
 
 def _proof() -> dict:
     """The wheel's proof, with what the wheel carries beside the series (its manifest's `prs`)."""
-    proof = json.loads(PROOF.read_text()) if PROOF.is_file() else {}
-    manifest = PROOF.with_name("patched-deepspeed.json")
-    carried = json.loads(manifest.read_text()).get("prs", []) if manifest.is_file() else []
+    proof = results.load_if_written(results.WHEEL_PROOF) or {}
+    carried = (results.load_if_written(results.WHEEL_MANIFEST) or {}).get("prs", [])
     return {**proof, "prs": proof.get("prs", carried)}
 
 

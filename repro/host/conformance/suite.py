@@ -12,14 +12,13 @@ confirmed bug (`report`).
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ... import results
 from ...findings import verdicts
 from ...options import EXIT_BROKEN, EXIT_INTERRUPTED, EXIT_OK, UsageError, ds_accelerator
-from ...paths import write_json
 from .. import launch, pool, table_dir, tables
 from ..cell_progress import Progress
 from ..envs import transformers_env
@@ -207,15 +206,15 @@ def write(
     }
     if shard is not None:
         data["shard"] = f"{shard[0]}/{shard[1]}"
-    write_json(out / "conformance.json", data)
-    write_reports(out, json.loads((out / "conformance.json").read_text()))
+    results.write(out / "conformance.json", data)
+    write_reports(out, results.load(out / "conformance.json"))
 
 
 def merge(out: Path, shards: list[Path], log: Callable[[str], None] = print, regenerate: bool = False) -> int:
     """`--merge DIR...`: the shards' cells as one run's JSON and reports. Refused (exit 2), with nothing written,
     unless the shards come from one plan, each cell of it present exactly once."""
     out = Path(out)
-    options = [json.loads((d / table_dir.RUN).read_text()) if (d / table_dir.RUN).exists() else None for d in shards]
+    options = [results.load_if_written(d / table_dir.RUN) for d in shards]
     plans = {(o["quick"], tuple(o.get("archs") or ()), o.get("backend", "cpu"), o.get("ranks")) for o in options
              if o is not None}  # fmt: skip
     if None in options or len(plans) != 1:
@@ -250,7 +249,7 @@ def rediagnose(out: Path, log: Callable[[str], None] = print) -> int:
     path = Path(out) / "conformance.json"
     if not path.is_file():
         raise UsageError(f"{path} does not exist: run `python -m repro conformance --out {out}` first")
-    data = json.loads(path.read_text())
+    data = results.load(path)
     changed = 0
     for cell in data["cells"]:
         if "error" not in cell:  # a cell that did not run has no measurements to diagnose
@@ -259,7 +258,7 @@ def rediagnose(out: Path, log: Callable[[str], None] = print) -> int:
             cell["diagnosis"] = new
         cell.pop("findings", None)  # the ids alone, recorded before cells carried their verdicts
         cell["verdicts"] = [verdicts.of(d) for d in cell["diagnosis"]]
-    write_json(path, data)
+    results.write(path, data)
     write_reports(Path(out), data)
     log(f"[conformance] rediagnosed {len(data['cells'])} cells from their measurements: {changed} changed; "
         f"reports rendered in {out}")  # fmt: skip
@@ -271,10 +270,10 @@ def render_only(out: Path, log: Callable[[str], None] = print) -> int:
     again from its verdicts first (a finding's sentence reworded in the registry), and the JSON rewritten if so."""
     path = Path(out) / "conformance.json"
     if path.exists():
-        data = json.loads(path.read_text())
+        data = results.load(path)
         reworded = reword(data["cells"])
         if reworded:
-            write_json(path, data)
+            results.write(path, data)
             log(f"[conformance] {reworded} cells worded again from their verdicts in {path}")
     return tables.rerender(Path(out), "conformance.json", write_reports, "conformance", log)
 

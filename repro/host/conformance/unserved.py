@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from ... import tolerance
+from ... import results, tolerance
 from ...findings import policies, shows
 from ...options import EXIT_BROKEN, EXIT_OK, UsageError
 from .. import launch, table_dir
@@ -95,10 +95,10 @@ def main(path: Path, out: Path, transformers: str | None = None, log: Callable[[
             broken += 1
             log(f"[conformance] {i}/{len(cells)} {label}: could not be measured ({axes['error']}); log: {log_file}")
             continue
-        axes["result"] = json.loads(result_file.read_text())
+        axes["result"] = results.load(result_file)
         axes["verdict"] = verdict(axes["result"])
         log(f"[conformance] {i}/{len(cells)} {label}: {'; '.join(axes['verdict'])}")
-    (out / RESULTS).write_text(json.dumps({"config": str(path), "cells": cells}, indent=1) + "\n")
+    results.write(out / RESULTS, {"config": str(path), "cells": cells}, indent=1, sort_keys=False)
     (out / "UNSERVED.md").write_text(render(path, cells))
     log(f"[conformance] {len(cells) - broken} of {len(cells)} cells measured -> {out / 'UNSERVED.md'}")
     return EXIT_BROKEN if broken else EXIT_OK

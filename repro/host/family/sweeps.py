@@ -3,15 +3,14 @@ build's DeepSpeed, then family.json and the reports."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ... import results
 from ...fixstatus import installed_deepspeed
 from ...options import EXIT_BROKEN, EXIT_OK, UsageError
-from ...paths import write_json
 from .. import launch, table_dir
 from ..tables import measure_cell
 from ..upstream import patched_copy
@@ -41,7 +40,9 @@ def run_cell(
     out.parent.mkdir(parents=True, exist_ok=True)
     spec = out.with_suffix(".spec.json")  # repro.rank.cell_probe.spec_path
     keys = {"targets": "targets", "pin_parameters": "pin", "order": "order", "zero_stage": "zero_stage"}
-    spec.write_text(json.dumps({**{probe_key: axes[k] for k, probe_key in keys.items()}, **(extra or {})}))
+    results.write(
+        spec, {**{probe_key: axes[k] for k, probe_key in keys.items()}, **(extra or {})}, indent=None, sort_keys=False
+    )
     try:
         result = probe(PROBE, out, root, ranks=axes["world_size"], timeout_s=timeout_s)
     finally:
@@ -69,7 +70,7 @@ def main(
     work = out / "cells"
     # Sweeps fill OUT in several sittings (a sweep's cells replace only that sweep's): refuse to replace any
     # without `regenerate`.
-    held = json.loads((out / "family.json").read_text())["cells"] if (out / "family.json").exists() else []
+    held = (results.load_if_written(out / "family.json") or {}).get("cells", [])
     again = sorted({c["sweep"] for c in held if c.get("sweep") in sweeps})
     if again and not regenerate:
         raise UsageError(f"{out / 'family.json'} already holds the {', '.join(again)} sweep's cells: pass "
@@ -95,7 +96,7 @@ def main(
     log(f"[family] {len(planned)} cells ({', '.join(sweeps)})")
     cells = [_cell(work, *roots[axes["build"]], axes, timeout_s, log) for axes in planned]
     # Cells of other sweeps already in OUT/family.json are kept (a sweep can be re-run or added on its own).
-    previous = json.loads((out / "family.json").read_text()) if (out / "family.json").exists() else {}
+    previous = results.load_if_written(out / "family.json") or {}
     kept = [c for c in previous.get("cells", []) if c.get("sweep") not in sweeps]
     cells = kept + cells
     build_info = {**previous.get("builds", {}), **build_info}
@@ -109,10 +110,10 @@ def main(
         "cells": cells,
         "duration_s": round(time.time() - started, 1) + previous.get("duration_s", 0.0) * bool(kept),
     }
-    write_json(out / "family.json", data)
+    results.write(out / "family.json", data)
     # Rendered from the file, as `--render` does (the JSON's sorted keys order the builds), so a run's reports
     # and a re-render are the same bytes.
-    write_reports(out, json.loads((out / "family.json").read_text()))
+    write_reports(out, results.load(out / "family.json"))
     failed = [c for c in cells if "error" in c]
     log(f"[family] {len(cells) - len(failed)}/{len(cells)} cells measured -> {out / 'FAMILY.md'}")
     return EXIT_BROKEN if failed else EXIT_OK

@@ -21,8 +21,9 @@ from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 
+from ... import results
 from ...options import EXIT_BROKEN, EXIT_OK, UsageError
-from ...paths import cache_root, write_json
+from ...paths import cache_root
 from .. import launch, matrix, table_dir
 from ..envs import transformers_env
 from ..envs.transformers_env import version_order
@@ -92,7 +93,7 @@ def summary(releases: list[str], runs: list[dict]) -> dict[str, dict]:
 
 
 def write(out: Path, data: dict) -> None:
-    write_json(out / RESULTS, data)
+    results.write(out / RESULTS, data)
     (out / REPORT).write_text(render(data))
 
 

@@ -12,9 +12,9 @@ import ast
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ... import results
 from ...findings import by_id
 from ...fixstatus import installed_deepspeed, modifier_rank_arg
-from ...paths import write_json
 
 FIX, NON_PINNED = by_id("zero3-qkv-layout").patch, by_id("lora-non-pinned").patch
 
@@ -235,5 +235,5 @@ def main(json_path: Path | None = None) -> int:
     findings = scan(package_dir)
     print(render_text(findings, version))
     if json_path is not None:
-        write_json(json_path, {"deepspeed": version, "findings": [asdict(f) for f in findings]})
+        results.write(json_path, {"deepspeed": version, "findings": [asdict(f) for f in findings]})
     return 0

@@ -10,13 +10,12 @@ install the overlay)."""
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 from functools import partial
 from pathlib import Path
 
-from ... import findings, gpu_sharing
+from ... import findings, gpu_sharing, results
 from ...findings.registry import NEWEST_TRANSFORMERS
 from .. import launch
 from ..envs import transformers_env
@@ -47,7 +46,7 @@ def measure(
                     raise RuntimeError(
                         f"{build}, {arch}: the ranks failed (exit {code}): {launch.first_error(output)}"
                     )
-                runs.append({"build": build, **json.loads(out.read_text())})
+                runs.append({"build": build, **results.load(out)})
                 out.unlink()
     return {"evidence": evidence(backend, ranks), "transformers": runs[0]["transformers"], "runs": runs}
 

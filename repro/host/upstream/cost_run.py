@@ -9,8 +9,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from ... import results
 from ...options import UsageError
-from ...paths import write_json
 from .. import preflight
 
 
@@ -25,7 +25,7 @@ def main(argv: list[str], module: str, name: str, measure: Callable[[], dict], r
         return 2
     result = measure()
     out.mkdir(parents=True, exist_ok=True)
-    write_json(out / f"{name}.json", result)
+    results.write(out / f"{name}.json", result)
     if table_file:
         (out / f"{name}.md").write_text(render(result) + "\n")
     print(render(result))

@@ -7,13 +7,12 @@ generate peaks at. Writes OUT/gqa-cost.json and OUT/gqa-cost.md. By default CPU 
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 from functools import partial
 from pathlib import Path
 
-from ... import findings
+from ... import findings, results
 from .. import launch
 from . import cost_run, patched_copy
 from .cache_cost import evidence
@@ -35,7 +34,7 @@ def measure(timeout_s: float = 900, backend: str = "cpu", ranks: int = RANKS) ->
             if code != 0 or not out.exists():
                 raise RuntimeError(f"{kv_heads} key/value heads: the ranks failed (exit {code}): "
                                    f"{launch.first_error(output)}")  # fmt: skip
-            runs.append(json.loads(out.read_text()))
+            runs.append(results.load(out))
     return {"evidence": evidence(backend, ranks), "series": list(findings.SERIES), "runs": runs}
 
 

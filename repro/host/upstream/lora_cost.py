@@ -5,12 +5,11 @@ broadcast), writing OUT/lora-cost.json. CPU evidence: our kernel stand-ins, gloo
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 from pathlib import Path
 
-from ... import findings
+from ... import findings, results
 from .. import launch
 from . import cost_run, patched_copy, tp_cost
 from .script_runs import series_without
@@ -33,7 +32,7 @@ def measure(timeout_s: float = 900) -> dict:
             returncode, output = launch.run_module("repro.rank.lora_cost", [str(out)], root, RANKS, timeout_s)
             if returncode != 0 or not out.exists():
                 raise RuntimeError(f"{build}: the ranks failed (exit {returncode}): {output[-800:]}")
-            runs.append({"build": build, **json.loads(out.read_text())})
+            runs.append({"build": build, **results.load(out)})
             out.unlink()
     return {"evidence": "CPU (PyTorch stand-ins for DeepSpeed's kernels, gloo)", "runs": runs}
 

@@ -8,7 +8,6 @@ runs every issue script against it (each must print its OK line)."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import subprocess
@@ -20,11 +19,11 @@ import venv
 from collections.abc import Callable
 from pathlib import Path
 
-from ... import findings
+from ... import findings, results
 from ...findings.prs import OUTSIDE_SERIES, OUTSIDE_SERIES_LABEL, directory
 from ...fixstatus import PatchError
 from ...options import EXIT_BROKEN, EXIT_EXPECTATION, EXIT_OK, UsageError
-from ...paths import REPO_ROOT, cache_root, write_json
+from ...paths import REPO_ROOT, cache_root
 from . import patched_copy
 
 RELEASE = "0.19.8"  # the release the series is built on (its forms: repro/host/upstream/pr_files.py)
@@ -106,7 +105,7 @@ def build(out: Path, ids: tuple[str, ...] = (), log: Callable[[str], None] = pri
         out.mkdir(parents=True, exist_ok=True)
         wheel = out / wheels[0].name
         shutil.copy2(wheels[0], wheel)
-    write_json(out / MANIFEST, {
+    results.write(out / MANIFEST, {
         "wheel": wheel.name,
         "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
         "deepspeed": RELEASE,
@@ -145,7 +144,7 @@ def prove(out: Path, log: Callable[[str], None] = print) -> int:
     from .affected_releases import invocations, run_one
 
     started = time.time()
-    manifest = json.loads((Path(out) / MANIFEST).read_text())
+    manifest = results.load(Path(out) / MANIFEST)
     wheel = Path(out) / manifest["wheel"]
     python = fresh_venv(wheel, log)
     printed = subprocess.run([str(python), "-c", "import deepspeed; print(deepspeed.__version__, deepspeed.__file__)"],
@@ -169,7 +168,7 @@ def prove(out: Path, log: Callable[[str], None] = print) -> int:
         if own_fallbacks
         else "CPU: gloo, our PyTorch stand-ins for DeepSpeed's kernels (repro/rank/fallbacks.py)"
     )
-    write_json(Path(out) / "proof.json", {
+    results.write(Path(out) / "proof.json", {
         "version": manifest["version"],
         "deepspeed_file": site[1],
         "prs": manifest.get("prs", []),

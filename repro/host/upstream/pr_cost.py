@@ -12,13 +12,12 @@ or rocm, DeepSpeed's compiled kernels."""
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 from functools import partial
 from pathlib import Path
 
-from ... import findings
+from ... import findings, results
 from ...findings.prs import PRS, PullRequest, directory
 from .. import launch
 from . import cache_cost, cost_run, patched_copy, script_runs
@@ -66,7 +65,7 @@ def measure(pr: PullRequest, backend: str = "cpu", ranks: int = 1, timeout_s: fl
                 if code != 0 or not out.exists():  # a build the model fails on: said, not measured
                     runs.append({"build": build, "arch": arch, "error": launch.first_error(output) or f"exit {code}"})
                     continue
-                runs.append({"build": build, **json.loads(out.read_text())})
+                runs.append({"build": build, **results.load(out)})
                 out.unlink()
     return {"pr": directory(pr), "deepspeed": RELEASE, "evidence": cache_cost.evidence(backend, ranks),
             "builds": {build: {"patches": list(p), "fallbacks": e} for build, (p, e) in builds(pr).items()},

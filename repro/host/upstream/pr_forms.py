@@ -17,28 +17,20 @@ run this for its release forms."""
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from ... import findings
+from ... import findings, results
 from ...findings import reports
 from ...findings.prs import PRS, PullRequest, directory, required
 from ...findings.registry import TITLES
-from ...paths import REPO_ROOT
 from . import cache_cost, lora_cost, tp_cost
 from .pr_files import PRS_DIR, blocks, pr_patches, release_text
 from .series import SeriesError, git
 
-# What the tensor-parallel pull request costs a rank, measured (repro.host.upstream.tp_cost).
-TP_COST = REPO_ROOT / "results" / "reference" / "tp-cost" / "tp-cost.json"
-# What persisting LoRA on the non-pinned ZeRO-3 path costs per generate (repro.host.upstream.lora_cost).
-LORA_COST = REPO_ROOT / "results" / "reference" / "lora-cost" / "lora-cost.json"
-# What the Cache fix holds beside the injected layers' keys and values, measured (repro.host.upstream.cache_cost).
-CACHE_COST = REPO_ROOT / "results" / "reference" / "cache-cost" / "cache-cost.json"
 RELEASE = "0.19.8"
 CPU_PARAGRAPH = "The figures above were measured on CPU"  # how a commit message says what is CPU evidence
 
@@ -176,9 +168,9 @@ def cache_memory(measured: dict) -> str:
 
 # A pull request's cost section, from its committed measurement: the measurement and what renders it.
 COSTS = {
-    "tensor-parallel": (TP_COST, tp_cost.section),
-    "lora-non-pinned": (LORA_COST, lora_cost.section),
-    "transformers-5": (CACHE_COST, cache_memory),
+    "tensor-parallel": (results.TP_COST, tp_cost.section),
+    "lora-non-pinned": (results.LORA_COST, lora_cost.section),
+    "transformers-5": (results.CACHE_COST, cache_memory),
 }
 
 
@@ -203,7 +195,7 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
     lines += [f"- `tests/{t}`" for t in pr.tests]
     measured, section = COSTS.get(pr.slug, (None, None))
     if measured is not None and measured.exists():
-        lines += ["", "## What it costs", "", section(json.loads(measured.read_text()))]
+        lines += ["", "## What it costs", "", section(results.load(measured))]
     reported = reports.closing(pr.findings)  # the triaged user reports (docs/upstream-reports.md)
     refs = sorted({r for f in found for r in f.upstream if not reports.mentioned(r, reported)})
     answers = "; ".join(filter(None, [", ".join(refs), reported])) or "no upstream issue names these bugs"

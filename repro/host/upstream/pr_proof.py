@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 from ... import findings
+from ... import results as result_files
 from ...findings.prs import PRS, PullRequest, directory, required
-from ...paths import write_json
 from . import patched_copy, regression
 from .pr_files import pr_patches
 from .pr_forms import RELEASE
@@ -77,7 +77,7 @@ def main(argv: list[str]) -> int:
         said = result.get("error") or f"{result['without']['outcome']} without, {result['with']['outcome']} with"
         print(f"{result['pr']}: {'proven' if result['proven'] else 'NOT proven'} ({said})")
     out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "prs.json", {"deepspeed": RELEASE, "evidence": "CPU", "prs": results})
+    result_files.write(out / "prs.json", {"deepspeed": RELEASE, "evidence": "CPU", "prs": results})
     return 0 if all(r["proven"] for r in results) else 1
 
 

@@ -18,8 +18,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from ... import findings
+from ... import results as result_files
 from ...options import EXIT_BROKEN, EXIT_EXPECTATION, EXIT_OK
-from ...paths import REPO_ROOT, write_json
+from ...paths import REPO_ROOT
 from .. import launch
 
 UPSTREAM_DIR = REPO_ROOT / "tests" / "upstream"
@@ -245,7 +246,7 @@ def main(json_path: Path | None = None) -> int:
     meaning = {0: "passed", 1: "failed on its assertions (bug present)", 3: "proved nothing"}[code]
     print(f"upstream regression test {meaning}: {result.get('error') or result['tests']}")
     if json_path is not None:
-        write_json(json_path, {k: v for k, v in result.items() if k != "output_tail"})
+        result_files.write(json_path, {k: v for k, v in result.items() if k != "output_tail"})
     if code == EXIT_BROKEN:
         print(result["output_tail"], file=sys.stderr)
     return code

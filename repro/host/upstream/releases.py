@@ -4,18 +4,18 @@ and text only: `affected_releases` runs it."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ... import results
 from ...paths import REPO_ROOT
 from ..envs import transformers_env
 from ..envs.transformers_env import version_order
 from .scripts import SCRIPTS, IssueScript
 
-RESULTS = "affected.json"
 REPORT = "AFFECTED.md"
-REFERENCE = REPO_ROOT / "results" / "reference" / "affected-releases"  # the committed run
+REFERENCE = results.AFFECTED_RELEASES.parent  # the committed run
+RESULTS = results.AFFECTED_RELEASES.name
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def render(data: dict) -> str:
 def load(out: Path = REFERENCE) -> dict | None:
     """The committed run, for the issue texts (None when there is none)."""
     path = Path(out) / RESULTS
-    return json.loads(path.read_text()) if path.exists() else None
+    return results.load_if_written(path)
 
 
 def sentence(data: dict | None, patches: list[str]) -> str:

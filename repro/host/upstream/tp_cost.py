@@ -5,12 +5,11 @@ generates from released partitions (`tensor-parallel`). CPU evidence: our kernel
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 from pathlib import Path
 
-from ... import findings
+from ... import findings, results
 from .. import launch
 from . import cost_run, patched_copy
 
@@ -33,7 +32,7 @@ def measure(timeout_s: float = 900) -> dict:
                 if returncode != 0 or not out.exists():
                     raise RuntimeError(f"{path_of(zero, pin)}, inference_tp_size {tp}: the ranks failed (exit "
                                        f"{returncode}): {output[-800:]}")  # fmt: skip
-                runs.append(json.loads(out.read_text()))
+                runs.append(results.load(out))
     return {"evidence": "CPU (PyTorch stand-ins for DeepSpeed's kernels, gloo)", "build": "whole series", "runs": runs}
 
 
