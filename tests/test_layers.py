@@ -63,9 +63,11 @@ def test_the_edge_finder_sees_a_known_edge():
 
 
 REPORTS = ("repro.host.conformance.report", "repro.host.conformance.issue_texts", "repro.host.family.report",
-           "repro.host.run_report", "repro.host.upstream.releases")  # fmt: skip
+           "repro.host.run_report", "repro.host.upstream.releases", "repro.host.upstream.pr_texts",
+           "repro.host.upstream.cost_reports")  # fmt: skip
 RUNNERS = ("launch", "pool", "pool_worker", "script_runs", "affected_releases", "patched_copy", "series", "regression",
-           "suite", "cells", "sweeps", "jobs", "matrix", "pr_proof", "pr_cost")  # fmt: skip
+           "suite", "cells", "sweeps", "jobs", "matrix", "pr_proof", "pr_cost", "pr_forms", "tp_cost", "lora_cost",
+           "cache_cost", "gqa_cost", "cost_run")  # fmt: skip
 
 
 def _runners_loaded_by(module: str) -> list[str]:
@@ -80,7 +82,8 @@ def _runners_loaded_by(module: str) -> list[str]:
 
 
 def test_rendering_a_report_imports_no_runner():
-    """Reports read committed results through readers (releases, scripts, pr_files), never through what runs them."""
+    """Reports read committed results through repro.results and readers (releases, scripts, pr_files), never
+    through what runs them: a PR.md and the cost tables render without the runners that measured them."""
     found = {module: _runners_loaded_by(module) for module in REPORTS}
     assert not any(found.values()), found
 

@@ -20,6 +20,7 @@ from ...findings.registry import NEWEST_TRANSFORMERS
 from .. import launch
 from ..envs import transformers_env
 from . import cost_run, patched_copy
+from .cost_reports import cache_table
 
 RANKS = 2
 ARCHS = ("llama", "gpt-neo", "opt")
@@ -58,32 +59,6 @@ def evidence(backend: str, ranks: int) -> str:
     return f"{backend.upper()} (DeepSpeed's compiled kernels, {ranks} rank{'s' if ranks > 1 else ''}, {talk})"
 
 
-def per_token(part: dict) -> str:
-    return f"{part['cache_bytes'] / part['cache_tokens']:.0f}" if part["cache_tokens"] else "-"
-
-
-def render(result: dict) -> str:
-    gpu = any(run["hybrid_engine"].get("peak_bytes_above_held") is not None for run in result["runs"])
-    extra = " | HE generate s (again) | native generate s | GPU peak above held: HE (again) / native" if gpu else ""
-    lines = [
-        "| build | model | Cache bytes (tokens it counts) | per token | native: bytes (tokens) | tokens = native "
-        f"| logits vs native{extra} |",
-        "|---|---|---|---|---|---|---|" + ("---|---|---|" if gpu else ""),
-    ]
-    for run in result["runs"]:
-        he, native = run["hybrid_engine"], run["native"]
-        cells = ""
-        if gpu:
-            again = run["hybrid_engine_again"]
-            cells = (f" | {he['generate_s']:.3f} ({again['generate_s']:.3f}) | {native['generate_s']:.3f} | "
-                     f"{he['peak_bytes_above_held']} ({again['peak_bytes_above_held']}) / "
-                     f"{native['peak_bytes_above_held']}")  # fmt: skip
-        lines.append(f"| {run['build']} | {run['arch']} | {he['cache_bytes']} ({he['cache_tokens']}) | "
-                     f"{per_token(he)} | {native['cache_bytes']} ({native['cache_tokens']}) | "
-                     f"{run['tokens_equal_native']} | {run['logits_max_abs_vs_native']:.2g}{cells} |")  # fmt: skip
-    return "\n".join(lines)
-
-
 def main(argv: list[str]) -> int:
     parser = cost_run.device_parser("repro.host.upstream.cache_cost", RANKS)
     parser.add_argument("--transformers", default=TRANSFORMERS, help="a version, or `installed`")
@@ -91,7 +66,9 @@ def main(argv: list[str]) -> int:
     if cost_run.gpus_missing(args.backend, args.ranks):
         return 2
     measured = partial(measure, backend=args.backend, ranks=args.ranks, transformers=args.transformers)
-    return cost_run.main([args.out], "repro.host.upstream.cache_cost", "cache-cost", measured, render, table_file=True)
+    return cost_run.main(
+        [args.out], "repro.host.upstream.cache_cost", "cache-cost", measured, cache_table, table_file=True
+    )
 
 
 if __name__ == "__main__":

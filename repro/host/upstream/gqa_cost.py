@@ -16,6 +16,7 @@ from ... import findings, results
 from .. import launch
 from . import cost_run, patched_copy
 from .cache_cost import evidence
+from .cost_reports import gqa_table
 
 RANKS = 2
 KV_HEADS = (16, 4, 1)
@@ -38,30 +39,12 @@ def measure(timeout_s: float = 900, backend: str = "cpu", ranks: int = RANKS) ->
     return {"evidence": evidence(backend, ranks), "series": list(findings.SERIES), "runs": runs}
 
 
-def render(result: dict) -> str:
-    gpu = any(run["hybrid_engine"].get("peak_bytes_above_held") is not None for run in result["runs"])
-    lines = [
-        "| key/value heads of 16 | QKV weight bytes | workspace K/V bytes | HE generate s (median) | native "
-        "generate s (median) | tokens = native | logits vs native"
-        + (" | GPU peak above held: HE / native |" if gpu else " |"),
-        "|---|---|---|---|---|---|---|" + ("---|" if gpu else ""),
-    ]
-    for run in result["runs"]:
-        he, native = run["hybrid_engine"], run["native"]
-        kv = run["workspace_kv_bytes"]
-        peak = f" {he['peak_bytes_above_held']} / {native['peak_bytes_above_held']} |" if gpu else ""
-        lines.append(f"| {run['key_value_heads']} | {run['qkv_weight_bytes']} | {'-' if kv is None else kv} | "
-                     f"{he['generate_s']:.3f} | {native['generate_s']:.3f} | {run['tokens_equal_native']} | "
-                     f"{run['logits_max_abs_vs_native']:.2g} |{peak}")  # fmt: skip
-    return "\n".join(lines)
-
-
 def main(argv: list[str]) -> int:
     args = cost_run.device_parser("repro.host.upstream.gqa_cost", RANKS).parse_args(argv)
     if cost_run.gpus_missing(args.backend, args.ranks):
         return 2
     measured = partial(measure, backend=args.backend, ranks=args.ranks)
-    return cost_run.main([args.out], "repro.host.upstream.gqa_cost", "gqa-cost", measured, render, table_file=True)
+    return cost_run.main([args.out], "repro.host.upstream.gqa_cost", "gqa-cost", measured, gqa_table, table_file=True)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from ... import findings, results
 from ...findings.prs import PRS, PullRequest, directory
 from .. import launch
 from . import cache_cost, cost_run, patched_copy, script_runs
-from .pr_forms import RELEASE
+from .pr_files import RELEASE
 
 RANK_MODULE = "repro.rank.cache_cost"
 # The models the rank module builds, each injected on the Transformers the suite installs (OPT is injected only

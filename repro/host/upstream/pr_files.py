@@ -18,6 +18,7 @@ from ...findings.prs import PullRequest, directory
 from ...paths import cache_root, replace_atomically
 
 PRS_DIR = Path(__file__).resolve().parents[2] / "patches" / "prs"
+RELEASE = "0.19.8"  # the release the pull requests have forms for, beside master
 
 
 class SeriesError(RuntimeError):

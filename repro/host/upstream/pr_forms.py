@@ -1,4 +1,4 @@
-"""The pull requests' forms for a release, and their PR.md. A pull request is committed once, for DeepSpeed master
+"""The pull requests' forms for a release (their PR.md: pr_texts.py). A pull request is committed once, for DeepSpeed master
 (repro/patches/prs/<NN>-<slug>/, `git format-patch` of its commits alone on master after what it REQUIRES); where
 some files of one of its commits do not carry over to a release (their context differs there), those files' diffs
 for the release sit in <NN>-<slug>/<release>/ under the commit's name (pr_files composes the release form). The
@@ -23,15 +23,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ... import findings, results
-from ...findings import reports
-from ...findings.prs import PRS, PullRequest, directory, required
-from ...findings.registry import TITLES
-from . import cache_cost, lora_cost, tp_cost
-from .pr_files import PRS_DIR, blocks, pr_patches, release_text
+from ...findings.prs import PRS, directory, required
+from . import pr_texts
+from .pr_files import PRS_DIR, RELEASE, blocks, pr_patches, release_text
 from .series import SeriesError, git
 
-RELEASE = "0.19.8"
 CPU_PARAGRAPH = "The figures above were measured on CPU"  # how a commit message says what is CPU evidence
 
 
@@ -104,135 +100,9 @@ def release_forms(master: Path, checkout: Path, only: str | None = None) -> list
     return written
 
 
-def _subject(patch: Path) -> str:
-    """A patch's subject line, without `[PATCH]` (format-patch folds it: the continuation lines are joined)."""
-    text = patch.read_text()
-    subject = re.search(r"^Subject: \[PATCH\] (.*?)\n(?! )", text, flags=re.MULTILINE | re.DOTALL)
-    return " ".join(subject.group(1).split()) if subject else patch.name
-
-
-def _changed_lines(patches: list[Path]) -> int:
-    return sum(
-        1 for p in patches for line in p.read_text().splitlines()
-        if line[:1] in "+-" and not line.startswith(("+++", "---"))
-    )  # fmt: skip
-
-
-def texts() -> list[str]:
-    """Every PR.md and REQUIRES written again from the registry and the committed patches (no checkout needed)."""
-    for pr in PRS:
-        folder = PRS_DIR / directory(pr)
-        (folder / "PR.md").write_text(render(pr, pr_patches(pr, None)))
-        (folder / "REQUIRES").unlink(missing_ok=True)
-        if pr.requires:
-            (folder / "REQUIRES").write_text("".join(directory(p) + "\n" for p in required(pr)))
-    return [directory(pr) for pr in PRS]
-
-
-def _for_maintainers(text: str) -> str:
-    """The registry's words without the commands of this repository (a user's answer names them; a PR does not)."""
-    return re.sub(r" \(`python -m repro[^`]*`[^)]*\)", "", text)
-
-
-def _released(f) -> str:
-    """As released, and where DeepSpeed's compiled kernels differ from the PyTorch path the evidence ran on, there."""
-    if f.kernel is None:
-        return f"As released: {f.outcome}."
-    there = f.kernel.outcome or "not hit"
-    return (f"As released, on DeepSpeed's PyTorch path (accelerators without the compiled op): {f.outcome}; on the "
-            f"compiled CUDA/ROCm kernels: {there} ({f.kernel.read}; read from the code, not run).")  # fmt: skip
-
-
-def cache_memory(measured: dict) -> str:
-    """The Cache fix's memory, from its measurement: what the Cache holds with the fix, per model, against native."""
-    fixed = [r for r in measured["runs"] if r["build"] == "whole series"]
-    filled = [r for r in fixed if r["hybrid_engine"]["cache_tokens"]]
-    left = [r for r in fixed if not r["hybrid_engine"]["cache_bytes"]]
-    per_token = sorted({cache_cost.per_token(r["hybrid_engine"]) for r in filled})
-    native = sorted({cache_cost.per_token(r["native"]) for r in fixed})
-    words = [f"Measured with tiny models (2 layers, hidden 256, 4 heads, fp32; pinned ZeRO-3 on 2 ranks; a prompt "
-             f"of 8 and 8 new tokens; Transformers {measured['transformers']}; {measured['evidence']}):"]  # fmt: skip
-    if filled:
-        words.append(f"the Cache `generate` returns holds {' / '.join(per_token)} bytes per token it counts for "
-                     f"{', '.join(TITLES.get(r['arch'], r['arch']) for r in filled)}, where native generation's holds "
-                     f"{' / '.join(native)}: one element per token, layer and sequence, not the keys and "
-                     "values;")  # fmt: skip
-    if left:
-        words.append(f"{', '.join(TITLES.get(r['arch'], r['arch']) for r in left)}, which does not read the Cache's "
-                     "length, gets nothing in it, as without the fix;")  # fmt: skip
-    equal = all(r["tokens_equal_native"] for r in fixed)
-    words.append(f"tokens {'equal' if equal else 'differ from'} native's for every model. On a GPU this has not been "
-                 "measured.")  # fmt: skip
-    return " ".join(words) + "\n\n" + cache_cost.render(measured)
-
-
-# A pull request's cost section, from its committed measurement: the measurement and what renders it.
-COSTS = {
-    "tensor-parallel": (results.TP_COST, tp_cost.section),
-    "lora-non-pinned": (results.LORA_COST, lora_cost.section),
-    "transformers-5": (results.CACHE_COST, cache_memory),
-}
-
-
-def render(pr: PullRequest, patches: list[Path]) -> str:
-    """PR.md: what breaks for whom, the fix, the tests, the issues it closes, and what is CPU evidence."""
-    found = [findings.by_id(f) for f in pr.findings]
-    lines = [f"# {pr.title}", "", f"**Why take it:** {pr.value}.", ""]
-    if pr.requires:
-        why = " (for its end-to-end test on CPU runners: on a GPU the kernels run, and this one stands without it)"
-        needs = [directory(p) + (why if not p.findings and p.slug in pr.requires else "") for p in required(pr)]
-        lines += [f"**Requires:** {', '.join(needs)}, applied first.", ""]
-    lines += [f"**Builds on:** {pr.builds_on}.", ""] if pr.builds_on else []
-    lines += ["## What breaks, for whom", ""]
-    lines += [f"- **{f.id}** (`{f.patch}`): {f.summary} {_released(f)} Workaround: {_for_maintainers(f.workaround)}."
-              for f in found]  # fmt: skip
-    lines += [f"- {pr.breaks}."] if pr.breaks else []
-    lines += ["", "## The fix", ""]
-    lines += [f"- {_subject(p)}" for p in patches]
-    lines += ["", "Each commit's message says the cause, the fix and its test in full."]
-    lines += ["", "## Tests", ""]
-    lines += [f"- `tests/{t}` (`{f.patch}`)" for f in found for t in f.tests]
-    lines += [f"- `tests/{t}`" for t in pr.tests]
-    measured, section = COSTS.get(pr.slug, (None, None))
-    if measured is not None and measured.exists():
-        lines += ["", "## What it costs", "", section(results.load(measured))]
-    reported = reports.closing(pr.findings)  # the triaged user reports (docs/upstream-reports.md)
-    refs = sorted({r for f in found for r in f.upstream if not reports.mentioned(r, reported)})
-    answers = "; ".join(filter(None, [", ".join(refs), reported])) or "no upstream issue names these bugs"
-    lines += ["", "## Closes or answers", "", answers, ""]
-    on = [directory(p) for p in required(pr) if not p.findings and p.slug in pr.requires]  # its end-to-end test's
-    ran = (
-        f"(run on CPU: the end-to-end test through the injected layers on DeepSpeed's own PyTorch fallbacks, "
-        f"completed by {', '.join(on)}, no stand-in: CPU evidence). These commits have not run on a GPU or an AMD "
-        "host: their GPU cost is not measured."
-        if on
-        else "(run on CPU with DeepSpeed's PyTorch paths, and with PyTorch stand-ins for the `transformer_inference` "
-        "kernels where a test needs a kernel: CPU evidence). These commits have not run on a GPU or an AMD host: "
-        "their GPU cost is not measured."
-        if pr.findings
-        else "(run on CPU: DeepSpeed's own fallbacks against Transformers' modules, no stand-in: CPU evidence). "
-        "Where the compiled op loads, every op binding takes its kernel as before, so nothing changes on a GPU; "
-        "not run on a GPU or an AMD host (ROCm in bf16, which takes these fallbacks, included)."
-    )
-    lines += [
-        "## Evidence",
-        "",
-        f"{len(patches)} commit{'s' if len(patches) > 1 else ''}, {_changed_lines(patches)} changed lines. "
-        f"Each commit's test fails on DeepSpeed without the commit and passes with it {ran} The figures in the "
-        "commit messages come from the same CPU runs.",
-        "",
-        "Apply: `git am repro/patches/prs/" + directory(pr) + "/*.patch` on master"
-        + (f" (on {RELEASE}: the same commits, each file diff under `{RELEASE}/` in place of its own)"
-           if (PRS_DIR / directory(pr) / RELEASE).exists() else "")  # fmt: skip
-        + (", after what it requires." if pr.requires else "."),
-        "",
-    ]  # fmt: skip
-    return "\n".join(lines)
-
-
 def main(argv: list[str]) -> int:
     if argv == ["--texts"]:
-        for line in texts():
+        for line in pr_texts.texts():
             print(f"{line}: PR.md, REQUIRES")
         return 0
     only = None

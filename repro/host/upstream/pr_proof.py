@@ -15,8 +15,7 @@ from ... import findings
 from ... import results as result_files
 from ...findings.prs import PRS, PullRequest, directory, required
 from . import patched_copy, regression
-from .pr_files import pr_patches
-from .pr_forms import RELEASE
+from .pr_files import RELEASE, pr_patches
 
 
 class ProofError(RuntimeError):

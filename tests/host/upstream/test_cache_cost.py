@@ -2,7 +2,7 @@
 
 import json
 
-from repro.host.upstream import cache_cost
+from repro.host.upstream import cache_cost, cost_reports
 from repro.paths import REPO_ROOT
 
 
@@ -13,7 +13,7 @@ def run(build, held, tokens, equal=True):
 
 
 def test_the_table_gives_bytes_per_token_and_a_dash_for_an_empty_cache():
-    table = cache_cost.render({"runs": [run("whole series", 240, 15), run("series without 0035", 0, 0, False)]})
+    table = cost_reports.cache_table({"runs": [run("whole series", 240, 15), run("series without 0035", 0, 0, False)]})
     assert "| whole series | llama | 240 (15) | 16 | 61440 (15) | True | 5.5e-07 |" in table
     assert "| series without 0035 | llama | 0 (0) | - | 61440 (15) | False |" in table
 
@@ -46,7 +46,7 @@ def test_a_gpu_measurement_adds_time_and_device_memory_and_names_its_transport(m
     timed["hybrid_engine"].update(generate_s=0.0512, peak_bytes_above_held=2048)
     timed["native"].update(generate_s=0.0101, peak_bytes_above_held=4096)
     timed["hybrid_engine_again"] = {"generate_s": 0.0301, "peak_bytes_above_held": 1024}
-    table = cache_cost.render({"runs": [timed]})
+    table = cost_reports.cache_table({"runs": [timed]})
     assert "| True | 5.5e-07 | 0.051 (0.030) | 0.010 | 2048 (1024) / 4096 |" in table
     monkeypatch.delenv("REPRO_SHARED_GPU", raising=False)
     assert cache_cost.evidence("cuda", 1) == "CUDA (DeepSpeed's compiled kernels, 1 rank, nccl)"
@@ -57,4 +57,4 @@ def test_a_gpu_measurement_adds_time_and_device_memory_and_names_its_transport(m
 def test_the_committed_table_is_what_its_json_renders():
     committed = REPO_ROOT / "results" / "reference" / "cache-cost"
     data = json.loads((committed / "cache-cost.json").read_text())
-    assert cache_cost.render(data) + "\n" == (committed / "cache-cost.md").read_text()
+    assert cost_reports.cache_table(data) + "\n" == (committed / "cache-cost.md").read_text()

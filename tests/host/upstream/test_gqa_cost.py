@@ -3,7 +3,7 @@ one shows what serving grouped-query attention keeps: the model's tokens, fewer 
 
 import json
 
-from repro.host.upstream import gqa_cost
+from repro.host.upstream import cost_reports, gqa_cost
 from repro.paths import REPO_ROOT
 
 
@@ -15,10 +15,12 @@ def run(kv_heads, qkv, workspace=None, peak=None):
 
 
 def test_the_table_gives_bytes_and_median_times_and_a_dash_for_the_compiled_workspace():
-    table = gqa_cost.render({"runs": [run(16, 50331648, 4194304), run(1, 17825792)]})
+    table = cost_reports.gqa_table({"runs": [run(16, 50331648, 4194304), run(1, 17825792)]})
     assert "| 16 | 50331648 | 4194304 | 0.512 | 0.250 | True | 1.2e-06 |" in table
     assert "| 1 | 17825792 | - | 0.512 |" in table and "GPU peak" not in table
-    assert "| 4 | 1 | 0.512 |" not in table and "| 2048 / 4096 |" in gqa_cost.render({"runs": [run(4, 1, 1, 2048)]})
+    assert "| 4 | 1 | 0.512 |" not in table and "| 2048 / 4096 |" in cost_reports.gqa_table(
+        {"runs": [run(4, 1, 1, 2048)]}
+    )
 
 
 def test_an_earlier_measurement_is_kept(tmp_path, capsys):
@@ -38,4 +40,4 @@ def test_the_committed_measurement_serves_every_ratio_with_fewer_qkv_bytes():
 def test_the_committed_table_is_what_its_json_renders():
     committed = REPO_ROOT / "results" / "reference" / "gqa-cost"
     data = json.loads((committed / "gqa-cost.json").read_text())
-    assert gqa_cost.render(data) + "\n" == (committed / "gqa-cost.md").read_text()
+    assert cost_reports.gqa_table(data) + "\n" == (committed / "gqa-cost.md").read_text()

@@ -4,7 +4,7 @@ already there is never overwritten."""
 import json
 from pathlib import Path
 
-from repro.host.upstream import lora_cost
+from repro.host.upstream import cost_reports, lora_cost
 
 COMMITTED = Path(__file__).resolve().parents[3] / "results/reference/lora-cost/lora-cost.json"
 
@@ -16,10 +16,10 @@ def _run(build, calls, sent, s):
 
 def test_the_table_and_the_sentence_read_each_run():
     result = {"runs": [_run("whole series", 8, 2**22, 0.5), _run("series without 0003", 0, 0, 0.25)]}
-    table = lora_cost.render(result)
+    table = cost_reports.lora_table(result)
     assert "| whole series | 8 | 4.0 MiB | 2.00 | 0.500 s |" in table
     assert "| series without 0003 | 0 | 0.0 MiB | 0.00 | 0.250 s |" in table
-    said = lora_cost.trades(result)
+    said = cost_reports.lora_trades(result)
     assert "broadcasts 4.0 MiB from rank 0 (8 broadcasts" in said and "2.00 times its layers' weights" in said
 
 
@@ -47,4 +47,4 @@ def test_the_pull_request_of_the_lora_fix_states_the_cost():
 
     pr = pr_of(lora_cost.FINDING)
     text = (COMMITTED.parents[3] / "repro/patches/prs" / directory(pr) / "PR.md").read_text()
-    assert "## What it costs" in text and lora_cost.trades(json.loads(COMMITTED.read_text())) in text
+    assert "## What it costs" in text and cost_reports.lora_trades(json.loads(COMMITTED.read_text())) in text

@@ -7,11 +7,11 @@ import pytest
 
 from repro import findings
 from repro.findings.prs import PRS, directory, required
-from repro.host.upstream import patched_copy, pr_files, pr_forms, pr_proof
+from repro.host.upstream import patched_copy, pr_files, pr_forms, pr_proof, pr_texts
 
 
 def subjects(patches):
-    return [pr_forms._subject(p) for p in patches]
+    return [pr_texts._subject(p) for p in patches]
 
 
 @pytest.mark.parametrize("pr", PRS, ids=directory)
@@ -24,7 +24,7 @@ def test_a_pull_request_carries_its_findings_commits_and_says_what_it_needs(pr):
         return
     series = [patched_copy.patch_file(n) for n in pr.patches]  # derived: one commit per finding, in series order
     assert subjects(pr_files.pr_patches(pr, None)) == subjects(series)
-    assert subjects(pr_files.pr_patches(pr, pr_forms.RELEASE)) == subjects(series)
+    assert subjects(pr_files.pr_patches(pr, pr_files.RELEASE)) == subjects(series)
     for patch in pr_files.pr_patches(pr, None):  # a message says what is CPU evidence once, at its end
         message = patch.read_text().split("\n---\n", 1)[0]
         assert message.count(pr_forms.CPU_PARAGRAPH) <= 1
@@ -39,8 +39,8 @@ def test_a_pull_request_carries_its_findings_commits_and_says_what_it_needs(pr):
 
 @pytest.mark.parametrize("pr", PRS, ids=directory)
 def test_a_pull_request_applies_alone_to_the_release(pr, tmp_path):
-    before = [p for needed in required(pr) for p in pr_files.pr_patches(needed, pr_forms.RELEASE)]
-    pr_proof.patched(tmp_path, before + pr_files.pr_patches(pr, pr_forms.RELEASE))
+    before = [p for needed in required(pr) for p in pr_files.pr_patches(needed, pr_files.RELEASE)]
+    pr_proof.patched(tmp_path, before + pr_files.pr_patches(pr, pr_files.RELEASE))
 
 
 def test_a_patch_that_does_not_apply_is_named(tmp_path):
@@ -58,7 +58,7 @@ def test_subjects_are_read_across_folded_lines(tmp_path):
     patch.write_text(
         "From 0\nSubject: [PATCH] Serve tensor-parallel generation without an mpu in the\n Hybrid Engine\n\nbody\n"
     )
-    assert pr_forms._subject(patch) == "Serve tensor-parallel generation without an mpu in the Hybrid Engine"
+    assert pr_texts._subject(patch) == "Serve tensor-parallel generation without an mpu in the Hybrid Engine"
 
 
 @pytest.mark.parametrize("pr", PRS, ids=directory)
@@ -66,11 +66,11 @@ def test_each_pr_text_is_what_the_registry_and_its_patches_render(pr):
     """PR.md is derived (`python -m repro.host.upstream.pr_forms --texts`), never edited by hand, and names no
     command of this repository: a maintainer reads it without it."""
     text = (pr_files.PRS_DIR / directory(pr) / "PR.md").read_text()
-    assert text == pr_forms.render(pr, pr_files.pr_patches(pr, None))
+    assert text == pr_texts.render(pr, pr_files.pr_patches(pr, None))
     assert "python -m repro" not in text and "of ours" not in text
 
 
 def test_a_finding_whose_kernels_differ_says_both_and_a_workaround_drops_our_commands():
     decode = findings.by_id("decode-as-prompt")
-    assert "on the compiled CUDA/ROCm kernels: not hit" in pr_forms._released(decode)
-    assert pr_forms._for_maintainers("set it (`python -m repro shim`)") == "set it"
+    assert "on the compiled CUDA/ROCm kernels: not hit" in pr_texts._released(decode)
+    assert pr_texts._for_maintainers("set it (`python -m repro shim`)") == "set it"

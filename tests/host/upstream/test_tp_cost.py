@@ -1,6 +1,6 @@
 """The tensor-parallel cost table is the JSON's, and a result already there is never overwritten."""
 
-from repro.host.upstream import tp_cost
+from repro.host.upstream import cost_reports, tp_cost
 
 
 def test_the_table_reads_each_run():
@@ -8,7 +8,7 @@ def test_the_table_reads_each_run():
              "copied_during_generate_bytes": copied, "layer_weight_bytes": 2**21, "generate_median_s": s}
             for zero, pin, tp, held, copied, s in ((3, True, 1, 2**21, 0, 0.5), (3, False, 2, 2**20, 2**20, 0.75),
                                                    (2, True, 2, 2**20, 2**20, 0.25))]  # fmt: skip
-    table = tp_cost.render({"runs": runs})
+    table = cost_reports.tp_table({"runs": runs})
     assert "| ZeRO-3, pinned | 1 | 2.0 MiB | 1.00 | 0.0 MiB | 0.500 s |" in table
     assert "| ZeRO-3, not pinned | 2 | 1.0 MiB | 0.50 | 1.0 MiB | 0.750 s |" in table
     assert "| ZeRO-2 | 2 | 1.0 MiB | 0.50 | 1.0 MiB | 0.250 s |" in table

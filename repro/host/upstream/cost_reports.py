@@ -1,0 +1,171 @@
+"""What the cost runs say, rendered from their results: each run's table, and the paragraphs a pull request's PR.md
+states its cost in. Apart from the runners (tp_cost, lora_cost, cache_cost, gqa_cost), so a PR.md renders from the
+committed results without importing what measures them."""
+
+from __future__ import annotations
+
+from ...findings.registry import TITLES
+
+# The ZeRO paths generate() takes: pinned ZeRO-3 (DeepSpeed-Chat's), non-pinned ZeRO-3 (a layer gathered at a time
+# as released at tp 1), ZeRO-2 (whole weights on every rank; pin_parameters is a ZeRO-3 setting).
+PATHS = ((3, True), (3, False), (2, True))
+
+
+def path_of(zero: int, pin: bool) -> str:
+    return "ZeRO-2" if zero == 2 else f"ZeRO-3, {'pinned' if pin else 'not pinned'}"
+
+
+def tp_setup(run: dict) -> str:
+    """The measured setup in words, from a run's own record."""
+    return (f"{run['ranks']} ranks, a {run['model']['num_hidden_layers']}-layer GPT-NeoX of hidden size "
+            f"{run['model']['hidden_size']}")  # fmt: skip
+
+
+def tp_section(result: dict) -> str:
+    """A pull request's cost section: the setup, what the fix trades on each ZeRO path, the table."""
+    run = result["runs"][0]
+    return (f"{tp_setup(run)}, prompt {run['prompt_tokens']} and {run['new_tokens']} new tokens, with the whole "
+            "series, on each ZeRO path generate() takes (CPU evidence: PyTorch stand-ins for the kernels, gloo; not "
+            f"measured on a GPU). {tp_trades(result)}\n\n{tp_table(result)}")  # fmt: skip
+
+
+def tp_trades(result: dict) -> str:
+    """What the fix trades on each ZeRO path, in words, from the measured runs (inference_tp_size 1 against 2)."""
+    by = {(r["zero_stage"], r["pin_parameters"], r["inference_tp_size"]): r for r in result["runs"]}
+
+    def mib(run: dict, key: str = "held_during_generate_bytes") -> str:
+        return f"{run[key] / 2**20:.1f} MiB"
+
+    pinned, unpinned, zero2 = ((z, p) for z, p in PATHS)
+    one, two = by[(*pinned, 1)], by[(*pinned, 2)]
+    said = [
+        f"Pinned ZeRO-3 (DeepSpeed-Chat's): at tp 2 each rank holds {mib(two)} of slices while it generates, "
+        f"where tp 1 holds every layer gathered ({mib(one)})."
+    ]
+    one, two = by[(*unpinned, 1)], by[(*unpinned, 2)]
+    said.append(
+        f"Non-pinned ZeRO-3 trades memory for working generation: at tp 2 each rank holds its slice of every "
+        f"layer for the whole generate ({mib(two)}), where tp 1 gathers one layer at a time ({mib(one)} at "
+        "most). As released, tp 2 without an mpu crashes in the ZeRO-2 and pinned ZeRO-3 cells of the conformance "
+        "suite (`tensor-parallel`); non-pinned it is not measured as released."
+    )
+    one, two = by[(*zero2, 1)], by[(*zero2, 2)]
+    said.append(
+        f"ZeRO-2: at tp 2 each rank copies its slices ({mib(two, 'copied_during_generate_bytes')}) beside the "
+        f"whole training weights at every generate() and frees them after it (generate "
+        f"{two['generate_median_s']:.3f} s against {one['generate_median_s']:.3f} s at tp 1)."
+    )
+    return " ".join(said)
+
+
+def tp_table(result: dict) -> str:
+    lines = ["| ZeRO | inference_tp_size | layer weights held per rank while generating | of the layers' weights | "
+             "of which copied beside the training weights | generate, median of 5 |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for run in result["runs"]:
+        held, whole = run["held_during_generate_bytes"], run["layer_weight_bytes"]
+        copied = run["copied_during_generate_bytes"]
+        lines.append(f"| {path_of(run['zero_stage'], run['pin_parameters'])} | {run['inference_tp_size']} | "
+                     f"{held / 2**20:.1f} MiB | {held / whole:.2f} | {copied / 2**20:.1f} MiB | "
+                     f"{run['generate_median_s']:.3f} s |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def lora_table(result: dict) -> str:
+    lines = ["| build | broadcasts per generate | bytes broadcast per generate | of the layers' weights | "
+             "generate, median of 5 |", "|---|---|---|---|---|"]  # fmt: skip
+    for run in result["runs"]:
+        sent, whole = run["broadcast_bytes_per_generate"], run["layer_weight_bytes"]
+        lines.append(f"| {run['build']} | {run['broadcasts_per_generate']} | {sent / 2**20:.1f} MiB | "
+                     f"{sent / whole:.2f} | {run['generate_median_s']:.3f} s |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def lora_section(result: dict) -> str:
+    """A pull request's cost section: the setup, what the fix adds per generate, the table."""
+    run = result["runs"][0]
+    return (f"{tp_setup(run)} with LoRA on every Linear, prompt {run['prompt_tokens']} and {run['new_tokens']} "
+            "new tokens (CPU evidence: PyTorch stand-ins for the kernels, gloo; not measured on a GPU or across "
+            f"nodes). {lora_trades(result)}\n\n{lora_table(result)}")  # fmt: skip
+
+
+def lora_trades(result: dict) -> str:
+    """What the fix adds per generate, in words, from the two runs."""
+    with_it, without = result["runs"]
+    ratio = with_it["broadcast_bytes_per_generate"] / with_it["layer_weight_bytes"]
+    return (
+        f"Non-pinned ZeRO-3 with LoRA on every Linear: with the fix each generate() broadcasts "
+        f"{with_it['broadcast_bytes_per_generate'] / 2**20:.1f} MiB from rank 0 "
+        f"({with_it['broadcasts_per_generate']} broadcasts: each layer's fused weights on its first forward, "
+        f"and again when they are unfused), where DeepSpeed's own path broadcasts "
+        f"{without['broadcast_bytes_per_generate'] / 2**20:.1f} MiB and generates without LoRA after the prompt; "
+        f"generate takes {with_it['generate_median_s']:.3f} s against {without['generate_median_s']:.3f} s. The "
+        f"broadcast grows with the model: {ratio:.2f} times its layers' weights (LoRA included) per generate."
+    )
+
+
+def cache_per_token(part: dict) -> str:
+    return f"{part['cache_bytes'] / part['cache_tokens']:.0f}" if part["cache_tokens"] else "-"
+
+
+def cache_table(result: dict) -> str:
+    gpu = any(run["hybrid_engine"].get("peak_bytes_above_held") is not None for run in result["runs"])
+    extra = " | HE generate s (again) | native generate s | GPU peak above held: HE (again) / native" if gpu else ""
+    lines = [
+        "| build | model | Cache bytes (tokens it counts) | per token | native: bytes (tokens) | tokens = native "
+        f"| logits vs native{extra} |",
+        "|---|---|---|---|---|---|---|" + ("---|---|---|" if gpu else ""),
+    ]
+    for run in result["runs"]:
+        he, native = run["hybrid_engine"], run["native"]
+        cells = ""
+        if gpu:
+            again = run["hybrid_engine_again"]
+            cells = (f" | {he['generate_s']:.3f} ({again['generate_s']:.3f}) | {native['generate_s']:.3f} | "
+                     f"{he['peak_bytes_above_held']} ({again['peak_bytes_above_held']}) / "
+                     f"{native['peak_bytes_above_held']}")  # fmt: skip
+        lines.append(f"| {run['build']} | {run['arch']} | {he['cache_bytes']} ({he['cache_tokens']}) | "
+                     f"{cache_per_token(he)} | {native['cache_bytes']} ({native['cache_tokens']}) | "
+                     f"{run['tokens_equal_native']} | {run['logits_max_abs_vs_native']:.2g}{cells} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def gqa_table(result: dict) -> str:
+    gpu = any(run["hybrid_engine"].get("peak_bytes_above_held") is not None for run in result["runs"])
+    lines = [
+        "| key/value heads of 16 | QKV weight bytes | workspace K/V bytes | HE generate s (median) | native "
+        "generate s (median) | tokens = native | logits vs native"
+        + (" | GPU peak above held: HE / native |" if gpu else " |"),
+        "|---|---|---|---|---|---|---|" + ("---|" if gpu else ""),
+    ]
+    for run in result["runs"]:
+        he, native = run["hybrid_engine"], run["native"]
+        kv = run["workspace_kv_bytes"]
+        peak = f" {he['peak_bytes_above_held']} / {native['peak_bytes_above_held']} |" if gpu else ""
+        lines.append(f"| {run['key_value_heads']} | {run['qkv_weight_bytes']} | {'-' if kv is None else kv} | "
+                     f"{he['generate_s']:.3f} | {native['generate_s']:.3f} | {run['tokens_equal_native']} | "
+                     f"{run['logits_max_abs_vs_native']:.2g} |{peak}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def cache_memory(measured: dict) -> str:
+    """The Cache fix's memory, from its measurement: what the Cache holds with the fix, per model, against native."""
+    fixed = [r for r in measured["runs"] if r["build"] == "whole series"]
+    filled = [r for r in fixed if r["hybrid_engine"]["cache_tokens"]]
+    left = [r for r in fixed if not r["hybrid_engine"]["cache_bytes"]]
+    per_token = sorted({cache_per_token(r["hybrid_engine"]) for r in filled})
+    native = sorted({cache_per_token(r["native"]) for r in fixed})
+    words = [f"Measured with tiny models (2 layers, hidden 256, 4 heads, fp32; pinned ZeRO-3 on 2 ranks; a prompt "
+             f"of 8 and 8 new tokens; Transformers {measured['transformers']}; {measured['evidence']}):"]  # fmt: skip
+    if filled:
+        words.append(f"the Cache `generate` returns holds {' / '.join(per_token)} bytes per token it counts for "
+                     f"{', '.join(TITLES.get(r['arch'], r['arch']) for r in filled)}, where native generation's holds "
+                     f"{' / '.join(native)}: one element per token, layer and sequence, not the keys and "
+                     "values;")  # fmt: skip
+    if left:
+        words.append(f"{', '.join(TITLES.get(r['arch'], r['arch']) for r in left)}, which does not read the Cache's "
+                     "length, gets nothing in it, as without the fix;")  # fmt: skip
+    equal = all(r["tokens_equal_native"] for r in fixed)
+    words.append(f"tokens {'equal' if equal else 'differ from'} native's for every model. On a GPU this has not been "
+                 "measured.")  # fmt: skip
+    return " ".join(words) + "\n\n" + cache_table(measured)

@@ -1,0 +1,117 @@
+"""Each pull request's PR.md and REQUIRES, rendered from the registry, its committed patches and its committed cost
+measurement (`python -m repro.host.upstream.pr_forms --texts` writes them): what breaks for whom, the fix, the tests,
+what it costs, the issues it answers, and what is CPU evidence."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ... import findings, results
+from ...findings import reports
+from ...findings.prs import PRS, PullRequest, directory, required
+from .cost_reports import cache_memory, lora_section, tp_section
+from .pr_files import PRS_DIR, RELEASE, pr_patches
+
+
+def _subject(patch: Path) -> str:
+    """A patch's subject line, without `[PATCH]` (format-patch folds it: the continuation lines are joined)."""
+    text = patch.read_text()
+    subject = re.search(r"^Subject: \[PATCH\] (.*?)\n(?! )", text, flags=re.MULTILINE | re.DOTALL)
+    return " ".join(subject.group(1).split()) if subject else patch.name
+
+
+def _changed_lines(patches: list[Path]) -> int:
+    return sum(
+        1 for p in patches for line in p.read_text().splitlines()
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    )  # fmt: skip
+
+
+def texts() -> list[str]:
+    """Every PR.md and REQUIRES written again from the registry and the committed patches (no checkout needed)."""
+    for pr in PRS:
+        folder = PRS_DIR / directory(pr)
+        (folder / "PR.md").write_text(render(pr, pr_patches(pr, None)))
+        (folder / "REQUIRES").unlink(missing_ok=True)
+        if pr.requires:
+            (folder / "REQUIRES").write_text("".join(directory(p) + "\n" for p in required(pr)))
+    return [directory(pr) for pr in PRS]
+
+
+def _for_maintainers(text: str) -> str:
+    """The registry's words without the commands of this repository (a user's answer names them; a PR does not)."""
+    return re.sub(r" \(`python -m repro[^`]*`[^)]*\)", "", text)
+
+
+def _released(f) -> str:
+    """As released, and where DeepSpeed's compiled kernels differ from the PyTorch path the evidence ran on, there."""
+    if f.kernel is None:
+        return f"As released: {f.outcome}."
+    there = f.kernel.outcome or "not hit"
+    return (f"As released, on DeepSpeed's PyTorch path (accelerators without the compiled op): {f.outcome}; on the "
+            f"compiled CUDA/ROCm kernels: {there} ({f.kernel.read}; read from the code, not run).")  # fmt: skip
+
+
+# A pull request's cost section, from its committed measurement: the measurement and what renders it.
+COSTS = {
+    "tensor-parallel": (results.TP_COST, tp_section),
+    "lora-non-pinned": (results.LORA_COST, lora_section),
+    "transformers-5": (results.CACHE_COST, cache_memory),
+}
+
+
+def render(pr: PullRequest, patches: list[Path]) -> str:
+    """PR.md: what breaks for whom, the fix, the tests, the issues it closes, and what is CPU evidence."""
+    found = [findings.by_id(f) for f in pr.findings]
+    lines = [f"# {pr.title}", "", f"**Why take it:** {pr.value}.", ""]
+    if pr.requires:
+        why = " (for its end-to-end test on CPU runners: on a GPU the kernels run, and this one stands without it)"
+        needs = [directory(p) + (why if not p.findings and p.slug in pr.requires else "") for p in required(pr)]
+        lines += [f"**Requires:** {', '.join(needs)}, applied first.", ""]
+    lines += [f"**Builds on:** {pr.builds_on}.", ""] if pr.builds_on else []
+    lines += ["## What breaks, for whom", ""]
+    lines += [f"- **{f.id}** (`{f.patch}`): {f.summary} {_released(f)} Workaround: {_for_maintainers(f.workaround)}."
+              for f in found]  # fmt: skip
+    lines += [f"- {pr.breaks}."] if pr.breaks else []
+    lines += ["", "## The fix", ""]
+    lines += [f"- {_subject(p)}" for p in patches]
+    lines += ["", "Each commit's message says the cause, the fix and its test in full."]
+    lines += ["", "## Tests", ""]
+    lines += [f"- `tests/{t}` (`{f.patch}`)" for f in found for t in f.tests]
+    lines += [f"- `tests/{t}`" for t in pr.tests]
+    measured, section = COSTS.get(pr.slug, (None, None))
+    if measured is not None and measured.exists():
+        lines += ["", "## What it costs", "", section(results.load(measured))]
+    reported = reports.closing(pr.findings)  # the triaged user reports (docs/upstream-reports.md)
+    refs = sorted({r for f in found for r in f.upstream if not reports.mentioned(r, reported)})
+    answers = "; ".join(filter(None, [", ".join(refs), reported])) or "no upstream issue names these bugs"
+    lines += ["", "## Closes or answers", "", answers, ""]
+    on = [directory(p) for p in required(pr) if not p.findings and p.slug in pr.requires]  # its end-to-end test's
+    ran = (
+        f"(run on CPU: the end-to-end test through the injected layers on DeepSpeed's own PyTorch fallbacks, "
+        f"completed by {', '.join(on)}, no stand-in: CPU evidence). These commits have not run on a GPU or an AMD "
+        "host: their GPU cost is not measured."
+        if on
+        else "(run on CPU with DeepSpeed's PyTorch paths, and with PyTorch stand-ins for the `transformer_inference` "
+        "kernels where a test needs a kernel: CPU evidence). These commits have not run on a GPU or an AMD host: "
+        "their GPU cost is not measured."
+        if pr.findings
+        else "(run on CPU: DeepSpeed's own fallbacks against Transformers' modules, no stand-in: CPU evidence). "
+        "Where the compiled op loads, every op binding takes its kernel as before, so nothing changes on a GPU; "
+        "not run on a GPU or an AMD host (ROCm in bf16, which takes these fallbacks, included)."
+    )
+    lines += [
+        "## Evidence",
+        "",
+        f"{len(patches)} commit{'s' if len(patches) > 1 else ''}, {_changed_lines(patches)} changed lines. "
+        f"Each commit's test fails on DeepSpeed without the commit and passes with it {ran} The figures in the "
+        "commit messages come from the same CPU runs.",
+        "",
+        "Apply: `git am repro/patches/prs/" + directory(pr) + "/*.patch` on master"
+        + (f" (on {RELEASE}: the same commits, each file diff under `{RELEASE}/` in place of its own)"
+           if (PRS_DIR / directory(pr) / RELEASE).exists() else "")  # fmt: skip
+        + (", after what it requires." if pr.requires else "."),
+        "",
+    ]  # fmt: skip
+    return "\n".join(lines)
