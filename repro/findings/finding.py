@@ -177,6 +177,9 @@ class Finding:
     upstream: tuple[str, ...] = ()  # DeepSpeed issues and pull requests it answers
     needs: tuple[str, ...] = ()  # findings whose patches its tests need beside it (ids)
     bug_errors: tuple[str, ...] = ()  # where the bug is an exception: its type, the test's failure
+    # The Transformers its tests are proven on where its end-to-end test needs its model injected and the pinned one
+    # does not inject it (OPT: < 4.49); None: the pinned one. Elsewhere that test skips, by name.
+    tests_on: str | None = None
     text: str | None = None  # its issue text's file name (results/reference/conformance/ or family/)
     scripts: tuple[Script, ...] = ()
     # The conformance diagnosis' words for it ({patch} is filled in): what a cell shows, and the series' refusal.

@@ -147,7 +147,8 @@ PRS: tuple[PullRequest, ...] = (
         "Kernel injection: OPT's activation and post-LayerNorm layers",
         ("opt-activation", "opt-post-layer-norm"),
         "opt-350m (post-LayerNorm) and GELU OPTs compute the wrong model",
-        requires=("zero3-qkv-bias",),
+        # its end-to-end test runs the injected layers (CPU: fallbacks), on Transformers < 4.49 (OPT injected)
+        requires=("inference-fallbacks", "zero3-qkv-bias"),
     ),
     PullRequest(
         "opt-refusals",
@@ -197,6 +198,8 @@ PRS: tuple[PullRequest, ...] = (
         "DeepSpeedSelfAttention: read is_prompt from the input (DeepSpeed's PyTorch path)",
         ("decode-as-prompt",),
         "only DeepSpeed's PyTorch attention path is hit (the CUDA kernel recomputes it): lowest value",
+        # its end-to-end test generates a post-LayerNorm OPT through the injected layers (CPU: fallbacks)
+        requires=("inference-fallbacks",),
     ),
     PullRequest(
         "transformers-5",

@@ -543,6 +543,7 @@ FINDINGS: tuple[Finding, ...] = (
         ),
         workaround=NO_WORKAROUND,
         tests=("unit/module_inject/test_opt_activation.py",),
+        tests_on=OPT_ENGAGED,  # its end-to-end test generates an OPT through the injected layers
         text="ISSUE-opt-activation.md",
         scripts=(Script("opt_config.py", args=("--setting", "gelu"), transformers=OPT_ENGAGED),),
         shows=("OPT's activation_function ignored by the Hybrid Engine: computed with ReLU ({patch})",),
@@ -599,6 +600,10 @@ FINDINGS: tuple[Finding, ...] = (
         ),
         workaround=NO_WORKAROUND,
         tests=("unit/ops/transformer/inference/test_ds_attention_is_prompt.py",),
+        # its end-to-end test generates a post-LayerNorm OPT through the injected layers; without the fix
+        # Transformers refuses the second step's attention mask (the injected layers restarted their KV cache)
+        tests_on=OPT_ENGAGED,
+        bug_errors=("ValueError",),
         text="ISSUE-decode-as-prompt.md",
         scripts=(Script("opt_config.py", args=("--setting", "post_layer_norm"), transformers=OPT_ENGAGED),),
         shows=("injected attention takes decode steps for prompts: the KV cache restarts every token ({patch})",),

@@ -1,7 +1,7 @@
-"""The pull requests' forms for a release (their PR.md: pr_texts.py). A pull request is committed once, for DeepSpeed master
-(repro/patches/prs/<NN>-<slug>/, `git format-patch` of its commits alone on master after what it REQUIRES); where
-some files of one of its commits do not carry over to a release (their context differs there), those files' diffs
-for the release sit in <NN>-<slug>/<release>/ under the commit's name (pr_files composes the release form). The
+"""The pull requests' forms for a release (their PR.md: pr_texts.py). A pull request is committed once, for DeepSpeed
+master (repro/patches/prs/<NN>-<slug>/, `git format-patch` of its commits alone on master after what it REQUIRES);
+where some files of one of its commits do not carry over to a release (their context differs there), those files'
+diffs for the release sit in <NN>-<slug>/<release>/ under the commit's name (pr_files composes the release form). The
 linear series is derived from them (series.py).
 
     python -m repro.host.upstream.pr_forms MASTER_CHECKOUT RELEASE_CHECKOUT    (each pull request's 0.19.8 forms)

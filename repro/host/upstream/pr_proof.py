@@ -14,6 +14,7 @@ from pathlib import Path
 from ... import findings
 from ... import results as result_files
 from ...findings.prs import PRS, PullRequest, directory, required
+from ..envs import transformers_env
 from . import patched_copy, regression
 from .pr_files import RELEASE, pr_patches
 
@@ -33,21 +34,34 @@ def patched(dest: Path, patches: list[Path]) -> Path:
     return dest
 
 
+def transformers_of(pr: PullRequest) -> str | None:
+    """The Transformers its findings' tests are proven on (their `tests_on`; None: the pinned one)."""
+    on = sorted({findings.by_id(f).tests_on for f in pr.findings} - {None})
+    if len(on) > 1:
+        raise ProofError(f"{directory(pr)}: its findings' tests are proven on different Transformers ({on})")
+    return on[0] if on else None
+
+
 def prove(pr: PullRequest, timeout_s: float = 900) -> dict:
     tests = tuple(t for f in pr.findings for t in findings.by_id(f).tests) + pr.tests
     errors = tuple(e for f in pr.findings for e in findings.by_id(f).bug_errors) + pr.bug_errors
     before = [p for needed in required(pr) for p in pr_patches(needed, RELEASE)]
+    version = transformers_of(pr)
+    overlay = transformers_env.overlay(version) if version else None
     with tempfile.TemporaryDirectory() as tmp:
         started = time.time()
-        without = regression.run_upstream_test(patched(Path(tmp) / "without", before), timeout_s, tests, errors)
-        with_pr = regression.run_upstream_test(
-            patched(Path(tmp) / "with", before + pr_patches(pr, RELEASE)), timeout_s, tests
-        )
-    failing = {name for name, kind in without["tests"].items() if kind != "passed"}
+        roots = {
+            name: transformers_env.joined(patched(Path(tmp) / name, patches), overlay, base=Path(tmp))
+            for name, patches in (("without", before), ("with", before + pr_patches(pr, RELEASE)))
+        }
+        without = regression.run_upstream_test(roots["without"], timeout_s, tests, errors)
+        with_pr = regression.run_upstream_test(roots["with"], timeout_s, tests)
+    failing = {name for name, kind in without["tests"].items() if kind not in ("passed", regression.SKIPPED)}
     return {
         "pr": directory(pr),
         "requires": [directory(p) for p in required(pr)],
         "tests": list(tests),
+        "transformers": version or transformers_env.pinned(),
         "without": {"outcome": without["outcome"], "right_reason": without["failed_for_the_right_reason"],
                     "failed": sorted(failing), "passed": sum(k == "passed" for k in without["tests"].values())},
         "with": {"outcome": with_pr["outcome"], "passed": sum(k == "passed" for k in with_pr["tests"].values()),

@@ -30,6 +30,9 @@ UPSTREAM_DIR = REPO_ROOT / "tests" / "upstream"
 TESTS_BY_PATCH = {f.patch: f.tests for f in findings.FINDINGS}
 PREREQUISITES = {p: findings.needs_of(p) for p in findings.SERIES if findings.needs_of(p)}
 BUG_ERRORS = {f.patch: f.bug_errors for f in findings.FINDINGS if f.bug_errors}
+# The Transformers a patch's tests are proven on, where it is not the pinned one (its model injected only there).
+TESTS_ON = {f.patch: f.tests_on for f in findings.FINDINGS if f.tests_on}
+SKIPPED = "skipped"  # a test that skipped itself: neither passed nor failed, and never the proof of anything
 # A test's `pytest.raises` that saw nothing raised: the test's own check failed.
 DID_NOT_RAISE = "DID NOT RAISE"
 # The #8391 test of the layout, run by default (`python -m repro regression`, `invoke test --in-image`); the finding's
@@ -67,21 +70,23 @@ def run_batch(deepspeed_root: Path | None, patches: tuple[str, ...], timeout_s: 
         modules = {_module_of(t) for t in TESTS_BY_PATCH[p]}
         own = _keyed([c for c in cases if c[0] in modules])
         # pytest's own status is the batch's; the patch's is its cases' (1 when one of them did not pass)
-        code = 0 if own and all(kind == "passed" for kind in own.values()) else max(returncode, 1)
+        code = 0 if _passed(own) else max(returncode, 1)
         results[p] = _result(code, own, output, BUG_ERRORS.get(p, ()))
     return results
 
 
-def jobs_by_build() -> dict[tuple[str, ...], tuple[str, ...]]:
-    """Each build the per-patch proofs run on -> the patches whose tests run there: a patch's tests run on its
-    prerequisites alone (where they must fail) and with the patch (where they must pass), so one build serves
-    one patch's failure and another's pass, and the builds of patches without prerequisites are one."""
-    jobs: dict[tuple[str, ...], list[str]] = {}
+def jobs_by_build() -> dict[tuple[tuple[str, ...], str | None], tuple[str, ...]]:
+    """Each (build, Transformers) the per-patch proofs run on -> the patches whose tests run there: a patch's tests
+    run on its prerequisites alone (where they must fail) and with the patch (where they must pass), on its
+    Transformers (TESTS_ON; None: the pinned one), so one build serves one patch's failure and another's pass, and
+    the builds of patches without prerequisites are one per Transformers."""
+    jobs: dict[tuple[tuple[str, ...], str | None], list[str]] = {}
     for number in TESTS_BY_PATCH:
         before = tuple(sorted(PREREQUISITES.get(number, ())))
         for build in (before, tuple(sorted((*before, number)))):
-            jobs.setdefault(build, []).append(number)
-    return {build: tuple(numbers) for build, numbers in sorted(jobs.items(), key=lambda kv: (len(kv[0]), kv[0]))}
+            jobs.setdefault((build, TESTS_ON.get(number)), []).append(number)
+    order = sorted(jobs.items(), key=lambda kv: (kv[0][1] or "", len(kv[0][0]), kv[0][0]))
+    return {job: tuple(numbers) for job, numbers in order}
 
 
 def _pytest(
@@ -120,9 +125,14 @@ def _pytest(
     return returncode, cases, output
 
 
+def _passed(cases: dict[str, str]) -> bool:
+    """Every case passed or skipped itself, and at least one passed: tests that all skipped prove nothing."""
+    return any(kind == "passed" for kind in cases.values()) and all(k in ("passed", SKIPPED) for k in cases.values())
+
+
 def _result(returncode: int, cases: dict[str, str], output: str, bug_errors: tuple[str, ...]) -> dict:
-    failed = {name: kind for name, kind in cases.items() if kind != "passed"}
-    passed = returncode == 0 and bool(cases) and not failed
+    failed = {name: kind for name, kind in cases.items() if kind not in ("passed", SKIPPED)}
+    passed = returncode == 0 and _passed(cases)
     return {
         "outcome": "pass" if passed else "fail",
         "exit_code": returncode,
@@ -152,14 +162,15 @@ def _broken(why: str, output: str) -> dict:
 
 
 def _cases(xml: Path) -> list[tuple[str, str, str]]:
-    """Each test case: its module (`unit.hybrid_engine.test_x`), its name, and "passed" or the failure/error
-    type (AssertionError, ImportError, ...)."""
+    """Each test case: its module (`unit.hybrid_engine.test_x`), its name, and "passed", "skipped" or the
+    failure/error type (AssertionError, ImportError, ...)."""
     cases = []
     for case in ET.parse(xml).getroot().iter("testcase"):
         problem = case.find("failure") if case.find("failure") is not None else case.find("error")
         classname = case.get("classname", "?")
         module = classname.rsplit(".", 1)[0] if classname.rsplit(".", 1)[-1].startswith("Test") else classname
-        cases.append((module, _case_name(case), "passed" if problem is None else _exception_type(problem)))
+        kind = SKIPPED if case.find("skipped") is not None else "passed"
+        cases.append((module, _case_name(case), kind if problem is None else _exception_type(problem)))
     return cases
 
 

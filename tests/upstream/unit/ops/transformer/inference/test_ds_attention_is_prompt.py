@@ -6,8 +6,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from packaging import version
 
+import deepspeed
+from deepspeed.accelerator import get_accelerator
 from deepspeed.ops.transformer.inference.ds_attention import DeepSpeedSelfAttention
+from unit.common import DistributedTest
 
 HIDDEN = 8
 
@@ -46,3 +50,73 @@ def test_is_prompt_follows_the_sequence_length(pre_layer_norm, seq_len, is_promp
     attention(torch.randn(2, seq_len, HIDDEN), input_mask=None)
 
     assert attention.is_prompt == [is_prompt]
+
+
+def greedy(model, input_ids):
+    output = model.generate(input_ids,
+                            attention_mask=torch.ones_like(input_ids),
+                            max_new_tokens=4,
+                            min_new_tokens=4,
+                            do_sample=False,
+                            pad_token_id=0,
+                            return_dict_in_generate=True,
+                            output_logits=True)
+    return output.sequences[:, input_ids.shape[1]:], torch.stack(output.logits)
+
+
+class TestHybridEngineIsPromptGenerate(DistributedTest):
+    world_size = 1
+
+    # End to end: the Hybrid Engine's generate(), through the injected layers (their kernels, or on CPU the PyTorch
+    # fallbacks), computes a post-LayerNorm OPT (OPT-350m's layout) at every decode step. DeepSpeed injects OPT on
+    # transformers < 4.49.
+    def test_generate_computes_a_post_layer_norm_model(self):
+        transformers = pytest.importorskip("transformers")
+        if version.parse(transformers.__version__) >= version.parse("4.49"):
+            pytest.skip("DeepSpeed injects OPT only on transformers < 4.49")
+        torch.manual_seed(0)
+        config = transformers.OPTConfig(vocab_size=1024,
+                                        hidden_size=256,
+                                        num_hidden_layers=2,
+                                        num_attention_heads=4,
+                                        ffn_dim=1024,
+                                        max_position_embeddings=256,
+                                        word_embed_proj_dim=256,
+                                        do_layer_norm_before=False)
+        device = get_accelerator().current_device_name()
+        model = transformers.OPTForCausalLM(config).to(device).eval()
+        # Biases away from zero, as a trained model has them. The LayerNorms stay as initialised: their placement is
+        # another fix's (test_opt_post_layer_norm.py).
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if name.endswith("bias") and "layer_norm" not in name:
+                    param.add_(torch.randn_like(param) * 0.1)
+        input_ids = torch.arange(10, 74, device=device).unsqueeze(0)
+        with torch.no_grad():
+            expected_tokens, expected_logits = greedy(model, input_ids)
+        ds_config = {
+            "train_micro_batch_size_per_gpu": 1,
+            "zero_optimization": {
+                "stage": 2
+            },
+            "optimizer": {
+                "type": "Adam",
+                "params": {
+                    "lr": 1e-3,
+                    "torch_adam": True
+                }
+            },
+            "hybrid_engine": {
+                "enabled": True,
+                "max_out_tokens": 256
+            },
+        }
+        engine, *_ = deepspeed.initialize(model=model, config=ds_config, model_parameters=model.parameters())
+
+        engine.eval()
+        with torch.no_grad():
+            tokens, logits = greedy(engine, input_ids)
+
+        assert engine._inference_containers, "no layer was injected"
+        assert torch.equal(tokens, expected_tokens)
+        assert torch.allclose(logits, expected_logits, atol=1e-3)
