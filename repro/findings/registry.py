@@ -1004,6 +1004,7 @@ FINDINGS: tuple[Finding, ...] = (
         also=(Scope(archs=("opt", "gpt-j"), transformers=(FIRST_GPTJ_TENSOR_RETURN, None)),),
         workaround=f"Transformers < {FIRST_NEOX_TENSOR_RETURN} (GPT-NeoX), < {FIRST_GPTJ_TENSOR_RETURN} (OPT, GPT-J)",
         tests=("unit/module_inject/test_injected_layer_tensor_return.py",),
+        tests_on=NEWEST_TRANSFORMERS,  # its end-to-end test generates a GPT-NeoX on Transformers >= 5.2
         # the layer's tensor under use_cache is 0008's; its lines sit next to those of every earlier patch of the
         # GPT-NeoX, OPT and GPT-J containers (0000 also gives GPT-NeoX's container its head count)
         needs=(
@@ -1054,6 +1055,7 @@ FINDINGS: tuple[Finding, ...] = (
         workaround="GPT-Neo: Transformers < 5.4; OPT: Transformers <= 5.23, where it stays native (<= 4.48.3 to have "
         "it injected)",
         tests=("unit/module_inject/test_injected_layer_transformers_cache.py",),
+        tests_on=NEWEST_TRANSFORMERS,  # its end-to-end test generates a GPT-Neo on Transformers >= 5.4
         text="ISSUE-empty-cache-positions.md",
         scripts=(Script("cache_positions.py", transformers=NEWEST_TRANSFORMERS),),
         shows=("decode steps placed by a Transformers Cache the injected layers leave empty ({patch})",),

@@ -6,12 +6,16 @@ import sys
 
 import pytest
 import torch
+from packaging import version
 
+import deepspeed
+from deepspeed.accelerator import get_accelerator
 from deepspeed.inference.config import DeepSpeedInferenceConfig
 from deepspeed.model_implementations.transformers.ds_transformer import DeepSpeedTransformerInference
 from deepspeed.module_inject.containers import GPTNEOXLayerPolicy, HFGPTJLayerPolicy, HFOPTLayerPolicy
 from deepspeed.module_inject.containers import gptj, gptneox, opt
 from deepspeed.module_inject.utils import policy_to_ds_container
+from unit.common import DistributedTest
 
 transformers = pytest.importorskip("transformers")
 
@@ -132,3 +136,67 @@ def test_the_layer_returns_what_each_transformers_expects(name, monkeypatch):
     assert inference_config_of(name, model, layers, 0, monkeypatch).return_tuple is True
     monkeypatch.setattr(installed, "__version__", first_tensor_release)
     assert inference_config_of(name, model, layers, 0, monkeypatch).return_tuple is False
+
+
+def greedy(model, input_ids):
+    output = model.generate(input_ids,
+                            attention_mask=torch.ones_like(input_ids),
+                            max_new_tokens=4,
+                            min_new_tokens=4,
+                            do_sample=False,
+                            pad_token_id=0,
+                            return_dict_in_generate=True,
+                            output_logits=True)
+    return output.sequences[:, input_ids.shape[1]:], torch.stack(output.logits)
+
+
+def generate_with_and_without_the_hybrid_engine(model):
+    device = get_accelerator().current_device_name()
+    model = model.to(device).eval()
+    input_ids = torch.arange(10, 74, device=device).unsqueeze(0)
+    with torch.no_grad():
+        expected = greedy(model, input_ids)
+    ds_config = {
+        "train_micro_batch_size_per_gpu": 1,
+        "zero_optimization": {
+            "stage": 2
+        },
+        "optimizer": {
+            "type": "Adam",
+            "params": {
+                "lr": 1e-3,
+                "torch_adam": True
+            }
+        },
+        "hybrid_engine": {
+            "enabled": True,
+            "max_out_tokens": 256
+        },
+    }
+    engine, *_ = deepspeed.initialize(model=model, config=ds_config, model_parameters=model.parameters())
+    engine.eval()
+    with torch.no_grad():
+        return engine, expected, greedy(engine, input_ids)
+
+
+class TestHybridEngineTensorReturnGenerate(DistributedTest):
+    world_size = 1
+
+    # End to end: the Hybrid Engine's generate(), through the injected layers (their kernels, or on CPU the PyTorch
+    # fallbacks), computes a GPT-NeoX on transformers >= 5.2, which hands what each layer returns to the next.
+    def test_generate_computes_the_model(self):
+        if version.parse(transformers.__version__) < version.parse("5.2.0"):
+            pytest.skip("transformers < 5.2 indexes what a GPT-NeoX layer returns")
+        torch.manual_seed(0)
+        config = transformers.GPTNeoXConfig(vocab_size=1024,
+                                            hidden_size=256,
+                                            num_hidden_layers=2,
+                                            num_attention_heads=4,
+                                            intermediate_size=1024,
+                                            max_position_embeddings=256)
+        engine, (expected_tokens, expected_logits), (tokens, logits) = generate_with_and_without_the_hybrid_engine(
+            transformers.GPTNeoXForCausalLM(config))
+
+        assert engine._inference_containers, "no layer was injected"
+        assert torch.equal(tokens, expected_tokens)
+        assert torch.allclose(logits, expected_logits, atol=1e-3)

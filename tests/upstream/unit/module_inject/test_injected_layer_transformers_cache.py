@@ -4,9 +4,13 @@
 
 import pytest
 import torch
+from packaging import version
 
+import deepspeed
+from deepspeed.accelerator import get_accelerator
 from deepspeed.ops.transformer.inference.config import DeepSpeedInferenceConfig
 from deepspeed.model_implementations.transformers.ds_transformer import DeepSpeedTransformerInference
+from unit.common import DistributedTest
 
 transformers = pytest.importorskip("transformers")
 
@@ -124,3 +128,69 @@ def test_without_a_cache_the_layer_keeps_its_own():
     with torch.no_grad():
         layer(torch.randn(1, 3, HEADS * HEAD_DIM), use_cache=True)
     assert layer.layer_past[0].shape == (1, HEADS, 3, HEAD_DIM)
+
+
+def greedy(model, input_ids):
+    output = model.generate(input_ids,
+                            attention_mask=torch.ones_like(input_ids),
+                            max_new_tokens=4,
+                            min_new_tokens=4,
+                            do_sample=False,
+                            pad_token_id=0,
+                            return_dict_in_generate=True,
+                            output_logits=True)
+    return output.sequences[:, input_ids.shape[1]:], torch.stack(output.logits)
+
+
+def generate_with_and_without_the_hybrid_engine(model):
+    device = get_accelerator().current_device_name()
+    model = model.to(device).eval()
+    input_ids = torch.arange(10, 74, device=device).unsqueeze(0)
+    with torch.no_grad():
+        expected = greedy(model, input_ids)
+    ds_config = {
+        "train_micro_batch_size_per_gpu": 1,
+        "zero_optimization": {
+            "stage": 2
+        },
+        "optimizer": {
+            "type": "Adam",
+            "params": {
+                "lr": 1e-3,
+                "torch_adam": True
+            }
+        },
+        "hybrid_engine": {
+            "enabled": True,
+            "max_out_tokens": 256
+        },
+    }
+    engine, *_ = deepspeed.initialize(model=model, config=ds_config, model_parameters=model.parameters())
+    engine.eval()
+    with torch.no_grad():
+        return engine, expected, greedy(engine, input_ids)
+
+
+class TestHybridEngineCacheLengthGenerate(DistributedTest):
+    world_size = 1
+
+    # End to end: the Hybrid Engine's generate(), through the injected layers (their kernels, or on CPU the PyTorch
+    # fallbacks), computes a GPT-Neo on transformers >= 5.4, which places each decode step by its Cache's length.
+    def test_generate_computes_the_model(self):
+        if version.parse(transformers.__version__) < version.parse("5.4.0"):
+            pytest.skip("transformers < 5.4 places GPT-Neo's decode steps by cache_position")
+        torch.manual_seed(0)
+        config = transformers.GPTNeoConfig(vocab_size=1024,
+                                           hidden_size=256,
+                                           num_layers=2,
+                                           num_heads=4,
+                                           intermediate_size=1024,
+                                           max_position_embeddings=256,
+                                           window_size=256,
+                                           attention_types=[[["global", "local"], 1]])
+        engine, (expected_tokens, expected_logits), (tokens, logits) = generate_with_and_without_the_hybrid_engine(
+            transformers.GPTNeoForCausalLM(config))
+
+        assert engine._inference_containers, "no layer was injected"
+        assert torch.equal(tokens, expected_tokens)
+        assert torch.allclose(logits, expected_logits, atol=1e-3)
