@@ -219,8 +219,8 @@ def test_passes_with_its_patch(number):
     assert set(result["tests"].values()) == {"passed"}
 
 
-# The end-to-end tests that skip on the pinned Transformers (4.57.6), by name: 0.19.8 injects OPT only below 4.49,
-# and the Transformers 5 bugs show from 5.2 and 5.4; their patches are proven on 4.48.3 and 5.25.0 (tests_on).
+# The end-to-end tests that skip on the pinned Transformers (4.57.6), by name: 0.19.8 leaves OPT native from 4.49
+# to 5.23, and the Transformers 5 bugs show from 5.2 and 5.4; their patches are proven on 4.48.3 and 5.25.0 (tests_on).
 SKIPPED_ON_PINNED = {
     "TestHybridEngineOPTActivationGenerate::test_generate_computes_the_model",
     "TestHybridEngineIsPromptGenerate::test_generate_computes_a_post_layer_norm_model",
