@@ -5,6 +5,8 @@ import json
 import re
 from pathlib import Path
 
+from repro import results
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ("README.md", "docs/conformance.md", "docs/measurements.md", "results/README.md")
 FIGURE = re.compile(r"(\d+) cells(?:,| in)\s+(\d+) s")
@@ -16,7 +18,7 @@ def figures(text: str, cells: int) -> list[int]:
 
 
 def test_the_docs_cite_the_reference_runs_own_duration():
-    data = json.loads((ROOT / "results/reference/conformance/conformance.json").read_text())
+    data = results.load(results.CONFORMANCE)
     cells, seconds = len(data["cells"]), round(data["duration_s"])
     cited = {doc: figures((ROOT / doc).read_text(), cells) for doc in DOCS}
     assert any(cited.values()), "no doc cites the reference run"
@@ -40,7 +42,7 @@ def test_check_my_model_cites_its_own_cell_count(tmp_path):
 
 
 def test_the_affected_releases_counts_are_the_jsons():
-    data = json.loads((ROOT / "results/reference/affected-releases/affected.json").read_text())
+    data = results.load(results.AFFECTED_RELEASES)
     releases = [r["release"] for r in data["releases"]]
     every = sum(v["bug"] == releases for v in data["summary"].values())
     text = (ROOT / "docs/affected-releases.md").read_text()

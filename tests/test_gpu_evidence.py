@@ -2,13 +2,14 @@
 
 import json
 
+from repro import results
 from repro.paths import REPO_ROOT
 
 GPU = REPO_ROOT / "results/reference/gpu/h200-2026-12-04"
 
 
 def _cpu_cell(gpu_cell: dict) -> dict:
-    cells = json.loads((REPO_ROOT / "results/reference/conformance/conformance.json").read_text())["cells"]
+    cells = results.load(results.CONFORMANCE)["cells"]
     keys = ("arch", "configuration", "build", "world_size", "transformers", "zero_stage", "scenario", "dtype")
     return next(c for c in cells if all(c[k] == gpu_cell[k] for k in keys))
 

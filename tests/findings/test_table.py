@@ -1,10 +1,10 @@
 """The "am I affected?" table: the README's first screen and CONFORMANCE.md's opening are the registry's render,
 its Transformers ranges are cut where a scope changes, and every word it answers with is in the glossary."""
 
-import json
 import re
 from pathlib import Path
 
+from repro import results
 from repro.findings import table
 from repro.findings.answer import CORRECT, NOT_MEASURED
 from repro.findings.ds_chat import SETUPS
@@ -57,7 +57,7 @@ def test_every_word_the_answers_use_is_in_the_glossary():
 
 
 def test_the_conformance_doc_counts_each_findings_cells_from_the_json():
-    cells = json.loads((ROOT / "results/reference/conformance/conformance.json").read_text())["cells"]
+    cells = results.load(results.CONFORMANCE)["cells"]
     text = (ROOT / "docs/conformance.md").read_text()
     assert affected.block_in(text, table.EVIDENCE_BEGIN, table.EVIDENCE_END) == table.evidence_table(cells)
     bias = next(line for line in table.evidence_table(cells).splitlines() if line.startswith("| zero3-qkv-bias"))

@@ -56,7 +56,7 @@ def prove(pr: PullRequest, timeout_s: float = 900) -> dict:
         }
         without = regression.run_upstream_test(roots["without"], timeout_s, tests, errors)
         with_pr = regression.run_upstream_test(roots["with"], timeout_s, tests)
-    failing = {name for name, kind in without["tests"].items() if kind not in ("passed", regression.SKIPPED)}
+    failing = set(regression.failures(without["tests"]))
     return {
         "pr": directory(pr),
         "requires": [directory(p) for p in required(pr)],

@@ -33,6 +33,7 @@ BUG_ERRORS = {f.patch: f.bug_errors for f in findings.FINDINGS if f.bug_errors}
 # The Transformers a patch's tests are proven on, where it is not the pinned one (its model injected only there).
 TESTS_ON = {f.patch: f.tests_on for f in findings.FINDINGS if f.tests_on}
 SKIPPED = "skipped"  # a test that skipped itself: neither passed nor failed, and never the proof of anything
+NOT_FAILED = ("passed", SKIPPED)
 # A test's `pytest.raises` that saw nothing raised: the test's own check failed.
 DID_NOT_RAISE = "DID NOT RAISE"
 # The #8391 test of the layout, run by default (`python -m repro regression`, `invoke test --in-image`); the finding's
@@ -125,13 +126,18 @@ def _pytest(
     return returncode, cases, output
 
 
+def failures(cases: dict[str, str]) -> dict[str, str]:
+    """The cases that failed or errored (a skipped case did neither), with how."""
+    return {name: kind for name, kind in cases.items() if kind not in NOT_FAILED}
+
+
 def _passed(cases: dict[str, str]) -> bool:
     """Every case passed or skipped itself, and at least one passed: tests that all skipped prove nothing."""
-    return any(kind == "passed" for kind in cases.values()) and all(k in ("passed", SKIPPED) for k in cases.values())
+    return any(kind == "passed" for kind in cases.values()) and not failures(cases)
 
 
 def _result(returncode: int, cases: dict[str, str], output: str, bug_errors: tuple[str, ...]) -> dict:
-    failed = {name: kind for name, kind in cases.items() if kind not in ("passed", SKIPPED)}
+    failed = failures(cases)
     passed = returncode == 0 and _passed(cases)
     return {
         "outcome": "pass" if passed else "fail",

@@ -15,7 +15,6 @@ from ... import findings
 from ...options import EXIT_USAGE
 from ..envs import transformers_env
 from . import patched_copy, regression
-from .regression import SKIPPED
 
 
 def tests_of_series() -> tuple[str, ...]:
@@ -43,7 +42,7 @@ def main(argv: list[str] | None = None, log: Callable[[str], None] = print) -> i
         patches, took = len(findings.SERIES), time.time() - started
         log(f"Transformers {version}: the {len(tests)} upstream test files of the whole series ({patches} patches on "
             f"the installed DeepSpeed): {dict(counts) or result.get('error')} ({took:.0f} s)")  # fmt: skip
-        bad = {name: status for name, status in result.get("tests", {}).items() if status not in ("passed", SKIPPED)}
+        bad = regression.failures(result.get("tests", {}))
         failed += bool(bad) or not counts
         for name, status in bad.items():
             log(f"  {name}: {status}")

@@ -232,10 +232,10 @@ def test_ranks_keeps_only_the_cells_of_that_world_size_through_a_resume(tmp_path
 def test_rediagnose_recomputes_every_diagnosis_from_the_measurements(tmp_path):
     import json as _json
 
+    from repro import results
     from repro.host.conformance import suite as conformance_run
-    from repro.paths import REPO_ROOT
 
-    reference = _json.loads((REPO_ROOT / "results/reference/conformance/conformance.json").read_text())
+    reference = results.load(results.CONFORMANCE)
     bias = next(c for c in reference["cells"] if c["diagnosis"][0].startswith("ZeRO-3 adds the unwritten QKV bias"))
     fine = next(c for c in reference["cells"] if c["diagnosis"] == ["correct"])
     stale = {**bias, "diagnosis": ["correct"], "findings": []}

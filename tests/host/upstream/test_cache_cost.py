@@ -2,6 +2,7 @@
 
 import json
 
+from repro import results
 from repro.host.upstream import cache_cost, cost_reports
 from repro.paths import REPO_ROOT
 
@@ -21,7 +22,7 @@ def test_the_table_gives_bytes_per_token_and_a_dash_for_an_empty_cache():
 def test_the_committed_measurement_holds_no_second_copy():
     """GPT-Neo and OPT, which read the Cache's length, get one element per token; Llama, which does not, holds what
     it held without the fix (nothing); every model's tokens equal native's."""
-    committed = json.loads((REPO_ROOT / "results/reference/cache-cost/cache-cost.json").read_text())
+    committed = results.load(results.CACHE_COST)
     runs = {(r["build"], r["arch"]): r for r in committed["runs"]}
     for (build, arch), entry in runs.items():
         if build != "whole series":

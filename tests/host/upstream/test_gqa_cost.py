@@ -3,6 +3,7 @@ one shows what serving grouped-query attention keeps: the model's tokens, fewer 
 
 import json
 
+from repro import results
 from repro.host.upstream import cost_reports, gqa_cost
 from repro.paths import REPO_ROOT
 
@@ -30,7 +31,7 @@ def test_an_earlier_measurement_is_kept(tmp_path, capsys):
 
 
 def test_the_committed_measurement_serves_every_ratio_with_fewer_qkv_bytes():
-    committed = json.loads((REPO_ROOT / "results/reference/gqa-cost/gqa-cost.json").read_text())
+    committed = results.load(results.GQA_COST)
     runs = {r["key_value_heads"]: r for r in committed["runs"]}
     assert sorted(runs) == sorted(gqa_cost.KV_HEADS) and all(r["tokens_equal_native"] for r in runs.values())
     assert all(r["inference_containers"] == 4 for r in runs.values())  # injected, not the model's own forward

@@ -2,11 +2,11 @@
 already there is never overwritten."""
 
 import json
-from pathlib import Path
 
+from repro import results
 from repro.host.upstream import cost_reports, lora_cost
 
-COMMITTED = Path(__file__).resolve().parents[3] / "results/reference/lora-cost/lora-cost.json"
+COMMITTED = results.LORA_COST
 
 
 def _run(build, calls, sent, s):

@@ -7,11 +7,10 @@ import zipfile
 
 import pytest
 
-from repro import findings
+from repro import findings, results
 from repro.fixstatus import fix_status_of_package, is_fixed
 from repro.host.upstream import patched_wheel
 from repro.options import UsageError
-from repro.paths import REPO_ROOT
 
 
 def test_a_finding_brings_the_patches_it_needs_in_series_order():
@@ -53,7 +52,7 @@ def test_a_directory_that_holds_anything_is_refused_untouched(tmp_path):
 
 
 def test_the_committed_proof_shows_every_issue_script_ok_on_the_whole_series():
-    proof = json.loads((REPO_ROOT / "results/reference/patched-deepspeed/proof.json").read_text())
+    proof = results.load(results.WHEEL_PROOF)
     assert proof["version"] == f"0.19.8+he{len(findings.SERIES)}.fallbacks"
     assert proof["evidence"].endswith("no stand-in")  # the wheel's own fallbacks ran, as on a user's CPU
     scripts = {(s.name, s.transformers) for s in patched_wheel_scripts()}

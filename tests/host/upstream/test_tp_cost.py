@@ -1,5 +1,6 @@
 """The tensor-parallel cost table is the JSON's, and a result already there is never overwritten."""
 
+from repro import results
 from repro.host.upstream import cost_reports, tp_cost
 
 
@@ -15,10 +16,7 @@ def test_the_table_reads_each_run():
 
 
 def test_the_committed_measurement_covers_every_zero_path_at_both_sizes():
-    import json
-    from pathlib import Path
-
-    result = json.loads((Path(__file__).resolve().parents[3] / "results/reference/tp-cost/tp-cost.json").read_text())
+    result = results.load(results.TP_COST)
     measured = {(r["zero_stage"], r["pin_parameters"], r["inference_tp_size"]) for r in result["runs"]}
     assert measured == {(z, p, tp) for z, p in tp_cost.PATHS for tp in tp_cost.TPS}
     non_pinned = {r["inference_tp_size"]: r for r in result["runs"] if not r["pin_parameters"]}
