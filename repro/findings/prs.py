@@ -127,6 +127,8 @@ PRS: tuple[PullRequest, ...] = (
         "Inference: offset BLOOM's ALiBi by the tensor-parallel rank",
         ("bloom-alibi-offset",),
         "BLOOM with more than one data-parallel rank computes every rank but 0 with the wrong heads' ALiBi",
+        # its end-to-end test generates a BLOOM on two ranks through the injected layers (CPU: fallbacks)
+        requires=("inference-fallbacks",),
     ),
     PullRequest(
         "engine-generate",
@@ -191,7 +193,8 @@ PRS: tuple[PullRequest, ...] = (
         ("llama-unservable-config", "gptj-activation", "bloom-residual"),
         "Llamas with biases, another gate or another head size, and rarer GPT-J and BLOOM settings, compute silently "
         "wrong or crash deep in the attention",
-        requires=("current-transformers",),
+        # its end-to-end test generates a BLOOM through the injected layers (CPU: fallbacks)
+        requires=("inference-fallbacks", "current-transformers"),
     ),
     PullRequest(
         "decode-as-prompt",

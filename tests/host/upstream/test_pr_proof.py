@@ -24,7 +24,7 @@ def test_only_fail_without_and_pass_with_is_proven(monkeypatch, tmp_path, withou
     runs = iter([without, with_pr])
     monkeypatch.setattr(pr_proof, "patched", lambda dest, patches: dest)
     monkeypatch.setattr(pr_proof.regression, "run_upstream_test", lambda *a, **k: next(runs))
-    assert pr_proof.prove(by_slug("bloom-alibi"))["proven"] is proven
+    assert pr_proof.prove(by_slug("tp-world-size"))["proven"] is proven
 
 
 def test_an_existing_result_is_not_overwritten(tmp_path, capsys):

@@ -79,13 +79,14 @@ class DistributedTest:
         for rank in range(size):
             if rank not in outcomes:
                 pytest.fail(f"rank {rank} of {size} ended without a result (exit code {ranks[rank].exitcode})")
-        for rank in range(size):
+        # A rank whose test raised is read before one that only saw it leave (its closing barrier failed).
+        for rank in sorted(range(size), key=lambda rank: outcomes[rank][0] == 'after'):
             kind, value, text = outcomes[rank]
             if kind == 'skip':
                 pytest.skip(value)
             if kind == 'fail':
                 pytest.fail(f"{value}\nraised in rank {rank} of {size}:\n{text}")
-            if kind == 'error':
+            if kind in ('error', 'after'):
                 if hasattr(value, 'add_note'):
                     value.add_note(f"raised in rank {rank} of {size}:\n{text}")
                 raise value
@@ -101,15 +102,19 @@ class DistributedTest:
         try:
             deepspeed.init_distributed(dist_backend=self.backend, init_method=init_method, rank=rank, world_size=size)
             getattr(self, name)(**kwargs)
-            dist.barrier()
-            dist.destroy_process_group()
-            outcome = ('ok', None, '')
         except Skipped as skip:
             outcome = ('skip', skip.msg, '')
         except Failed as failed:  # pytest.fail() or a pytest.raises() that saw nothing: the test's own failure
             outcome = ('fail', failed.msg, traceback.format_exc())
         except BaseException as exc:  # reported to the parent, which fails the test with it
             outcome = ('error', _picklable(exc), traceback.format_exc())
+        else:
+            try:
+                dist.barrier()
+                dist.destroy_process_group()
+                outcome = ('ok', None, '')
+            except BaseException as exc:  # another rank's test raised and left: its own report comes first
+                outcome = ('after', _picklable(exc), traceback.format_exc())
         results.put((rank, outcome))
         os._exit(0)
 

@@ -4,10 +4,13 @@
 
 import pytest
 import torch
+from packaging import version
 
+import deepspeed
 from deepspeed.inference.config import DeepSpeedInferenceConfig
 from deepspeed.module_inject.containers import HFOPTLayerPolicy
 from deepspeed.module_inject.utils import policy_to_ds_container
+from unit.common import DistributedTest
 
 transformers = pytest.importorskip("transformers")
 
@@ -59,3 +62,34 @@ def test_a_model_without_biases_is_refused_by_name():
 
     with pytest.raises(ValueError, match="enable_bias=False"):
         build_container(model)
+
+
+@pytest.mark.skipif(version.parse("4.49") <= version.parse(transformers.__version__) < version.parse("5.24"),
+                    reason="DeepSpeed leaves OPT to transformers from 4.49 to 5.23")
+class TestHybridEngineOPTBiasRefusal(DistributedTest):
+    world_size = 1
+
+    # End to end: the model the injected layer cannot be built for is refused where the user sets the Hybrid
+    # Engine up, by name. DeepSpeed injects OPT on transformers < 4.49 and >= 5.24.
+    def test_a_model_without_biases_is_refused_at_initialize(self):
+        model = tiny_opt(enable_bias=False)
+        ds_config = {
+            "train_micro_batch_size_per_gpu": 1,
+            "zero_optimization": {
+                "stage": 2
+            },
+            "optimizer": {
+                "type": "Adam",
+                "params": {
+                    "lr": 1e-3,
+                    "torch_adam": True
+                }
+            },
+            "hybrid_engine": {
+                "enabled": True,
+                "max_out_tokens": 64
+            },
+        }
+
+        with pytest.raises(ValueError, match="enable_bias=False"):
+            deepspeed.initialize(model=model, config=ds_config, model_parameters=model.parameters())
