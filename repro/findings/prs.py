@@ -205,13 +205,20 @@ PRS: tuple[PullRequest, ...] = (
         requires=("inference-fallbacks",),
     ),
     PullRequest(
-        "transformers-5",
-        "Kernel injection: GPT-NeoX, GPT-Neo, OPT and GPT-J layers on Transformers 5 (tensor returns, the Cache)",
-        ("layer-tensor-return", "empty-cache-positions"),
-        "GPT-NeoX crashes on Transformers >= 5.2, OPT and GPT-J from 5.24; GPT-Neo and OPT generate at the wrong "
-        "positions from 5.4 (the newest, 5.25.0, included)",
+        "transformers-5-tensor-return",
+        "Kernel injection: GPT-NeoX, OPT and GPT-J layers return a tensor on Transformers 5",
+        ("layer-tensor-return",),
+        "GPT-NeoX crashes on Transformers >= 5.2, OPT and GPT-J from 5.24 (the newest, 5.25.0, included)",
         # its lines sit next to the GPT-NeoX, OPT and GPT-J containers' fixes; the tensor under use_cache is Llama's
         requires=("current-transformers", "opt-refusals", "gptneox-activation", "refusals"),
+    ),
+    PullRequest(
+        "transformers-5-cache",
+        "Kernel injection: keep a Transformers Cache as long as the injected layers' keys and values (GPT-Neo, OPT)",
+        ("empty-cache-positions",),
+        "GPT-Neo and OPT generate at the wrong positions from Transformers 5.4 (the newest, 5.25.0, included)",
+        # its lines sit next to the tensor returns' in the layer and the containers (one concern each, in order)
+        requires=("transformers-5-tensor-return",),
     ),
     PullRequest(
         "tp-world-size",

@@ -57,7 +57,7 @@ def _released(f) -> str:
 COSTS = {
     "tensor-parallel": (results.TP_COST, tp_section),
     "lora-non-pinned": (results.LORA_COST, lora_section),
-    "transformers-5": (results.CACHE_COST, cache_memory),
+    "transformers-5-cache": (results.CACHE_COST, cache_memory),
 }
 
 
