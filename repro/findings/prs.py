@@ -97,6 +97,8 @@ PRS: tuple[PullRequest, ...] = (
         "Hybrid Engine: no QKV bias for bias-free models under ZeRO-3 (#4788)",
         ("zero3-qkv-bias", "post-layer-norm-qkv-bias"),
         "Llama-2 under ZeRO-3 (DeepSpeed-Chat's Llama-2 scripts) generates silently wrong",
+        # its end-to-end test: a post-LayerNorm OPT under ZeRO-3, through the injected layers (CPU: fallbacks)
+        requires=("inference-fallbacks",),
     ),
     # The tensor-parallel fixes as three: generate() without an mpu; then what it hands back and the masks it gathers
     # (the mask gather's lines sit in the rows' return, so the two go together after it); the containers' copies.

@@ -652,6 +652,7 @@ FINDINGS: tuple[Finding, ...] = (
         ),
         workaround=ZERO_2,
         tests=("unit/ops/transformer/inference/test_ds_attention_post_layer_norm_bias.py",),
+        tests_on=OPT_ENGAGED,  # its end-to-end test generates an OPT through the injected layers under ZeRO-3
         needs=("zero3-qkv-bias",),
         text="ISSUE-post-layer-norm-qkv-bias.md",
         scripts=(

@@ -115,7 +115,10 @@ EXPECTED_FAILURES = {
         "test_the_layer_norm_placement_is_read_from_the_layer[False]": A,
         "test_a_checkpoint_s_layer_norms_go_where_the_layer_applies_them[False]": A,
     },
-    "0020": {"test_post_layer_norm_linear_adds_the_merged_qkv_bias[True]": A},
+    "0020": {  # on 4.48.3 too
+        "test_post_layer_norm_linear_adds_the_merged_qkv_bias[True]": A,
+        "TestHybridEngineZeRO3PostLayerNormGenerate::test_generate_computes_a_post_layer_norm_model": A,
+    },
     "0021": {"test_policy_matches_the_layer_when_the_top_level_package_does_not_export_it": A},
     "0022": {"test_layer_norm_without_weights_keeps_its_own_forward": "TypeError"},
     "0023": {"test_a_model_without_layer_norm_weights_is_refused_by_name": regression.DID_NOT_RAISE},
@@ -237,6 +240,7 @@ SKIPPED_ON_PINNED = {
     "TestHybridEngineOPTActivationGenerate::test_generate_computes_the_model",
     "TestHybridEngineOPTBiasRefusal::test_a_model_without_biases_is_refused_at_initialize",
     "TestHybridEngineIsPromptGenerate::test_generate_computes_a_post_layer_norm_model",
+    "TestHybridEngineZeRO3PostLayerNormGenerate::test_generate_computes_a_post_layer_norm_model",
     "TestHybridEngineTensorReturnGenerate::test_generate_computes_the_model",
     "TestHybridEngineCacheLengthGenerate::test_generate_computes_the_model",
     "TestHybridEngineBloomGenerate::test_generate_computes_the_model_on_every_rank",
@@ -255,7 +259,7 @@ def test_every_test_passes_with_the_whole_series():
     assert result["outcome"] == "pass", result.get("error", "") + result["output_tail"]
     skipped = {name for name, kind in result["tests"].items() if kind == regression.SKIPPED}
     assert skipped == SKIPPED_ON_PINNED  # the end-to-end tests of a model the pinned Transformers does not inject
-    assert len(result["tests"]) == 140 and set(result["tests"].values()) == {"passed", regression.SKIPPED}
+    assert len(result["tests"]) == 141 and set(result["tests"].values()) == {"passed", regression.SKIPPED}
 
 
 def test_each_patch_is_proven_on_its_prerequisites_without_and_with_it_and_builds_are_shared():
@@ -271,6 +275,7 @@ def test_each_patch_is_proven_on_its_prerequisites_without_and_with_it_and_build
         "0016": "4.48.3",
         "0017": "4.48.3",
         "0018": "4.48.3",
+        "0020": "4.48.3",
         "0029": "4.43.4",
         "0031": "4.43.4",
         "0034": "5.25.0",
