@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import deepspeed
+from deepspeed.accelerator import get_accelerator
 from deepspeed.module_inject.containers import gptneo
 from unit.common import DistributedTest
 
@@ -117,3 +118,70 @@ class TestHybridEngineTensorParallelGenerate(DistributedTest):
         assert isinstance(output, transformers.utils.ModelOutput)
         assert output.sequences.tolist() == [[rank, rank, rank, rank + 10 + n] for n in range(per_prompt)]
         assert output.scores[0].tolist() == [[rank + 10.0 + n] for n in range(per_prompt)]
+
+
+def greedy(model, input_ids):
+    output = model.generate(input_ids,
+                            attention_mask=torch.ones_like(input_ids),
+                            max_new_tokens=4,
+                            min_new_tokens=4,
+                            do_sample=False,
+                            pad_token_id=0,
+                            return_dict_in_generate=True,
+                            output_logits=True)
+    assert isinstance(output, transformers.utils.ModelOutput), type(output)
+    return output.sequences[:, input_ids.shape[1]:], torch.stack(output.logits)
+
+
+class TestHybridEngineTensorParallelModelOutput(DistributedTest):
+    world_size = 2
+
+    # End to end: with inference_tp_size 2 and no mpu (DeepSpeed-Chat), the Hybrid Engine's generate(), through the
+    # injected layers (their kernels, or on CPU the PyTorch fallbacks) on each rank's slice, hands each rank the
+    # ModelOutput of its own prompt: its tokens and its logits, as the model's own generate() computes them.
+    def test_generate_returns_each_rank_its_model_output(self):
+        torch.manual_seed(0)
+        config = transformers.GPTNeoXConfig(vocab_size=1024,
+                                            hidden_size=256,
+                                            num_hidden_layers=2,
+                                            num_attention_heads=4,
+                                            intermediate_size=1024,
+                                            max_position_embeddings=256)
+        model = transformers.GPTNeoXForCausalLM(config)
+        for layer in model.gpt_neox.layers:
+            # What GPTNEOXLayerPolicy.get_hidden_heads() reads, which GPTNeoXAttention lost in Transformers 4.48.
+            layer.attention.hidden_size = config.hidden_size
+            layer.attention.num_attention_heads = config.num_attention_heads
+        device = get_accelerator().current_device_name()
+        model = model.to(device).eval()
+        rank = deepspeed.comm.get_rank()
+        input_ids = torch.arange(10 + 100 * rank, 74 + 100 * rank, device=device).unsqueeze(0)  # a prompt per rank
+        with torch.no_grad():
+            expected_tokens, expected_logits = greedy(model, input_ids)
+        ds_config = {
+            "train_micro_batch_size_per_gpu": 1,
+            "zero_optimization": {
+                "stage": 2
+            },
+            "optimizer": {
+                "type": "Adam",
+                "params": {
+                    "lr": 1e-3,
+                    "torch_adam": True
+                }
+            },
+            "hybrid_engine": {
+                "enabled": True,
+                "inference_tp_size": 2,
+                "max_out_tokens": 256
+            },
+        }
+        engine, *_ = deepspeed.initialize(model=model, config=ds_config, model_parameters=model.parameters())
+
+        engine.eval()
+        with torch.no_grad():
+            tokens, logits = greedy(engine, input_ids)
+
+        assert engine._inference_containers, "no layer was injected"
+        assert torch.equal(tokens, expected_tokens)
+        assert torch.allclose(logits, expected_logits, atol=1e-3)
