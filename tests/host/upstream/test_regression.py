@@ -134,7 +134,10 @@ EXPECTED_FAILURES = {
         },
         "TestHybridEngineTensorParallelModelOutput::test_generate_returns_each_rank_its_model_output": A,
     },
-    "0027": {f"test_transforms_split_the_heads_the_weight_holds[{mp_size}-True]": A for mp_size in (2, 4)},
+    "0027": {
+        **{f"test_transforms_split_the_heads_the_weight_holds[{mp_size}-True]": A for mp_size in (2, 4)},
+        "TestHybridEngineMegatronTensorParallelGenerate::test_generate_computes_the_model_from_each_rank_s_slice": A,
+    },
     "0028": {
         "test_a_bool_prompt_mask_is_handed_to_the_kernel_as_an_additive_one": A,
         "test_decode_masks_built_for_fewer_keys_keep_the_prompts_padding_masked": A,
@@ -262,7 +265,7 @@ def test_every_test_passes_with_the_whole_series():
     assert result["outcome"] == "pass", result.get("error", "") + result["output_tail"]
     skipped = {name for name, kind in result["tests"].items() if kind == regression.SKIPPED}
     assert skipped == SKIPPED_ON_PINNED  # the end-to-end tests of a model the pinned Transformers does not inject
-    assert len(result["tests"]) == 142 and set(result["tests"].values()) == {"passed", regression.SKIPPED}
+    assert len(result["tests"]) == 143 and set(result["tests"].values()) == {"passed", regression.SKIPPED}
 
 
 def test_each_patch_is_proven_on_its_prerequisites_without_and_with_it_and_builds_are_shared():
