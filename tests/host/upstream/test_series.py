@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from repro import findings
-from repro.findings.prs import PRS, directory
+from repro.findings.prs import by_slug, directory
 from repro.fixstatus import PatchError, installed_deepspeed
 from repro.host.upstream import patched_copy, pr_files, series
 
@@ -29,7 +29,7 @@ def test_deriving_twice_gives_the_same_bytes(tmp_path):
 def test_a_pull_request_that_does_not_apply_is_named(tmp_path, monkeypatch):
     copy = tmp_path / "prs"
     shutil.copytree(pr_files.PRS_DIR, copy)
-    pr = next(pr for pr in PRS if pr.slug == "inference-fallbacks")  # one commit, requires nothing
+    pr = by_slug("inference-fallbacks")  # one commit, requires nothing
     (patch,) = sorted((copy / directory(pr)).glob("0*.patch"))
     message, diff = patch.read_text().split("\ndiff --git a/deepspeed/", 1)
     hunk, rest = diff.split("\n@@", 1)

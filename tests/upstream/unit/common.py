@@ -11,7 +11,8 @@ DeepSpeed checkout's ``tests/unit/`` where ``from unit.common import Distributed
   pytest's tmpdir (no TCP port to collide on when tests run in parallel).
 - The parent keeps torch to one thread, so a forked rank never inherits a half-alive OpenMP team.
 - An exception in any rank fails the test with that rank's exception (``pytest.fail`` and a ``pytest.raises`` that
-  saw nothing fail it as themselves); ``pytest.skip`` in a rank skips it; a rank
+  saw nothing fail it as themselves), read before what another rank's process group raised when that rank left;
+  ``pytest.skip`` in a rank skips it; a rank
   that does not finish within ``exec_timeout`` seconds fails it, and every rank is killed.
 """
 
@@ -79,14 +80,14 @@ class DistributedTest:
         for rank in range(size):
             if rank not in outcomes:
                 pytest.fail(f"rank {rank} of {size} ended without a result (exit code {ranks[rank].exitcode})")
-        # A rank whose test raised is read before one that only saw it leave (its closing barrier failed).
-        for rank in sorted(range(size), key=lambda rank: outcomes[rank][0] == 'after'):
+        # A rank whose test raised is read before one whose process group failed around its test (another rank left).
+        for rank in sorted(range(size), key=lambda rank: outcomes[rank][0] == 'group'):
             kind, value, text = outcomes[rank]
             if kind == 'skip':
                 pytest.skip(value)
             if kind == 'fail':
                 pytest.fail(f"{value}\nraised in rank {rank} of {size}:\n{text}")
-            if kind in ('error', 'after'):
+            if kind in ('error', 'group'):
                 if hasattr(value, 'add_note'):
                     value.add_note(f"raised in rank {rank} of {size}:\n{text}")
                 raise value
@@ -101,22 +102,33 @@ class DistributedTest:
                           LOCAL_SIZE=str(size))
         try:
             deepspeed.init_distributed(dist_backend=self.backend, init_method=init_method, rank=rank, world_size=size)
-            getattr(self, name)(**kwargs)
-        except Skipped as skip:
-            outcome = ('skip', skip.msg, '')
-        except Failed as failed:  # pytest.fail() or a pytest.raises() that saw nothing: the test's own failure
-            outcome = ('fail', failed.msg, traceback.format_exc())
-        except BaseException as exc:  # reported to the parent, which fails the test with it
-            outcome = ('error', _picklable(exc), traceback.format_exc())
+            # Every rank connected before any test starts: gloo may return from init on one rank while another still
+            # connects to it, and a rank whose test fails or skips at once would leave under that connect.
+            dist.barrier()
+        except BaseException as exc:
+            outcome = ('group', _picklable(exc), traceback.format_exc())
         else:
-            try:
-                dist.barrier()
-                dist.destroy_process_group()
-                outcome = ('ok', None, '')
-            except BaseException as exc:  # another rank's test raised and left: its own report comes first
-                outcome = ('after', _picklable(exc), traceback.format_exc())
+            outcome = self._run_test(name, kwargs)
         results.put((rank, outcome))
         os._exit(0)
+
+    def _run_test(self, name, kwargs):
+        """The test's outcome in this rank; then the process group closed, which fails ('group') when another rank
+        left without closing it: that rank's own outcome is the one to report."""
+        try:
+            getattr(self, name)(**kwargs)
+        except Skipped as skip:
+            return ('skip', skip.msg, '')
+        except Failed as failed:  # pytest.fail() or a pytest.raises() that saw nothing: the test's own failure
+            return ('fail', failed.msg, traceback.format_exc())
+        except BaseException as exc:  # reported to the parent, which fails the test with it
+            return ('error', _picklable(exc), traceback.format_exc())
+        try:
+            dist.barrier()
+            dist.destroy_process_group()
+        except BaseException as exc:
+            return ('group', _picklable(exc), traceback.format_exc())
+        return ('ok', None, '')
 
 
 def _picklable(exc):
