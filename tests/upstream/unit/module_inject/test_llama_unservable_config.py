@@ -3,12 +3,8 @@
 # DeepSpeed Team
 
 import pytest
-import torch
 
-from deepspeed.inference.config import DeepSpeedInferenceConfig
 from deepspeed.module_inject.containers import LLAMALayerPolicy
-from deepspeed.module_inject.containers import llama
-from deepspeed.module_inject.utils import policy_to_ds_container
 
 transformers = pytest.importorskip("transformers")
 
@@ -21,39 +17,11 @@ TINY = dict(vocab_size=64,
             max_position_embeddings=64)
 
 
-class InferenceLayerStub(torch.nn.Module):
-    """Stands in for DeepSpeedGPTInference: keeps the config it is built with, loads no kernel."""
-
-    def __init__(self, config, mp_group=None):
-        super().__init__()
-        self.config = config
-
-
-def build_inference_layer(**overrides):
-    """A Llama layer's inference layer, built the way the Hybrid Engine and kernel injection build it."""
-    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**TINY, **overrides})).eval()
-    layer = model.model.layers[0]
-    container = policy_to_ds_container(policy=LLAMALayerPolicy(layer, inference=True),
-                                       config=DeepSpeedInferenceConfig(set_empty_params=True,
-                                                                       dtype=torch.float32,
-                                                                       transposed_mode=True),
-                                       model_config=model.config,
-                                       layer_id=0,
-                                       child=layer)
-    container.initialize_tensors(enable_training=True)
-    container.create_ds_model_config()
-    return container.create_module()
-
-
-@pytest.fixture(autouse=True)
-def no_kernels(monkeypatch):
-    monkeypatch.setattr(llama, "DeepSpeedGPTInference", InferenceLayerStub)
-
-
 def refusal(**overrides):
-    """The container's refusal for a configuration, or None when it accepts it."""
+    """The refusal of a Llama layer's policy, built as the Hybrid Engine and kernel injection build it, or None."""
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**TINY, **overrides})).eval()
     try:
-        build_inference_layer(**overrides)
+        LLAMALayerPolicy(model.model.layers[0], inference=True)
     except ValueError as exc:
         return str(exc)
     return None
@@ -78,3 +46,4 @@ def test_unservable_configuration_is_refused_by_name(overrides, named):
     message = refusal(**overrides)
 
     assert message is not None and named in message
+    assert "hybrid_engine.enabled=False" in message
