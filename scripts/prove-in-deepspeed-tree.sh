@@ -47,7 +47,7 @@ if [ "$whole" = 1 ]; then
   # the whole series: first, on both trees, what its tests of the injected layers stand on where there is no kernel
   # (the pull requests outside the series: DeepSpeed's PyTorch fallbacks completed), as a pull request's REQUIRES
   mapfile -t required < <(cd "$repo" && "$python" -c 'from repro.findings.prs import OUTSIDE_SERIES, directory
-from repro.host.upstream.patched_copy import PRS_DIR
+from repro.host.upstream.pr_files import PRS_DIR
 print("\n".join(str(PRS_DIR / directory(pr)) for pr in OUTSIDE_SERIES))')
   [ "${#required[@]}" -gt 0 ] || { echo "error: cannot read the pull requests outside the series from $repo" >&2; exit 2; }
 fi
