@@ -26,4 +26,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from .lifecycle import run_and_leave
+
+    run_and_leave(main, sys.argv[1:])

@@ -19,7 +19,7 @@ import torch
 
 from .. import results
 from . import fallbacks, placement
-from .lifecycle import init_distributed, shutdown
+from .lifecycle import init_distributed, run_and_leave, shutdown
 
 SIZES = {"hidden_size": 256, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 1024}
 CONFIGS = {
@@ -121,4 +121,4 @@ def main(out: Path, arch: str, backend: str = "cpu") -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), sys.argv[2], *sys.argv[3:4])
+    run_and_leave(main, Path(sys.argv[1]), sys.argv[2], *sys.argv[3:4])

@@ -34,7 +34,7 @@ from ..model_registry import DEFAULT_PROMPT_IDS
 from . import cpu_fp16, fallbacks, he_faults, lora, measure, models, placement, qkv_states, tp_slices
 from .archs import adapter
 from .engine import ds_config, greedy
-from .lifecycle import finish, init_distributed, progress
+from .lifecycle import finish, init_distributed, progress, run_and_leave
 from .mpu import TensorParallelMpu
 
 # The call orders a caller can use: the first is DeepSpeed-Chat's (and the reproduction's); the others are what a
@@ -518,4 +518,4 @@ def main(out: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    run_and_leave(main, sys.argv[1])

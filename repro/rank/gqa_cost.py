@@ -17,7 +17,7 @@ import torch
 from .. import results
 from . import fallbacks, placement
 from .cache_cost import generate
-from .lifecycle import init_distributed, shutdown
+from .lifecycle import init_distributed, run_and_leave, shutdown
 
 CONFIG = {"hidden_size": 1024, "num_attention_heads": 16, "num_hidden_layers": 4, "intermediate_size": 2816,
           "vocab_size": 4096, "max_position_embeddings": 512}  # fmt: skip
@@ -105,4 +105,4 @@ def main(out: Path, kv_heads: int, backend: str = "cpu") -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), int(sys.argv[2]), *sys.argv[3:4])
+    run_and_leave(main, Path(sys.argv[1]), int(sys.argv[2]), *sys.argv[3:4])

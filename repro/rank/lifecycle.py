@@ -1,8 +1,13 @@
-"""How every rank script ends: rank 0 writes the JSON, then all ranks leave the process group."""
+"""How every rank script ends: rank 0 writes the JSON, all ranks leave the process group, and the process ends
+without the interpreter's teardown."""
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 from .. import results
 from ..progress import line as progress_line
@@ -79,3 +84,20 @@ def shutdown() -> None:
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
+
+
+def run_and_leave(main: Callable[..., int | str | None], *args: object) -> NoReturn:
+    """Run a rank's main, then end the process without the interpreter's teardown. Ranks that left the process
+    group together (shutdown) still abort at exit now and then ("terminate called without an active exception",
+    SIGABRT, after their work was written: repro.rank.sanity in a CI run on 2026-12-05), and torchrun then reports
+    the run as failed. By the time main returns or exits, everything the rank owes is written. An exception other
+    than SystemExit propagates as before: the rank fails and torchrun stops the others."""
+    try:
+        code = main(*args)
+    except SystemExit as exc:
+        code = exc.code
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code if isinstance(code, int) else (0 if code is None else 1))

@@ -17,7 +17,7 @@ import torch
 
 from .. import results
 from . import fallbacks, lora
-from .lifecycle import init_distributed, shutdown
+from .lifecycle import init_distributed, run_and_leave, shutdown
 from .tp_cost import MODEL, NEW_TOKENS, PROMPT, REPEATS
 
 
@@ -80,4 +80,4 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    run_and_leave(main, Path(sys.argv[1]))

@@ -18,7 +18,7 @@ import torch
 from .. import shim
 from . import fallbacks, models, zero3_fetches
 from .engine import ds_config, greedy
-from .lifecycle import finish, init_distributed
+from .lifecycle import finish, init_distributed, run_and_leave
 
 NEW_TOKENS = 8
 SENTINEL = -8391  # no module has this ds_id
@@ -72,4 +72,4 @@ def main(out: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    run_and_leave(main, sys.argv[1])

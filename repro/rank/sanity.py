@@ -19,7 +19,7 @@ import torch
 
 from .. import shim
 from . import fallbacks, layout, models
-from .lifecycle import finish, init_distributed
+from .lifecycle import finish, init_distributed, run_and_leave
 from .zero3_probe import HEADS, HIDDEN, container_class, gathered
 
 
@@ -120,4 +120,4 @@ def main(out: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    run_and_leave(main, sys.argv[1])

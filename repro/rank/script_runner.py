@@ -7,8 +7,9 @@ unchanged, as `__main__`, and its exit status is the rank's.
 When the script ends (returns or calls `sys.exit`), every rank leaves the process group together
 (`lifecycle.shutdown`): a rank that exits first with gloo's threads alive aborts ("terminate called without an
 active exception", SIGABRT), and torchrun then reports a failure after the script printed its verdict (measured:
-3 of 12 runs of `zero3_qkv_layout.py --order train-first` beside two busy processes). A script that raises
-leaves at once, as before: torchrun stops the other ranks."""
+3 of 12 runs of `zero3_qkv_layout.py --order train-first` beside two busy processes); the process then ends
+without the interpreter's teardown (`lifecycle.run_and_leave`), where such an abort was still seen now and then.
+A script that raises leaves at once, as before: torchrun stops the other ranks."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import runpy
 import sys
 
 from . import fallbacks
-from .lifecycle import shutdown, skip_shm_comm_op
+from .lifecycle import run_and_leave, shutdown, skip_shm_comm_op
 
 # "0": the DeepSpeed under test carries its PyTorch fallbacks completed (the patched wheel): run on them, as a user's
 # CPU does, with no stand-in.
@@ -38,4 +39,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run_and_leave(main, sys.argv[1:])

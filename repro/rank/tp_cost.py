@@ -20,7 +20,7 @@ import torch
 
 from .. import results
 from . import fallbacks
-from .lifecycle import init_distributed, shutdown
+from .lifecycle import init_distributed, run_and_leave, shutdown
 
 MODEL = {"hidden_size": 1024, "num_attention_heads": 8, "num_hidden_layers": 4, "intermediate_size": 4096}
 PROMPT, NEW_TOKENS, REPEATS = 32, 8, 5
@@ -116,4 +116,4 @@ def main(out: Path, tp: int, zero: int, pin: bool) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "pinned")
+    run_and_leave(main, Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "pinned")

@@ -111,4 +111,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    lifecycle.run_and_leave(main)

@@ -14,7 +14,7 @@ import torch
 
 from .. import fixstatus
 from . import layout
-from .lifecycle import finish, init_distributed
+from .lifecycle import finish, init_distributed, run_and_leave
 
 HEADS, HIDDEN = 4, 256
 
@@ -87,4 +87,4 @@ def main(out: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    run_and_leave(main, sys.argv[1])
