@@ -34,7 +34,7 @@ from ..model_registry import DEFAULT_PROMPT_IDS
 from . import cpu_fp16, fallbacks, he_faults, lora, measure, models, placement, qkv_states, tp_slices
 from .archs import adapter
 from .engine import ds_config, greedy
-from .lifecycle import finish, init_distributed, progress, run_and_leave
+from .lifecycle import finish, init_distributed, leave, progress, run_and_leave
 from .mpu import TensorParallelMpu
 
 # The call orders a caller can use: the first is DeepSpeed-Chat's (and the reproduction's); the others are what a
@@ -510,9 +510,7 @@ def main(out: str) -> int:
         else:
             own = {"rank": rank, "crash": result["crash"], "crash_time": result["crash_time"]}
             results.write(peer_crash_path(out_path, rank), own)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+        leave(0)
     finish(out_path, result)
     return 0
 

@@ -98,6 +98,16 @@ def run_and_leave(main: Callable[..., int | str | None], *args: object) -> NoRet
         code = exc.code
     if isinstance(code, str):
         print(code, file=sys.stderr)
+    leave(exit_status(code))
+
+
+def exit_status(code: int | str | None) -> int:
+    """The status a SystemExit code gives the process, as the interpreter maps it."""
+    return code if isinstance(code, int) else (0 if code is None else 1)
+
+
+def leave(status: int) -> NoReturn:
+    """End the process now, its output flushed, without the interpreter's teardown (see run_and_leave)."""
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code if isinstance(code, int) else (0 if code is None else 1))
+    os._exit(status)

@@ -18,6 +18,8 @@ import runpy
 import sys
 import traceback
 
+from .lifecycle import exit_status, leave
+
 # What every cell would import first thing. Importing it before the fork gives each child the state a fresh
 # process has after the same imports, minus their cost (the Transformers modeling modules alone: ~1.8 s).
 WARM = (
@@ -56,13 +58,11 @@ def _child(request: dict) -> None:
         runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        code = exit_status(exc.code)
     except BaseException:  # the cell's failure, in its log; the worker lives on
         traceback.print_exc()
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        leave(code)
 
 
 def _join(store_path: str) -> None:

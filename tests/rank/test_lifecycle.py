@@ -48,7 +48,7 @@ def entry_points_joining_a_group() -> list[str]:
         for path in RANK.glob("*.py")
         if '__name__ == "__main__"' in path.read_text()
         and re.search(r"init_distributed|shutdown\(|finish\(", path.read_text())
-        and path.name != "pool_worker.py"  # ends every cell with its own os._exit
+        and path.name != "pool_worker.py"  # ends every forked cell with lifecycle.leave itself
     )
 
 

@@ -50,14 +50,15 @@ def tp_trades(result: dict) -> str:
         "suite (`tensor-parallel`); non-pinned it is not measured as released."
     )
     one, two = by[(*zero2, 1)], by[(*zero2, 2)]
+    copied = mib(two, "copied_during_generate_bytes")
     said.append(
-        f"ZeRO-2: at tp 2 each rank copies its slices ({mib(two, 'copied_during_generate_bytes')}) beside the "
+        f"ZeRO-2: at tp 2 each rank copies its slices ({copied}) beside the "
         f"whole training weights at every generate() and frees them after it (generate "
         f"{two['generate_median_s']:.3f} s against {one['generate_median_s']:.3f} s at tp 1). They are not kept "
         "between generates on purpose: in DeepSpeed-Chat's loop each generate follows an optimizer step, which "
         "changes the weights, so every slice must be copied again anyway; kept, they would save their allocation "
         "(and their copy only where generates follow each other with no step between) while holding "
-        f"{mib(two, 'copied_during_generate_bytes')} per rank (1 / inference_tp_size of the layers' weights) through "
+        f"{copied} per rank (1 / inference_tp_size of the layers' weights) through "
         "every training step, beside the whole weights ZeRO-2 keeps on every rank. DeepSpeed's own tensor-parallel "
         "path (pinned ZeRO-3 with an mpu) is laid out the same way, apply_tensor_parallelism() at every generate() "
         "and release_memory() after it, though as released it neither copies (the layer holds the training "
