@@ -1160,6 +1160,22 @@ FINDINGS: tuple[Finding, ...] = (
             lambda c: c["arch"] == "llama" and c.get("grouped_query_attention", False), ("kv-heads", "did"), INJECTION
         ),
     ),
+    Finding(
+        id="frozen-lm-head",
+        patch="0038",
+        summary="`deepspeed.initialize` with the Hybrid Engine freezes the model's output layer (`lm_head`; with "
+        "tied embeddings, the input embeddings): its `requires_grad` is cleared after the optimizer was built, so "
+        "no training step (PPO's actor updates) changes it again, with no error and no warning.",
+        outcome=SILENTLY_WRONG,
+        # Every model the Hybrid Engine builds containers for: it wraps the top-level Linear layers beside them. Where
+        # it builds none (OPT on 4.49-5.23, limit opt-cache-native) nothing is wrapped.
+        scope=Scope(archs=ALL_ARCHS, zero=(0, 1, 2, 3)),
+        workaround=NO_WORKAROUND,
+        tests=("unit/hybrid_engine/test_hybrid_engine_trainable_parameters.py",),
+        text="frozen-lm-head.md",
+        scripts=(Script("frozen_lm_head.py", 2),),
+        kernel_free="it happens in deepspeed.initialize, before any layer computes: no kernel is involved",
+    ),
 )
 
 # DeepSpeed's own limits, not bugs of the series: its choice, left as it is, named in a user's answer. Read from
