@@ -179,6 +179,12 @@ def _affected(args: argparse.Namespace, argv: list[str]) -> int:
     )
 
 
+def _training_parity(args: argparse.Namespace, argv: list[str]) -> int:
+    from .host import training_parity
+
+    return training_parity.main(args.out, regenerate=args.regenerate, resume=args.resume)
+
+
 def _patched_deepspeed(args: argparse.Namespace, argv: list[str]) -> int:
     from .host.upstream import patched_wheel
 
@@ -255,6 +261,7 @@ HANDLERS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "conformance": _conformance,
     "issue-scripts": _issue_scripts,
     "affected": _affected,
+    "training-parity": _training_parity,
     "patched-deepspeed": _patched_deepspeed,
     "bench": _bench,
     "fix-status": _fix_status,

@@ -199,6 +199,15 @@ COMMANDS: dict[str, Command] = {
         ),
     ),  # fmt: skip
     "affected": AFFECTED,
+    "training-parity": Command(
+        "does the Hybrid Engine leave training as it found it: per architecture, ZeRO stage and build, the Hybrid "
+        "Engine on against off from the same model, AdamW through DeepSpeed-Chat's eval/generate/train rounds",
+        (
+            opt("--out", type=Path, required=True, help="directory for training-parity.json and TRAINING-PARITY.md"),
+            opt("--regenerate", action="store_true", help="run every cell again, replacing OUT's results"),
+            opt("--resume", action="store_true", help="run only the cells OUT's journal lacks"),
+        ),
+    ),  # fmt: skip
     "patched-deepspeed": Command(
         "a fixed DeepSpeed to install: 0.19.8's source with the series (or --findings) built into a wheel "
         "(0.19.8+heN.fallbacks: N the series' length, and DeepSpeed's PyTorch fallbacks completed); --prove installs "

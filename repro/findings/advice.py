@@ -16,11 +16,12 @@ from itertools import combinations
 
 from .answer import CORRECT, Answer, answer
 from .finding import SILENTLY_OFF
-from .registry import NO_WORKAROUND, TP_1, ZERO_2
+from .registry import NO_WORKAROUND, RESTORE_REQUIRES_GRAD, TP_1, ZERO_2
 from .setup import DS_CHAT_ORDER, Setup, releases_apart, version_tuple
 
 HYBRID_ENGINE_OFF = NO_WORKAROUND
 SHIM = "gptneox-hidden-heads"  # the finding the GPT-NeoX shim works around (repro.shim)
+FROZEN = "frozen-lm-head"  # the finding a user's own code works around (RESTORE_REQUIRES_GRAD)
 MOST = 4  # levers per plan; no setup of the answer space needs more (tests/findings/test_advice.py walks it)
 SHOWN = 3  # plans printed at most
 
@@ -56,6 +57,11 @@ LEVERS = (
         "`GPTNeoXAttention`)",
         lambda s: s.arch == "gpt-neox" and SHIM not in s.worked_around,
         lambda s: replace(s, worked_around=s.worked_around | {SHIM}),
+    ),  # fmt: skip
+    Lever(
+        RESTORE_REQUIRES_GRAD,
+        lambda s: FROZEN not in s.worked_around,
+        lambda s: replace(s, worked_around=s.worked_around | {FROZEN}),
     ),  # fmt: skip
 )
 

@@ -133,6 +133,8 @@ def post_layer_norm(config: dict) -> bool:
 GELUS = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python", "gelu_accurate")
 # What a user changes today, in DeepSpeed-Chat's flags where it has one.
 NO_WORKAROUND = "Hybrid Engine off (no `--enable_hybrid_engine`)"
+# `frozen-lm-head`'s workaround in the user's own code (measured: repro/issue_scripts/frozen_lm_head.py --workaround).
+RESTORE_REQUIRES_GRAD = "record each parameter's `requires_grad` before `deepspeed.initialize` and set it again after"
 ZERO_2 = "`--actor_zero_stage 2`"
 TP_1 = "`--inference_tp_size 1`"
 
@@ -1170,11 +1172,13 @@ FINDINGS: tuple[Finding, ...] = (
         # Every model the Hybrid Engine builds containers for: it wraps the top-level Linear layers beside them. Where
         # it builds none (OPT on 4.49-5.23, limit opt-cache-native) nothing is wrapped.
         scope=Scope(archs=ALL_ARCHS, zero=(0, 1, 2, 3)),
-        workaround=NO_WORKAROUND,
+        workaround=RESTORE_REQUIRES_GRAD,
         tests=("unit/hybrid_engine/test_hybrid_engine_trainable_parameters.py",),
-        text="frozen-lm-head.md",
+        text="ISSUE-frozen-lm-head.md",
         scripts=(Script("frozen_lm_head.py", 2),),
         kernel_free="it happens in deepspeed.initialize, before any layer computes: no kernel is involved",
+        shows=("deepspeed.initialize left training parameters frozen ({patch})",),
+        table=IssueTable(lambda c: c["scenario"] == "reference", ("frozen",), HYBRID_ENGINE_ONLY),
     ),
 )
 

@@ -158,8 +158,13 @@ def run(spec: dict) -> dict:
 
     result = _header(spec, arch, model.config, native, (world, device, op_state, lora_names))
     phase = "initialize"
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
     try:
         engine = _initialize(spec, model, world)
+        # The parameters initialize left untrainable that were trainable before (`frozen-lm-head`): no step moves them.
+        result["frozen_by_initialize"] = [
+            n for n, p in model.named_parameters() if n in trainable and not p.requires_grad
+        ]
         laps("deepspeed_initialize")
         phase = "call_order"
         he_tokens, he_logits = _first_generate(engine, spec, arch, model.config, native, lifted, result)

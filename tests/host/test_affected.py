@@ -27,14 +27,16 @@ def test_llama_2_7b_in_ds_chat_lora_on_new_transformers_crashes(tmp_path, capsys
     out = capsys.readouterr().out
     assert "as released: CRASHES" in out and "`0009` llama-lora" in out and "`0008` llama-layer-tuple" in out
     assert "behind it" in out and "zero3-qkv-bias" in out
-    assert "With the series (repro/patches: 0008 0009 0007 0028): correct." in out
+    assert "With the series (repro/patches: 0008 0009 0007 0028 0038): correct." in out
     assert "not known without your config" not in out  # the config decides 0010: standard heads, not hit
     assert "Evidence (committed conformance cells" in out
 
 
-def test_opt_1_3b_on_its_engaged_transformers_is_correct_and_on_newer_runs_natively(capsys):
+def test_opt_1_3b_on_its_engaged_transformers_freezes_its_head_and_on_newer_runs_natively(capsys):
     main(["affected", "--arch", "opt", "--zero", "2", "--transformers", "4.48.3"])
-    assert "as released: CORRECT" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "as released: SILENTLY WRONG" in out and "`0038` frozen-lm-head" in out
+    assert "record each parameter's `requires_grad` before `deepspeed.initialize` and set it again after (checked" in out
     main(["affected", "--arch", "opt", "--zero", "3", "--lora", "--transformers", "4.57.6"])
     out = capsys.readouterr().out
     assert "HYBRID ENGINE SILENTLY OFF" in out and "opt-cache-native" in out

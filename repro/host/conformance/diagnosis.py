@@ -58,6 +58,8 @@ BUG_PADDING_MASK = shows("left-padding")
 # GPT-Neo and OPT place each step by that Cache's length, which the injected layers never filled: every decode token
 # was embedded at the prompt's first positions.
 BUG_CACHE_BEHIND = shows("empty-cache-positions")
+# Measured (repro.rank.cell_probe): parameters trainable before deepspeed.initialize and not after it.
+BUG_FROZEN = shows("frozen-lm-head")
 OUTSIDE_CONTRACT = "outside the Hybrid Engine's contract: an mpu over whole Hugging Face weights"
 REFUSED = refusal("llama-unservable-config")
 REFUSED_TP_WORLD_SIZE = refusal("tp-world-size")
@@ -102,9 +104,20 @@ WEIGHTS_TOL = tolerance.weights("fp32")
 
 
 def diagnose(cell: dict) -> list[str]:
-    """Any architecture's cell (repro.rank.cell_probe): the HE's crash (a finding; a known signature is
-    named); the layout evidence of a fused QKV (the family's diagnosis); the bugs its logits, bias probe and
-    weights show by positive evidence; else its logits against native within TOL."""
+    """Any architecture's cell (repro.rank.cell_probe): what generate shows (_generation), and the training
+    parameters deepspeed.initialize left frozen, measured whatever generate did after it."""
+    found = _generation(cell)
+    frozen = [] if "error" in cell else cell.get("frozen_by_initialize") or []
+    if not frozen:
+        return found
+    named = f"{BUG_FROZEN} ({', '.join(frozen)})"
+    return [named] if found == [CORRECT] else [*found, named]
+
+
+def _generation(cell: dict) -> list[str]:
+    """The HE's crash (a finding; a known signature is named); the layout evidence of a fused QKV (the family's
+    diagnosis); the bugs its logits, bias probe and weights show by positive evidence; else its logits against
+    native within TOL."""
     if "error" in cell:
         return [f"crash: {cell['error']}"]
     tol, weights_tol = tolerance.logits(cell.get("dtype")), tolerance.weights(cell.get("dtype"))

@@ -164,6 +164,8 @@ COLUMNS: dict[str, tuple[str, Callable[[dict], str]]] = {
     "qkv-layouts": ("QKV layout after eval()", lambda c: ", ".join(c.get("qkv_layouts_after_eval") or []) or "-"),
     "first-crash": ("first crash", _first_crash),
     "kv-heads": ("key/value heads", lambda c: f"{c.get('key_value_heads')} of {c.get('attention_heads')} heads"),
+    "frozen": ("trainable before `deepspeed.initialize`, frozen after",
+               lambda c: ", ".join(c["frozen_by_initialize"]) or "none" if "frozen_by_initialize" in c else "-"),
 }  # fmt: skip
 # How a finding's fixed cells are summed up where not by correctness (IssueTable.fixed).
 FIXED = {"engine-generate": _engine_generate_fixed}

@@ -610,3 +610,13 @@ def test_each_crash_the_registry_gives_a_finding_names_it_and_nothing_else_does(
         assert not dx.diagnose(arch_cell(arch="gpt-j", crash=met, **tp))[0].startswith(finding.names(crash))
     if crash.tensor_parallel:
         assert not dx.diagnose(arch_cell(arch=arch, crash=met))[0].startswith(finding.names(crash))
+
+
+def test_parameters_frozen_by_initialize_name_their_finding_beside_what_generate_shows():
+    frozen = {**neox_cell(), "frozen_by_initialize": ["embed_out.weight"]}
+    assert dx.diagnose(frozen) == [f"{findings.shows('frozen-lm-head')} (embed_out.weight)"]  # never 'correct'
+    wrong = {**neox_cell(steps="xxxx", tokens_equal=False), "frozen_by_initialize": ["embed_out.weight"]}
+    assert dx.diagnose(wrong)[-1].startswith(findings.shows("frozen-lm-head")) and len(dx.diagnose(wrong)) == 2
+    # must-fail cases: nothing frozen, or nothing recorded (cells from before the measurement), names nothing
+    assert dx.diagnose({**neox_cell(), "frozen_by_initialize": []}) == [dx.CORRECT]
+    assert dx.diagnose(neox_cell()) == [dx.CORRECT]
