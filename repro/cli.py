@@ -179,6 +179,18 @@ def _affected(args: argparse.Namespace, argv: list[str]) -> int:
     )
 
 
+def _ds_chat_step3(args: argparse.Namespace, argv: list[str]) -> int:
+    from .host import ds_chat_step3
+
+    def listed(text: str | None, default: tuple) -> tuple:
+        return tuple(x.strip() for x in text.split(",")) if text else default
+
+    zero = tuple(int(z) for z in listed(args.zero, ("2", "3")))
+    return ds_chat_step3.main(args.out, regenerate=args.regenerate, builds=listed(args.builds,
+                              ds_chat_step3.DEFAULT_BUILDS), archs=listed(args.archs, ("llama", "opt")), zero=zero,
+                              rounds=args.rounds)  # fmt: skip
+
+
 def _training_parity(args: argparse.Namespace, argv: list[str]) -> int:
     from .host import training_parity
 
@@ -262,6 +274,7 @@ HANDLERS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "issue-scripts": _issue_scripts,
     "affected": _affected,
     "training-parity": _training_parity,
+    "ds-chat-step3": _ds_chat_step3,
     "patched-deepspeed": _patched_deepspeed,
     "bench": _bench,
     "fix-status": _fix_status,

@@ -199,6 +199,20 @@ COMMANDS: dict[str, Command] = {
         ),
     ),  # fmt: skip
     "affected": AFFECTED,
+    "ds-chat-step3": Command(
+        "DeepSpeed-Chat's own step 3 (third_party/dschat, unmodified) through PPO rounds, the Hybrid Engine on "
+        "against off: sequences, log-probs, rewards and every actor parameter per round, per build, architecture and "
+        "ZeRO stage",
+        (
+            opt("--out", type=Path, required=True, help="directory for ds-chat-step3.json and DS-CHAT-STEP3.md"),
+            opt("--regenerate", action="store_true", help="run every pair again, replacing OUT's results"),
+            opt("--builds", help="comma-separated: released, whole series, wheel, series without NNNN (default: the "
+                "first three)"),
+            opt("--archs", help="comma-separated: llama, opt (default: both)"),
+            opt("--zero", help="comma-separated ZeRO stages (default: 2,3)"),
+            opt("--rounds", type=int, default=3, help="generate/train rounds per run (default: 3)"),
+        ),
+    ),
     "training-parity": Command(
         "does the Hybrid Engine leave training as it found it: per architecture, ZeRO stage and build, the Hybrid "
         "Engine on against off from the same model, AdamW through DeepSpeed-Chat's eval/generate/train rounds",

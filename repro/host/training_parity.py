@@ -102,24 +102,17 @@ def render(data: dict) -> str:
             version = ENGAGED_ON.get(arch, PINNED)
             rows.append(f"| {arch} ({version}) | {zero} | " + " | ".join(verdict(c) if c else "not run" for c in found)
                         + " |")  # fmt: skip
-    return "\n".join(
-        [
-            "# Does the Hybrid Engine leave training as it found it?",
-            "",
-            "CPU evidence, not AMD or GPU evidence: 2 gloo ranks, fp32, tiny models with seeded random weights, our "
-            "completed PyTorch fallbacks standing in for the kernels. Each run builds the same model twice and "
-            "initializes it with the Hybrid Engine off (the reference) and on, AdamW (lr 1e-3, no weight decay), then "
-            f"{data['rounds']} rounds of DeepSpeed-Chat's eval(), generate, train() and one step on the same batch. "
-            "Every parameter's requires_grad, dtype, shape and data are compared bitwise after initialize and after each "
-            "generate, and each step's change per parameter within 1e-7. DeepSpeed "
-            f"{data['deepspeed']}; torch {data['torch']}; each architecture on the Transformers where 0.19.8 injects it. "
-            f"Regenerate: `{COMMAND} --regenerate` ({data['duration_s']:.0f} s).",
-            "",
-            *head,
-            *rows,
-            "",
-        ]
+    intro = (
+        "CPU evidence, not AMD or GPU evidence: 2 gloo ranks, fp32, tiny models with seeded random weights, our "
+        "completed PyTorch fallbacks standing in for the kernels. Each run builds the same model twice and "
+        "initializes it with the Hybrid Engine off (the reference) and on, AdamW (lr 1e-3, no weight decay), then "
+        f"{data['rounds']} rounds of DeepSpeed-Chat's eval(), generate, train() and one step on the same batch. Every "
+        "parameter's requires_grad, dtype, shape and data are compared bitwise after initialize and after each "
+        f"generate, and each step's change per parameter within 1e-7. DeepSpeed {data['deepspeed']}; torch "
+        f"{data['torch']}; each architecture on the Transformers where 0.19.8 injects it. Regenerate: `{COMMAND} "
+        f"--regenerate` ({data['duration_s']:.0f} s)."
     )
+    return "\n".join(["# Does the Hybrid Engine leave training as it found it?", "", intro, "", *head, *rows, ""])
 
 
 def main(out: Path, regenerate: bool = False, resume: bool = False, log: Callable[[str], None] = print) -> int:

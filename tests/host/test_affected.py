@@ -36,7 +36,9 @@ def test_opt_1_3b_on_its_engaged_transformers_freezes_its_head_and_on_newer_runs
     main(["affected", "--arch", "opt", "--zero", "2", "--transformers", "4.48.3"])
     out = capsys.readouterr().out
     assert "as released: SILENTLY WRONG" in out and "`0038` frozen-lm-head" in out
-    assert "record each parameter's `requires_grad` before `deepspeed.initialize` and set it again after (checked" in out
+    assert (
+        "record each parameter's `requires_grad` before `deepspeed.initialize` and set it again after (checked" in out
+    )
     main(["affected", "--arch", "opt", "--zero", "3", "--lora", "--transformers", "4.57.6"])
     out = capsys.readouterr().out
     assert "HYBRID ENGINE SILENTLY OFF" in out and "opt-cache-native" in out

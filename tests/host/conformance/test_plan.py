@@ -147,3 +147,12 @@ def test_the_registry_alone_drives_the_leave_one_out_cells():
                            and c["scenario"] in alone.scenarios for c in mine), (f.id, alone, arch)  # fmt: skip
     with pytest.raises(ValueError, match="reference scenario only"):  # a field the plan would drop is refused
         findings.finding.Alone(("opt",), ("lora",), configuration="post-layer-norm")
+
+
+def test_the_ds_chat_scenario_is_what_docs_conformance_says_it_is_and_differs_where_it_says():
+    """docs/conformance.md lists how `ds-chat` differs from DeepSpeed-Chat's step 3: the settings it claims hold."""
+    probe = plan.SCENARIOS["ds-chat"]["probe"]
+    claimed = (probe["threshold"], probe["max_live"], probe["lora_dim"], probe["synced_gpus"])
+    assert claimed == (10_000, 30_000_000, 64, True)
+    assert "left_pad" not in probe and all("left_pad" in plan.SCENARIOS[s]["probe"] for s in plan.FOCUSED[1:])
+    assert not {"prefetch", "overlap_comm"} & set(probe)  # neither set here (DeepSpeed-Chat sets both)
