@@ -250,7 +250,7 @@ PRS: tuple[PullRequest, ...] = (
         "trainable-parameters",
         "Hybrid Engine: keep the training parameters of its Linear wrappers trainable",
         ("frozen-lm-head",),
-        "every Hybrid Engine user since 0.17.0: the actor's output layer (with tied embeddings, its input embeddings) "
+        "every Hybrid Engine user since 0.16.4: the actor's output layer (with tied embeddings, its input embeddings) "
         "is never trained; one restore, no cost at generation",
     ),
 )

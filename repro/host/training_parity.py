@@ -76,15 +76,20 @@ def verdict(cell: dict) -> str:
     if other:
         words.append(f"initialize changed {', '.join(d['name'] + ' ' + d['what'] for d in other)}")
     stepped = [r for r in cell["rounds"] if "step" in r]
-    changed = sorted({d["name"] for r in cell["rounds"] for d in r["after_generate"] if d["what"] != "requires_grad"})
+    changed = sorted({d["name"] for r in cell["rounds"] for d in r.get("generate_changed", [])})
     if changed:
-        words.append(f"generate left changed: {', '.join(changed)}")
-    left = sorted({n for r in stepped for n in r["step"]["not_moved"]})
-    differently = sorted({d["name"] for r in stepped for d in r["step"]["moved_differently"]} - set(left))
-    if left:
-        words.append(f"steps left {', '.join(left)} as they were")
-    if differently:
-        words.append(f"steps moved {len(differently)} parameters differently")
+        words.append(f"eval/generate/train left changed: {', '.join(changed)}")
+    # The first step that differs says how; after it the two models differ, and so does every later step.
+    first = next((r["step"] for r in stepped if r["step"]["not_moved"] or r["step"]["moved_differently"]), None)
+    if first is not None:
+        left = first["not_moved"]
+        differently = sorted({d["name"] for d in first["moved_differently"]} - set(left))
+        at = 1 + next(i for i, r in enumerate(stepped) if r["step"] is first)
+        if left:
+            words.append(f"step {at} left {', '.join(left)} as it was")
+        if differently:
+            worst = max(d["max_abs"] for d in first["moved_differently"] if d["name"] in differently)
+            words.append(f"step {at} moved {len(differently)} other parameters differently (max abs {worst:.2g})")
     crashed = next((r["generate_crash"] for r in cell["rounds"] if "generate_crash" in r), None)
     rounds = f"{len(stepped)} of {len(cell['rounds']) if not crashed else len(stepped) + 1} rounds stepped"
     if crashed:

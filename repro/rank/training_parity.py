@@ -2,11 +2,11 @@
 seeded model in one process: the Hybrid Engine off (the reference) and on. `python -m repro.rank.training_parity
 OUT ARCH ZERO` under torchrun; the host (repro.host.training_parity) puts the build and Transformers on PYTHONPATH.
 
-After `deepspeed.initialize` and after each round's eval(), generate, train() (DeepSpeed-Chat's order; the engine
-that is off only trains), every training parameter's requires_grad, dtype, shape and data must equal the reference's
-bitwise; then both take one AdamW step (lr 1e-3, no weight decay) on the same batch, and every parameter must move
-as the reference's did. A generate that raises ends the rounds (its error is recorded): what was measured before
-it stands."""
+After `deepspeed.initialize` every training parameter's requires_grad, dtype, shape and data must equal the
+reference's bitwise, and each round's eval(), generate, train() (DeepSpeed-Chat's order; the engine that is off only
+trains) must leave the Hybrid Engine's model bitwise as it was; then both take one AdamW step (lr 1e-3, no weight
+decay) on the same batch, and every parameter must move as the reference's did. A generate that raises ends the
+rounds (its error is recorded): what was measured before it stands."""
 
 from __future__ import annotations
 
@@ -111,6 +111,7 @@ def run(arch_name: str, zero: int) -> dict:
     prompt = (torch.arange(8) * 7 + 3).remainder(vocab).unsqueeze(0)
     for i in range(ROUNDS):
         found: dict = {}
+        before_round = snapshot(on_model)
         on.eval()
         try:
             with torch.no_grad():
@@ -118,17 +119,26 @@ def run(arch_name: str, zero: int) -> dict:
                                   do_sample=False, pad_token_id=0)  # fmt: skip
         except Exception as exc:  # the Hybrid Engine's generate failed (another finding): the rounds end
             found["generate_crash"] = he_faults.crash(exc)
+        # Every rank ends the rounds where any rank's generate failed (BLOOM's rank 1 alone, say): a rank that went on
+        # into the snapshot's gathers would wait for it forever. Rank 0 records the first rank's crash.
+        crashes = [None] * world
+        torch.distributed.all_gather_object(crashes, found.get("generate_crash"))
+        crashed = next(((rank, c) for rank, c in enumerate(crashes) if c), None)
+        if crashed:
+            found["generate_crash"] = {**crashed[1], "rank": crashed[0]}
+            result["rounds"].append(found)
+            break
         on.train()
         before_on, before_off = snapshot(on_model), snapshot(off_model)
+        # What eval(), generate and train() left changed in the Hybrid Engine's own model, and where it stands against
+        # the reference (after a step that differed, everything does).
+        found["generate_changed"] = differences(before_on, before_round)
         found["after_generate"] = differences(before_on, before_off)
-        if "generate_crash" not in found:
-            batch = (torch.arange(16) * (i + 5) + 1).remainder(vocab).unsqueeze(0)
-            _step(off, batch)
-            _step(on, batch)
-            found["step"] = step_differences(before_on, snapshot(on_model), before_off, snapshot(off_model))
+        batch = (torch.arange(16) * (i + 5) + 1).remainder(vocab).unsqueeze(0)
+        _step(off, batch)
+        _step(on, batch)
+        found["step"] = step_differences(before_on, snapshot(on_model), before_off, snapshot(off_model))
         result["rounds"].append(found)
-        if "generate_crash" in found:
-            break
     return result
 
 

@@ -6,12 +6,12 @@ from repro.host import training_parity as tp
 FROZEN = {"name": "lm_head.weight", "what": "requires_grad", "on": False, "off": True}
 
 
-def run(after_initialize=(), after_generate=(), not_moved=(), moved_differently=(), crash=None, rounds=2) -> dict:
-    found = [{"after_generate": list(after_generate),
+def run(after_initialize=(), changed=(), not_moved=(), moved_differently=(), crash=None, rounds=2) -> dict:
+    found = [{"generate_changed": list(changed), "after_generate": [],
               "step": {"not_moved": list(not_moved), "moved_differently": list(moved_differently)}}
              for _ in range(rounds)]  # fmt: skip
     if crash:
-        found = [{"after_generate": list(after_generate), "generate_crash": crash}]
+        found = [{"generate_changed": list(changed), "after_generate": [], "generate_crash": crash}]
     return {"arch": "llama", "zero_stage": 2, "build": "released", "transformers": "4.57.6",
             "after_initialize": list(after_initialize), "rounds": found}  # fmt: skip
 
@@ -21,12 +21,12 @@ def test_a_run_with_nothing_different_is_as_the_hybrid_engine_off():
 
 
 def test_every_difference_is_named_and_never_as_off():
-    frozen = tp.verdict(run(after_initialize=[FROZEN], after_generate=[FROZEN], not_moved=["lm_head.weight"]))
-    assert "initialize froze lm_head.weight" in frozen and "steps left lm_head.weight as they were" in frozen
-    changed = tp.verdict(run(after_generate=[{"name": "w", "what": "data", "max_abs": 0.1}]))
-    assert changed == "generate left changed: w"
+    frozen = tp.verdict(run(after_initialize=[FROZEN], not_moved=["lm_head.weight"]))
+    assert "initialize froze lm_head.weight" in frozen and "step 1 left lm_head.weight as it was" in frozen
+    changed = tp.verdict(run(changed=[{"name": "w", "what": "data", "max_abs": 0.1}]))
+    assert changed == "eval/generate/train left changed: w"
     drift = tp.verdict(run(moved_differently=[{"name": "w", "max_abs": 1e-3}]))
-    assert drift == "steps moved 1 parameters differently"
+    assert drift == "step 1 moved 1 other parameters differently (max abs 0.001)"
     for said in (frozen, changed, drift):
         assert not said.startswith(tp.AS_OFF)
 
