@@ -385,7 +385,8 @@ def main(
             for he in ("off", "on"):  # the runs' full results stay in runs/; the pair keeps what the report reads
                 pair[he] = {k: v for k, v in pair[he].items() if k not in ("rounds", "prompts", "prompt_masks")}
             pairs.append(pair)
-            log(f"[ds-chat-step3] {i}/{len(todo)} {pair['build']} {pair['arch']} ZeRO-{pair['zero_stage']}: "
+            log(f"[ds-chat-step3] {i}/{len(todo)} {pair['build']} {pair['arch']} (Transformers "
+                f"{pair['transformers_version']}) ZeRO-{pair['zero_stage']}: "
                 f"{pair['status']}: {pair['verdict']} ({pair['duration_s']} s)")  # fmt: skip
     finally:
         shutil.rmtree(models, ignore_errors=True)

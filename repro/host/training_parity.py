@@ -143,7 +143,7 @@ def main(out: Path, regenerate: bool = False, resume: bool = False, log: Callabl
         "deepspeed": version("deepspeed"),
         "torch": version("torch"),
         "rounds": ROUNDS,
-        "duration_s": sum(c["duration_s"] for c in cells),
+        "duration_s": round(sum(c["duration_s"] for c in cells), 1),
         "wall_s": round(time.time() - started, 1),
         "command": COMMAND,
         "cells": cells,

@@ -37,6 +37,12 @@ MODELS = {
 }  # fmt: skip
 
 
+def say(line):
+    """Rank 0 speaks for all: every rank measures the same parameters."""
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(line)
+
+
 def output_weight(engine, model):
     """The output layer's whole weight, as a copy (gathered under ZeRO-3)."""
     weight = model.get_output_embeddings().weight
@@ -69,7 +75,7 @@ def main():
     if args.workaround:
         for name, p in model.named_parameters():
             p.requires_grad_(before[name])
-        print(f"workaround: requires_grad set again after initialize on {frozen or 'nothing'}")
+        say(f"workaround: requires_grad set again after initialize on {frozen or 'nothing'}")
         frozen = [name for name, p in model.named_parameters() if before[name] and not p.requires_grad]
     head = output_weight(engine, model)
     engine.train()
@@ -80,11 +86,11 @@ def main():
     moved = (output_weight(engine, model) - head).abs().max().item()
     name = f"{type(model).__name__}, ZeRO-{args.zero}"
     when = "after the workaround" if args.workaround else "by deepspeed.initialize"
-    print(f"{name}: frozen {when}: {frozen or 'none'}; one AdamW step moved the output layer by max abs {moved:.3g}")
+    say(f"{name}: frozen {when}: {frozen or 'none'}; one AdamW step moved the output layer by max abs {moved:.3g}")
     if frozen or moved == 0.0:
-        print("BUG: the Hybrid Engine froze a training parameter: training never updates it")
+        say("BUG: the Hybrid Engine froze a training parameter: training never updates it")
         return 1
-    print("OK: every parameter stays trainable and the step updates the output layer")
+    say("OK: every parameter stays trainable and the step updates the output layer")
     return 0
 
 
