@@ -2,7 +2,7 @@
 
 import json
 
-from repro import results
+from repro import findings, results
 from repro.paths import REPO_ROOT
 
 GPU = REPO_ROOT / "results/reference/gpu/h200-2026-12-04"
@@ -21,7 +21,11 @@ def test_the_h200_cell_ran_on_compiled_kernels_and_agrees_with_the_cpu_cell():
     cell = measured[0]
     assert cell["device"] == "cuda:0: NVIDIA H200" and set(cell["kernel_paths"].values()) == {"compiled"}
     cpu = _cpu_cell(cell)
-    assert cell["diagnosis"] == cpu["diagnosis"] == ["sequential residual run as parallel (#3453)"]
+    # The CPU cell was measured again after the H200's, with what deepspeed.initialize froze recorded too (0038: the
+    # H200 cell's probe did not record it); what generation showed is the same.
+    frozen = findings.shows("frozen-lm-head")
+    assert cell["diagnosis"] == [d for d in cpu["diagnosis"] if not d.startswith(frozen)]
+    assert cell["diagnosis"] == ["sequential residual run as parallel (#3453)"] and "frozen_by_initialize" not in cell
     assert cell["he_tokens"] == cpu["he_tokens"] and cell["native_tokens"] == cpu["native_tokens"]
     readme = (GPU / "README.md").read_text()
     assert f"{cell['first_step_logits_max_abs']:.5f}" in readme and f"{cpu['first_step_logits_max_abs']:.5f}" in readme

@@ -19,6 +19,7 @@ NOT_RESULTS = {
     "repro/host/conformance/my_model.py",  # a user's config.json
     "repro/rank/__main__.py",  # a rank's spec, written by the host for it
     "repro/rank/cell_probe.py",  # a cell's spec
+    "repro/rank/ds_chat_step3.py",  # the marker that a run made the models the others load
 }
 
 

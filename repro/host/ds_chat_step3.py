@@ -46,7 +46,8 @@ BUILDS = {
 }
 DEFAULT_BUILDS = ("released", "whole series", "wheel")
 # The Transformers each architecture runs on (None: the installed one): OPT is injected only up to 4.48.3; Llama also
-# on 4.52.4, the newest before released DeepSpeed crashes on Llama's layer return (0008), so that released rounds run.
+# on 4.52.4, the newest before released DeepSpeed crashes on Llama's layer return (llama-layer-tuple), so that released
+# rounds run.
 TRANSFORMERS = {"llama": (None, "4.52.4"), "opt": ("4.48.3",)}
 RANKS = 2
 TIMEOUT_S = 600

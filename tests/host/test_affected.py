@@ -58,7 +58,7 @@ def test_grouped_query_llama_names_its_finding_and_the_series_serves_it(tmp_path
     main(["affected", "--config", str(path), "--zero", "2", "--transformers", "4.52.4"])
     out = capsys.readouterr().out
     assert "CRASHES" in out and "llama-grouped-query" in out and "llama-unservable-config" not in out
-    assert "With the series (repro/patches: 0037): correct." in out
+    assert "With the series (repro/patches: 0037 0038): correct." in out
     assert "Your config: 8 of its 32 heads are key/value heads (grouped-query attention)." in out
 
 
@@ -109,7 +109,7 @@ def test_a_config_with_auto_map_is_answered_and_only_run_refuses_it(tmp_path, ca
     path = _config(tmp_path, model_type="llama", hidden_size=4096, num_attention_heads=32,
                    auto_map={"AutoModelForCausalLM": "modeling_x.XForCausalLM"})  # fmt: skip
     assert main(["affected", "--config", str(path), "--transformers", "4.48.3", "--zero", "2"]) == 0
-    assert "as released: CORRECT" in capsys.readouterr().out
+    assert "as released: SILENTLY WRONG" in capsys.readouterr().out  # the frozen output layer alone
     out = tmp_path / "run"
     done = subprocess.run([sys.executable, "-m", "repro", "affected", "--config", str(path), "--run", str(out)],
                           cwd=ROOT, capture_output=True, text=True)  # fmt: skip
@@ -214,11 +214,12 @@ def test_the_setup_plan_composes_the_scenarios_settings():
 
 @pytest.mark.distributed
 def test_run_measures_the_setup_and_agrees_with_the_answer(tmp_path, capsys):
-    """OPT on the Transformers it is injected on, ZeRO-2, no LoRA: correct as released and with the series."""
+    """OPT on the Transformers it is injected on, ZeRO-2, no LoRA: its tied embeddings frozen as released (generation
+    correct), correct with the series."""
     argv = ["affected", "--arch", "opt", "--zero", "2", "--transformers", "4.48.3", "--no-left-pad"]
     assert main([*argv, "--run", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
-    assert "as released correct" in out and "The measurement agrees" in out
+    assert "as released silently wrong" in out and "frozen-lm-head" in out and "The measurement agrees" in out
 
 
 def test_run_for_a_model_without_a_policy_needs_its_config_and_no_lora_or_tp(tmp_path):
