@@ -188,7 +188,7 @@ def _ds_chat_step3(args: argparse.Namespace, argv: list[str]) -> int:
     zero = tuple(int(z) for z in listed(args.zero, ("2", "3")))
     return ds_chat_step3.main(args.out, regenerate=args.regenerate, builds=listed(args.builds,
                               ds_chat_step3.DEFAULT_BUILDS), archs=listed(args.archs, ("llama", "opt")), zero=zero,
-                              rounds=args.rounds)  # fmt: skip
+                              rounds=args.rounds, dtype=args.dtype)  # fmt: skip
 
 
 def _training_parity(args: argparse.Namespace, argv: list[str]) -> int:

@@ -211,6 +211,8 @@ COMMANDS: dict[str, Command] = {
             opt("--archs", help="comma-separated: llama, opt (default: both)"),
             opt("--zero", help="comma-separated ZeRO stages (default: 2,3)"),
             opt("--rounds", type=int, default=3, help="generate/train rounds per run (default: 3)"),
+            opt("--dtype", choices=("fp32", "bf16"), default="fp32", help="fp32 (default: exact comparison) or bf16 "
+                "(DeepSpeed-Chat's bf16 config; a flipped token passes only at a near-tie of the Hybrid Engine off)"),
         ),
     ),
     "training-parity": Command(

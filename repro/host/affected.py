@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from .. import results
+from .. import results, tolerance
 from ..findings import advice, by_id, policies, prs, reports, table
 from ..findings.answer import (
     CORRECT,
@@ -29,6 +29,7 @@ from ..findings.finding import CRASH, SILENTLY_OFF
 from ..findings.setup import Setup, releases_apart, version_tuple
 from ..options import EXIT_BROKEN, UsageError
 from ..paths import REPO_ROOT
+from ..verdict import NEAR_TIE
 from . import launch
 from .conformance import my_model
 from .envs import transformers_env
@@ -232,6 +233,8 @@ def report(setup: Setup, model_type: str, served: bool, said: Answer, cells: lis
         lines.append(f"With the series (repro/patches: {patches}): {said.with_series}.")
     elif said.outcome != CORRECT:
         lines.append(f"With the series: {said.with_series} (no patch changes it).")
+    if served and CORRECT in (said.outcome, said.with_series):
+        lines += near_tie_lines(setup.dtype)
     if cells is None:
         lines.append(f"Evidence: no committed cells at {results.CONFORMANCE} (run from the repository).")
     elif served and setup.arch in ARCHS.values():
@@ -265,6 +268,39 @@ def todo(setup: Setup, served: bool, said: Answer) -> list[str]:
         lines.append(f"  - {plan.words} ({plan.check()})")
     lines.append(f"  - {'or ' if found else ''}{advice.hybrid_engine_off(setup)}")
     return lines
+
+
+def near_tie_lines(dtype: str) -> list[str]:
+    """What "correct" allows in half precision (the reproduction's near-tie rule, repro.verdict), and what
+    DeepSpeed-Chat's own step 3 measured in that dtype, read from its committed run."""
+    if dtype == "fp32":
+        return []
+    lines = [f"  In {dtype}, \"correct\" lets a generated token differ from the Hybrid Engine off only at a near-tie "
+             f"there: its top-1 and top-2 logits closer than {tolerance.logits(dtype):g} (the conformance cells, "
+             f"repro.tolerance); the reproduction and DeepSpeed-Chat's step 3 allow {NEAR_TIE[dtype]:g} x max(1, "
+             "|top-1|) and never the first token (repro.verdict)."]  # fmt: skip
+    data = results.load_if_written(results.DS_CHAT_STEP3_BF16)
+    if data and data.get("dtype") == dtype:
+        series = [p for p in data["pairs"] if p["build"] != "released"]
+        agree = [p for p in series if p["status"] == "agrees"]
+        tied = [p for p in agree if "near-ties" in p["verdict"]]
+        exact = [p for p in agree if _bitwise(p)]
+        where = results.DS_CHAT_STEP3_BF16.parent.relative_to(REPO_ROOT)
+        lines.append(f"  Measured (CPU, {where}): DeepSpeed-Chat's own step 3 in {dtype} with the series agrees "
+                     f"with the Hybrid Engine off in {len(agree)} of {len(series)} pairs ({len(tied)} only up to "
+                     f"near-ties; {len(exact)} bitwise: every sequence, log-prob, reward and parameter). A GPU's "
+                     "compiled kernels round differently: no run of them here.")  # fmt: skip
+    return lines
+
+
+def _bitwise(pair: dict) -> bool:
+    """Every round of a DeepSpeed-Chat step-3 pair 0 apart: sequences equal, every value and parameter."""
+    rounds = pair.get("comparison", {}).get("rounds", [])
+    return bool(rounds) and all(
+        r.get("sequences_equal") and r.get("params_max_abs") == 0
+        and all(r.get(k) == 0 for k in r if k.endswith("_max_abs"))
+        for r in rounds
+    )  # fmt: skip
 
 
 def measured_runs(model_type: str) -> list[str]:

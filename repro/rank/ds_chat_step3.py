@@ -1,9 +1,10 @@
 """DeepSpeed-Chat's own step 3 (its `dschat` package, vendored unmodified in third_party/dschat), driven as its
 `training/step3_rlhf_finetuning/main.py` drives it, with the Hybrid Engine on or off, on CPU.
 
-`python -m repro.rank.ds_chat_step3 OUT.json ARCH ZERO HE [WORKDIR [ROUNDS]]` under torchrun: ARCH llama or opt,
-ZERO 2 or 3 (actor and critic, as the shipped scripts), HE on or off. third_party must be on PYTHONPATH (the host,
-repro.host.ds_chat_step3, puts it there with the DeepSpeed build and Transformers). WORKDIR holds the tiny models
+`python -m repro.rank.ds_chat_step3 OUT.json ARCH ZERO HE [WORKDIR [ROUNDS [DTYPE]]]` under torchrun: ARCH llama or
+opt, ZERO 2 or 3 (actor and critic, as the shipped scripts; bf16: see BF16_CRITIC_ZERO), HE on or off, DTYPE fp32
+(default) or bf16. third_party must be on PYTHONPATH (the host, repro.host.ds_chat_step3, puts it there with the
+DeepSpeed build and Transformers). WORKDIR holds the tiny models
 (default: beside OUT); rank 0 makes them there once (seeded), so the run with the Hybrid Engine on and the one with
 it off, given the same WORKDIR, start from the same files.
 
@@ -15,10 +16,11 @@ loop does. The arguments are main.py's defaults (MAIN_DEFAULTS, copied from main
 with OVERRIDES on top, each with its reason.
 
 What this driver changes around dschat, and why (nothing inside dschat is edited):
-- fp32 instead of main.py's fp16 (our choice on CPU: no loss scaling, no skipped steps, and the Hybrid Engine and
-  the native path compare without half-precision noise). dschat's `get_train_ds_config`/`get_eval_ds_config` know
-  only fp16 and bf16 (any other dtype leaves `data_type` unbound), so for "fp32" the driver calls them with bf16
-  and removes the `bfloat16` section: everything else in the config is dschat's (`fp32_ds_config`).
+- fp32 instead of main.py's fp16 by default (our choice on CPU: no loss scaling, no skipped steps, and the Hybrid
+  Engine and the native path compare without half-precision noise). dschat's `get_train_ds_config`/
+  `get_eval_ds_config` know only fp16 and bf16 (any other dtype leaves `data_type` unbound), so for "fp32" the
+  driver calls them with bf16 and removes the `bfloat16` section: everything else in the config is dschat's
+  (`fp32_ds_config`). DTYPE bf16 is `--dtype bf16`, dschat's config unchanged.
 - `rlhf_engine.FusedAdam` is `torch.optim.AdamW` (FusedAdam is a CUDA kernel; same AdamW update, betas and
   per-group weight decay from dschat's parameter groups).
 - A stand-in `datasets` module when the package is missing: dschat's data_utils imports it at module level; only
@@ -30,7 +32,10 @@ What this driver changes around dschat, and why (nothing inside dschat is edited
 
 Recorded per round: each rank's generated sequences, the actor's and reference's log-probs and the rewards from
 `generate_experience` (per sequence, rounded to 6 digits), the actor and critic losses, and after `train_rlhf` every
-actor parameter (gathered under ZeRO-3) with its requires_grad in OUT.round{i}.pt (round 0: after initialize). A
+actor parameter (gathered under ZeRO-3) with its requires_grad in OUT.round{i}.pt (round 0: after initialize).
+Beside the sequences, each answer position's top-1 logit and its margin over the runner-up, from one more forward of
+the actor on the generated sequences (what generate_experience's own forward computes, in the same eval mode, with
+the same mask): the host tolerates a flipped token only where the Hybrid Engine off had a near-tie there. A
 failure inside dschat or DeepSpeed is recorded (type, message, where) and ends the rounds. Rank 0 writes OUT.
 """
 
@@ -78,13 +83,21 @@ MAIN_DEFAULTS = dict(
     print_answers_interval=1, enable_test_mode=False, test_stop_step=0,
 )  # fmt: skip
 
+# The dtypes the driver runs, and why (main.py's default is fp16).
+DTYPES = {"fp32": "CPU: fp32 instead of fp16 (see fp32_ds_config)", "bf16": "--dtype bf16: dschat's bf16 config"}
+# Under bf16 the critic runs ZeRO-2 where the actor runs ZeRO-3: DeepSpeed 0.19.8's ZeRO-3 optimizer refuses dschat's
+# bf16 critic with the Hybrid Engine on or off (create_critic_model adds the RewardModel's v_head outside zero.Init, so
+# it stays fp32 beside bf16 partitions: `assert len(set(t.dtype for t in tensors)) == 1` in zero/utils.py defragment).
+BF16_CRITIC_ZERO = 2
+BF16_CRITIC_REASON = ("bf16: DeepSpeed 0.19.8's ZeRO-3 refuses dschat's bf16 critic (its v_head, built outside "
+                      "zero.Init, stays fp32), Hybrid Engine on or off; the actor stays ZeRO-3")  # fmt: skip
 # What this driver passes instead, and why (the rest is main.py's default).
 OVERRIDES = {
     "max_prompt_seq_len": (8, "tiny run"),
     "max_answer_seq_len": (8, "tiny run"),
     "per_device_generation_batch_size": (2, "tiny run"),
     "per_device_training_batch_size": (2, "tiny run"),
-    "dtype": ("fp32", "CPU: fp32 instead of fp16 (see fp32_ds_config)"),
+    "dtype": ("fp32", DTYPES["fp32"]),
     "seed": (SEED, "the shipped scripts' --seed 1234"),
     "actor_dropout": (0.0, "the shipped scripts' --actor_dropout 0.0"),
     "num_warmup_steps": (0, "main.py's 100 warmup steps make round 1's lr 0 and rounds 2-3's 1-2 % of it: no "
@@ -94,21 +107,26 @@ OVERRIDES = {
 }  # fmt: skip
 
 
-def step3_args(arch: str, zero: int, hybrid_engine: bool, actor: Path, critic: Path, local_rank: int) -> Namespace:
+def step3_args(
+    arch: str, zero: int, hybrid_engine: bool, actor: Path, critic: Path, local_rank: int, dtype: str = "fp32"
+) -> Namespace:
     """main.py's args for this run: its defaults, OVERRIDES, the run's settings, and what main() sets after parsing
     (global_rank is set once the process group is up)."""
     if arch not in ARCHS:
         raise ValueError(f"ARCH must be one of {', '.join(ARCHS)}, not {arch!r}")
     if zero not in (2, 3):
         raise ValueError(f"ZERO must be 2 or 3, not {zero}")
+    if dtype not in DTYPES:
+        raise ValueError(f"DTYPE must be one of {', '.join(DTYPES)}, not {dtype!r}")
     args = {**MAIN_DEFAULTS, **{name: value for name, (value, _) in OVERRIDES.items()}}
     args.update(
         actor_model_name_or_path=str(actor),
         critic_model_name_or_path=str(critic),
         actor_zero_stage=zero,
-        critic_zero_stage=zero,
+        critic_zero_stage=min(zero, BF16_CRITIC_ZERO) if dtype == "bf16" else zero,
         enable_hybrid_engine=hybrid_engine,
         local_rank=local_rank,
+        dtype=dtype,
     )
     # main(): no unsupervised dataset, so the actor accumulates as the critic; the end-of-conversation token.
     args["gradient_accumulation_steps_actor"] = args["gradient_accumulation_steps"]
@@ -312,6 +330,26 @@ def _experience(exp: dict) -> dict:
     }
 
 
+def answer_margins(logits, prompt_length: int) -> tuple[list[list[float]], list[list[float]]]:
+    """Per sequence and answer position t (the logits at t - 1 that chose token t): the top-1 logit and its margin
+    over the runner-up, in float32, rounded. What native's near-tie rule (repro.verdict.token_flip) reads."""
+    import torch
+
+    top = torch.topk(logits[:, prompt_length - 1 : -1, :].float(), 2, dim=-1).values
+    return rounded((top[..., 0] - top[..., 1]).tolist()), rounded(top[..., 0].tolist())
+
+
+def _margins(actor, exp: dict) -> dict:
+    """One more forward of the actor on the generated sequences, as generate_experience's own (eval mode, its
+    mask, no grad): every rank's answer margins and top-1 logits."""
+    import torch
+
+    with torch.no_grad():
+        logits = actor(exp["input_ids"], attention_mask=exp["attention_mask"]).logits
+    margins, top1 = answer_margins(logits, exp["prompts"].shape[1])
+    return {"margins": _gathered(margins), "top1_logits": _gathered(top1)}
+
+
 def _software() -> dict:
     import deepspeed
     import torch
@@ -321,7 +359,7 @@ def _software() -> dict:
             "transformers": transformers.__version__, "torch": torch.__version__}  # fmt: skip
 
 
-def run(out: Path, arch: str, zero: int, hybrid_engine: bool, workdir: Path, rounds: int) -> dict:
+def run(out: Path, arch: str, zero: int, hybrid_engine: bool, workdir: Path, rounds: int, dtype: str = "fp32") -> dict:
     started = time.time()
     from .. import shim
     from . import fallbacks, he_faults
@@ -339,7 +377,7 @@ def run(out: Path, arch: str, zero: int, hybrid_engine: bool, workdir: Path, rou
     stubbed = _stub_datasets()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     actor_path, critic_path = _paths(workdir, arch)
-    args = step3_args(arch, zero, hybrid_engine, actor_path, critic_path, local_rank)
+    args = step3_args(arch, zero, hybrid_engine, actor_path, critic_path, local_rank, dtype)
 
     # main(): the process group, then global_rank, then the seed. The models are made before the seed, once.
     init_distributed("gloo")
@@ -374,7 +412,8 @@ def run(out: Path, arch: str, zero: int, hybrid_engine: bool, workdir: Path, rou
         "arch": arch, "zero_stage": zero, "hybrid_engine": hybrid_engine, "world_size": dist.get_world_size(),
         "rounds_asked": rounds, "dschat_commit": DSCHAT_COMMIT, "dschat_path": str(Path(rlhf_engine.__file__).parent),
         "settings": {k: v for k, v in vars(args).items() if isinstance(v, (int, float, str, bool, type(None)))},
-        "overrides": {name: reason for name, (_, reason) in OVERRIDES.items()},
+        "overrides": {**{name: reason for name, (_, reason) in OVERRIDES.items()}, "dtype": DTYPES[dtype],
+                      **({"critic_zero_stage": BF16_CRITIC_REASON} if args.critic_zero_stage != zero else {})},
         "datasets_stubbed": stubbed, "kernel": op_state, **_software(),
         "tokenizer": {"class": type(tokenizer).__name__, "length": len(tokenizer), "pad": tokenizer.pad_token_id,
                       "bos": bos, "eos": tokenizer.eos_token_id},
@@ -404,7 +443,7 @@ def run(out: Path, arch: str, zero: int, hybrid_engine: bool, workdir: Path, rou
             lap = time.time()
             phase = "generate_experience"
             out_exp = trainer.generate_experience(batch["prompt"], batch["prompt_att_mask"], step)
-            found = {"round": step + 1, **_experience(out_exp)}
+            found = {"round": step + 1, **_experience(out_exp), **_margins(engine.actor, out_exp)}
             phase = "train_rlhf"
             exp_dataset = exp_mini_dataset.add(out_exp)
             losses = []
@@ -436,14 +475,22 @@ def peer_crash_path(out: Path, rank: int) -> Path:
     return out.with_suffix(f".rank{rank}.crash.json")
 
 
-def main(out: str, arch: str, zero: str, he: str, workdir: str | None = None, rounds: str | None = None) -> int:
+def main(
+    out: str,
+    arch: str,
+    zero: str,
+    he: str,
+    workdir: str | None = None,
+    rounds: str | None = None,
+    dtype: str = "fp32",
+) -> int:
     from .lifecycle import finish, leave
 
     if he not in ("on", "off"):
         raise SystemExit(f"HE must be on or off, not {he!r}")
     out_path = Path(out)
     work = Path(workdir) if workdir else out_path.parent / f"{out_path.stem}-models"
-    result = run(out_path, arch, int(zero), he == "on", work, int(rounds) if rounds else ROUNDS)
+    result = run(out_path, arch, int(zero), he == "on", work, int(rounds) if rounds else ROUNDS, dtype)
     if "crash" in result:
         # A failure may leave ZeRO's collectives in flight: a barrier could hang or abort. Rank 0 records it, every
         # other rank its own, and each leaves at once (as repro.rank.cell_probe).

@@ -270,3 +270,22 @@ def test_an_initialize_crash_is_judged_against_the_answer(tmp_path, monkeypatch,
     setup, _, served = affected.resolve(req)
     said = affected.answer(setup, served=served)
     assert affected.measure_unserved(req, setup, said, log=lambda _: None) == expected
+
+
+def test_half_precision_answers_say_what_correct_allows_and_what_dschat_measured(monkeypatch):
+    lines = affected.near_tie_lines("bf16")
+    assert "only at a near-tie" in lines[0] and "0.05" in lines[0] and "never the first token" in lines[0]
+    assert "DeepSpeed-Chat's own step 3 in bf16 with the series agrees" in lines[1] and "no run of them" in lines[1]
+    assert affected.near_tie_lines("fp32") == []
+    assert len(affected.near_tie_lines("fp16")) == 1  # no fp16 run of DeepSpeed-Chat's step 3 is cited
+    agreeing = {"build": "wheel", "status": "agrees", "verdict": "3 rounds", "comparison": {"rounds": [
+        {"sequences_equal": True, "params_max_abs": 0.0, "logprobs_max_abs": 0.0}]}}  # fmt: skip
+    tied = {**agreeing, "verdict": "... only at near-ties of the Hybrid Engine off", "comparison": {"rounds": [
+        {"sequences_equal": False, "params_max_abs": None, "logprobs_max_abs": 0.4}]}}  # fmt: skip
+    differing = {"build": "wheel", "status": "differs", "verdict": "round 1: sequences differ"}
+    data = {"dtype": "bf16", "pairs": [agreeing, tied, differing, {"build": "released", "status": "differs"}]}
+    monkeypatch.setattr(affected.results, "load_if_written", lambda path: data)
+    assert (
+        "agrees with the Hybrid Engine off in 2 of 3 pairs (1 only up to near-ties; 1 bitwise"
+        in (affected.near_tie_lines("bf16")[1])
+    )

@@ -42,10 +42,19 @@ def snapshots(run: dict, index: int) -> dict | None:
     return {"params": params, "requires_grad": {n: n not in run["_frozen"] for n in GRADS}}
 
 
-def pair(off: dict, on: dict, build="whole series") -> dict:
+def pair(off: dict, on: dict, build="whole series", dtype="fp32") -> dict:
     found = {"build": build, "arch": "llama", "zero_stage": 2, "transformers_version": "4.57.6", "off": off, "on": on}
-    found["comparison"] = d.compare(off, on, snapshots)
-    found["status"], found["verdict"] = d.verdict(found)
+    found["comparison"] = d.compare(off, on, snapshots, d.TOLERANCES[dtype], dtype)
+    found["status"], found["verdict"] = d.verdict(found, d.TOLERANCES[dtype])
+    return found
+
+
+def with_margins(found: dict, margins: list[float], top1: float = 8.0) -> dict:
+    """Answer margins (the last len(margins) positions of each sequence) and top-1 logits, as the rank records
+    them, the same for every sequence of every round."""
+    for r in found["rounds"]:
+        r["margins"] = [[list(margins)] for _ in r["sequences"]]
+        r["top1_logits"] = [[[top1] * len(margins)] for _ in r["sequences"]]
     return found
 
 
@@ -90,6 +99,59 @@ def test_different_sequences_log_probs_and_shapes_are_named():
     assert q["comparison"]["rounds"][0]["logprobs_max_abs"] is None and "logprob shapes differ" in q["verdict"]
 
 
+# SEQS: prompts of 3 tokens, answers of 3; a flip at the last token (answer token 2).
+FLIPPED = [[[9, 9, 1, 5, 7, 4]], [[9, 1, 4, 6, 2, 2]]]
+
+
+def test_a_bf16_flip_at_a_near_tie_of_the_hybrid_engine_off_agrees_and_says_where():
+    # bf16 limit: 0.05 x |top-1 8.0| = 0.4; native's margin at answer token 2 is 0.1.
+    off = with_margins(run(changes={2: {"lm_head.weight": 1e-3}}), [2.0, 3.0, 0.1])
+    on = with_margins(
+        run(sequences=FLIPPED, logprob_shift=0.5, changes={2: {"lm_head.weight": 5e-3}}), [2.0, 3.0, 0.1]
+    )
+    # round 1 equal, round 2 flips (its log-probs and step then differ), round 3 trains on other data
+    on["rounds"][0].update(sequences=SEQS, logprobs=off["rounds"][0]["logprobs"])
+    p = pair(off, on, dtype="bf16")
+    assert p["status"] == "agrees", p["verdict"]
+    assert "before round 2, where tokens flipped only at near-ties" in p["verdict"]
+    assert "rank 0 sequence 0 token 2 at margin 0.1 < 0.4" in p["verdict"]
+    assert d.round_cell(p, 2).startswith("seq ≈ (near-tie)") and "params: not compared" in d.round_cell(p, 3)
+
+
+def test_a_flip_is_not_a_near_tie_when_native_was_sure_or_it_is_the_first_token_or_unmeasured():
+    # The same flip with native's margin 1.0 >= 0.4: the sequences differ, named with the rule's reason.
+    sure = pair(
+        with_margins(run(), [2.0, 3.0, 1.0]), with_margins(run(sequences=FLIPPED), [2.0, 3.0, 1.0]), dtype="bf16"
+    )
+    assert (
+        sure["status"] == "differs" and "token 2 differs with native margin 1 >= near-tie limit 0.4" in sure["verdict"]
+    )
+    # fp32's limit is 1e-4 x 8: 0.1 is no near-tie there.
+    fp32 = pair(with_margins(run(), [2.0, 3.0, 0.1]), with_margins(run(sequences=FLIPPED), [2.0, 3.0, 0.1]))
+    assert fp32["status"] == "differs"
+    first = [[[9, 9, 1, 4, 7, 3]], [[9, 1, 4, 6, 2, 2]]]  # the first answer token flips: never a near-tie
+    early = pair(
+        with_margins(run(), [0.0, 3.0, 0.1]), with_margins(run(sequences=first), [0.0, 3.0, 0.1]), dtype="bf16"
+    )
+    assert early["status"] == "differs" and "first token differs" in early["verdict"]
+    blind = pair(run(), run(sequences=FLIPPED), dtype="bf16")  # no margins recorded: nothing is tolerated
+    assert blind["status"] == "differs" and "recorded no margins" in blind["verdict"]
+
+
+def test_a_frozen_head_still_differs_after_a_near_tie():
+    off = with_margins(run(), [2.0, 3.0, 0.1])
+    on = with_margins(run(sequences=FLIPPED, frozen=["lm_head.weight"]), [2.0, 3.0, 0.1])
+    p = pair(off, on, dtype="bf16")
+    assert p["status"] == "differs" and "round 3: requires_grad: lm_head.weight (off True, on False)" in p["verdict"]
+
+
+def test_bf16_tolerates_one_bf16_spacing_of_a_value_and_no_more():
+    assert not d.beyond([[1.0, 0.01]], [[1.0 + 2**-8, 0.01]], d.TOLERANCES["bf16"])
+    assert d.beyond([[1.0, 0.01]], [[1.0 + 2**-6, 0.01]], d.TOLERANCES["bf16"])
+    assert d.beyond([[1.0, 0.01]], [[1.0 + 2**-8, 0.01]], d.TOLERANCES["fp32"])
+    assert str(d.TOLERANCES["bf16"]) == "1e-05 + 0.0078125 x |off|"
+
+
 def test_a_crash_with_the_hybrid_engine_on_differs_and_says_where():
     crash = {"type": "AttributeError", "message": "'tuple' object has no attribute 'size'",
              "during": "generate_experience", "round": 1,
@@ -114,7 +176,7 @@ def test_exit_status_follows_the_whole_series_pairs(tmp_path, monkeypatch):
     run broke; the report and the JSON are written, and an earlier run is never overwritten silently."""
     outcomes = {}
 
-    def fake_run(pair, he, root, workdir, out, rounds):
+    def fake_run(pair, he, root, workdir, out, rounds, dtype):
         return outcomes[(pair["build"], he)]
 
     monkeypatch.setattr(d, "run_one", fake_run)
