@@ -216,9 +216,11 @@ PRS: tuple[PullRequest, ...] = (
     ),
     PullRequest(
         "transformers-5-cache",
-        "Kernel injection: keep a Transformers Cache as long as the injected layers' keys and values (GPT-Neo, OPT)",
+        "Kernel injection: keep a Transformers Cache as long as the injected layers' keys and values (GPT-Neo, GPT-J, "
+        "OPT)",
         ("empty-cache-positions",),
-        "GPT-Neo and OPT generate at the wrong positions from Transformers 5.4 (the newest, 5.25.0, included)",
+        "GPT-Neo and OPT generate at the wrong positions from Transformers 5.4 (the newest, 5.25.0, included), GPT-J "
+        "with a wrong attention mask on 5.2 to 5.23",
         # its lines sit next to the tensor returns' in the layer and the containers (one concern each, in order)
         requires=("transformers-5-tensor-return",),
     ),

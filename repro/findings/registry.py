@@ -59,8 +59,11 @@ FIRST_TRANSFORMERS_5 = "5.0.0"
 NEWEST_TRANSFORMERS = "5.25.0"
 FIRST_NEOX_TENSOR_RETURN = "5.2.0"
 FIRST_GPTJ_TENSOR_RETURN = "5.24.0"
-# The first release whose GPT-Neo and OPT place a step by the Cache's length (cache_position gone).
+# The first release whose GPT-Neo and OPT place a step by the Cache's length (cache_position gone); GPT-J sizes its
+# attention mask by it on 5.2.0 to 5.23.0 (measured with the series less 0035's GPT-J line: BUG on 5.2.0, 5.3.0 and
+# 5.23.0, OK on 5.1.0, 5.24.0 and 5.25.0).
 FIRST_CACHE_POSITIONS = "5.4.0"
+GPTJ_CACHE_LENGTH = ("5.2.0", "5.23.0")
 # `needs`: earlier patches of the series a patch's tests need beside it: 0004 reads the QKV layout record 0002 adds,
 # and its ZeRO-3 cases show only once 0001 makes transforms persist; 0005/0006/0014/0015 build a GPT-NeoX
 # container, which needs 0000 on current Transformers (0014/0015 edit gptneox.py beside 0006's lines); 0010's and
@@ -1053,18 +1056,26 @@ FINDINGS: tuple[Finding, ...] = (
         id="empty-cache-positions",
         patch="0035",
         summary="From Transformers 5.4, GPT-Neo and OPT place each decode step by the length of the Transformers "
-        "Cache, which the injected layers never fill (they keep their keys and values in DeepSpeed's workspace): "
-        "every generated token after the first is computed at the wrong position.",
+        "Cache, and GPT-J on 5.2 to 5.23 sizes each step's attention mask by it; the injected layers never fill it "
+        "(they keep their keys and values in DeepSpeed's workspace): every generated token after the first is "
+        "computed wrong.",
         outcome=SILENTLY_WRONG,
         scope=Scope(archs=("gpt-neo",), transformers=(FIRST_CACHE_POSITIONS, None)),
         # OPT is injected again from 5.24 (its layers take `cache`), where it crashes first (`layer-tensor-return`)
-        also=(Scope(archs=("opt",), transformers=(FIRST_GPTJ_TENSOR_RETURN, None)),),
-        workaround="GPT-Neo: Transformers < 5.4; OPT: Transformers <= 5.23, where it stays native (<= 4.48.3 to have "
-        "it injected)",
+        also=(
+            Scope(archs=("opt",), transformers=(FIRST_GPTJ_TENSOR_RETURN, None)),
+            Scope(archs=("gpt-j",), transformers=GPTJ_CACHE_LENGTH),
+        ),
+        workaround="GPT-Neo: Transformers < 5.4; GPT-J: Transformers < 5.2 or >= 5.24; OPT: Transformers <= 5.23, "
+        "where it stays native (<= 4.48.3 to have it injected)",
         tests=("unit/module_inject/test_injected_layer_transformers_cache.py",),
-        tests_on=NEWEST_TRANSFORMERS,  # its end-to-end test generates a GPT-Neo on Transformers >= 5.4
+        # its end-to-end tests generate a GPT-Neo (wrong from 5.4) and a GPT-J (wrong on 5.2 to 5.23): both fail here
+        tests_on=GPTJ_CACHE_LENGTH[1],
         text="ISSUE-empty-cache-positions.md",
-        scripts=(Script("cache_positions.py", transformers=NEWEST_TRANSFORMERS),),
+        scripts=(
+            Script("cache_positions.py", transformers=NEWEST_TRANSFORMERS),
+            Script("cache_positions.py", args=("--arch", "gpt-j"), transformers=GPTJ_CACHE_LENGTH[1]),
+        ),
         shows=("decode steps placed by a Transformers Cache the injected layers leave empty ({patch})",),
         alone=(Alone(("gpt-neo", "opt"), transformers=NEWEST_TRANSFORMERS),),
         table=IssueTable(

@@ -1,7 +1,8 @@
 """Injected layers leave the Transformers Cache empty; from Transformers 5.4 GPT-Neo (and OPT) place each decode step
-by that Cache's length, so every generated token after the first runs at the wrong position, silently.
+by that Cache's length, and GPT-J on 5.2 to 5.23 sizes each decode step's attention mask by it, so every generated
+token after the first is computed wrong, silently.
 
-A tiny GPT-Neo (random weights), ZeRO-2 on one rank: greedy generate through the Hybrid Engine against Hugging Face
+A tiny GPT-Neo or GPT-J (`--arch`; random weights), ZeRO-2 on one rank: greedy generate through the Hybrid Engine against Hugging Face
 on the same weights. Exit status 1: the bug (the logits differ from the second token on), 0: the logits agree.
 
 GPU: deepspeed --num_gpus 1 cache_positions.py
@@ -9,6 +10,7 @@ CPU: DS_ACCELERATOR=cpu torchrun --nproc-per-node 1 cache_positions.py (DeepSpee
      transformer_inference kernels; see the issue text for what stands in for them)
 """
 
+import argparse
 import os
 import sys
 
@@ -34,14 +36,23 @@ def greedy(model, ids):
     return out.sequences[0, ids.shape[1] :].tolist(), torch.stack(out.logits).float().cpu()
 
 
+CONFIGS = {
+    "gpt-neo": lambda: transformers.GPTNeoConfig(vocab_size=1024, hidden_size=256, num_layers=2, num_heads=4,
+                                                 intermediate_size=1024, max_position_embeddings=256,
+                                                 attention_types=[[["global", "local"], 1]], window_size=256),
+    "gpt-j": lambda: transformers.GPTJConfig(vocab_size=1024, n_embd=256, n_layer=2, n_head=4, rotary_dim=16,
+                                             n_positions=256),
+}  # fmt: skip
+
+
 def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--arch", choices=sorted(CONFIGS), default="gpt-neo")
+    args = parser.parse_args()
     deepspeed.init_distributed()
     device = torch.device(get_accelerator().device_name(int(os.environ.get("LOCAL_RANK", "0"))))
     torch.manual_seed(0)
-    config = transformers.GPTNeoConfig(vocab_size=1024, hidden_size=256, num_layers=2, num_heads=4,
-                                       intermediate_size=1024, max_position_embeddings=256,
-                                       attention_types=[[["global", "local"], 1]], window_size=256)  # fmt: skip
-    model = transformers.GPTNeoForCausalLM(config).to(device).eval()
+    model = transformers.AutoModelForCausalLM.from_config(CONFIGS[args.arch]()).to(device).eval()
     ids = torch.arange(10, 74, device=device).unsqueeze(0)
     with torch.no_grad():
         expected_tokens, expected = greedy(model, ids)
@@ -53,7 +64,7 @@ def main():
         "hybrid_engine": {"enabled": True, "max_out_tokens": 256},
     }
     engine, *_ = deepspeed.initialize(model=model, config=ds_config, model_parameters=model.parameters())
-    print(f"transformers {transformers.__version__}; Hybrid Engine inference containers: "
+    print(f"{args.arch} on transformers {transformers.__version__}; Hybrid Engine inference containers: "
           f"{len(engine._inference_containers)}")  # fmt: skip
     engine.eval()
     with torch.no_grad():

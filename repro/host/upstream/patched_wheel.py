@@ -87,13 +87,17 @@ def build(out: Path, ids: tuple[str, ...] = (), log: Callable[[str], None] = pri
     with tempfile.TemporaryDirectory(prefix="patched-deepspeed-") as tmp:
         with tarfile.open(archive) as tar:
             tar.extractall(tmp, filter="data")
+            released = int(tar.getmember(f"deepspeed-{RELEASE}/PKG-INFO").mtime)
         tree = Path(tmp) / f"deepspeed-{RELEASE}"
         # each checked on the tree the ones before it left (`gptneox-activation` sits beside `rotary-base`)
         for number in patches:
             patched_copy.apply_to(tree, RELEASE, number, release=RELEASE)
         patched_copy.apply_environment(tree, RELEASE)  # the fallbacks: the wheel runs every model on CPU
         build_string = local_version(patches) + (f".{OUTSIDE_SERIES_LABEL}" if OUTSIDE_SERIES else "")
-        env = dict(os.environ, DS_BUILD_OPS="0", DS_BUILD_STRING=build_string)
+        # One commit, one wheel, byte for byte: the zip's timestamps are the release's own (SOURCE_DATE_EPOCH: its
+        # sdist's PKG-INFO), and hashing is seeded (two builds with random seeds differed in METADATA's order).
+        env = dict(os.environ, DS_BUILD_OPS="0", DS_BUILD_STRING=build_string, SOURCE_DATE_EPOCH=str(released),
+                   PYTHONHASHSEED="0")  # fmt: skip
         log(f"[patched-deepspeed] building deepspeed {RELEASE}{build_string} ({len(patches)} patches)")
         staging = Path(tmp) / "wheel"
         done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
@@ -114,6 +118,9 @@ def build(out: Path, ids: tuple[str, ...] = (), log: Callable[[str], None] = pri
         "prs": [directory(pr) for pr in OUTSIDE_SERIES],
         "findings": [findings.by_patch(p).id for p in patches],
         "built_s": round(time.time() - started, 1),
+        "reproducible": "the same commit builds this sha256 again: run the command into a new directory and compare "
+        "the two manifests' sha256 (SOURCE_DATE_EPOCH and PYTHONHASHSEED are set by the build; same Python, pip, "
+        "setuptools and wheel)",
         "command": " ".join(["python -m repro patched-deepspeed --out", str(out),
                              *(["--findings", ",".join(ids)] if ids else [])]),
     })  # fmt: skip

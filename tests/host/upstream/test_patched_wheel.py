@@ -42,6 +42,9 @@ def test_a_wheel_with_one_fix_has_it_and_only_it(tmp_path):
     assert "def linear_fallback" in linear and "return output + bias if add_bias else output" in linear
     idempotent = (tmp_path / "site/deepspeed/module_inject/containers/features/hybrid_megatron.py").read_text()
     assert "_qkv_inference_layout" not in idempotent  # 0002's record: not asked for, not carried
+    # one commit builds one wheel, byte for byte, as the manifest says
+    again = patched_wheel.build(tmp_path / "again", ("zero3-qkv-layout",), log=lambda _: None)
+    assert again.read_bytes() == wheel.read_bytes() and "compare" in manifest["reproducible"]
 
 
 def test_a_directory_that_holds_anything_is_refused_untouched(tmp_path):

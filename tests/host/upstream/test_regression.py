@@ -183,6 +183,7 @@ EXPECTED_FAILURES = {
         "test_a_second_model_in_the_process_keeps_its_own_layers": A,
         "test_only_the_containers_of_models_that_read_the_cache_length_ask_for_it": A,
         "TestHybridEngineCacheLengthGenerate::test_generate_computes_the_model": A,
+        "TestHybridEngineCacheLengthGenerate::test_gptj_generate_computes_the_model": A,
     },
     "0036": {
         "TestHybridEngineTensorParallelWorldSize::test_inference_tp_size_above_the_world_size_is_refused_by_name": (
@@ -269,7 +270,7 @@ def test_every_test_passes_with_the_whole_series():
     assert result["outcome"] == "pass", result.get("error", "") + result["output_tail"]
     skipped = {name for name, kind in result["tests"].items() if kind == regression.SKIPPED}
     assert skipped == SKIPPED_ON_PINNED  # the end-to-end tests of a model the pinned Transformers does not inject
-    assert len(result["tests"]) == 147 and set(result["tests"].values()) == {"passed", regression.SKIPPED}
+    assert len(result["tests"]) == 148 and set(result["tests"].values()) == {"passed", regression.SKIPPED}
 
 
 def test_each_patch_is_proven_on_its_prerequisites_without_and_with_it_and_builds_are_shared():
@@ -289,7 +290,7 @@ def test_each_patch_is_proven_on_its_prerequisites_without_and_with_it_and_build
         "0029": "4.43.4",
         "0031": "4.43.4",
         "0034": "5.25.0",
-        "0035": "5.25.0",
+        "0035": "5.23.0",
     }
 
 
