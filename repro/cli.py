@@ -191,6 +191,13 @@ def _ds_chat_step3(args: argparse.Namespace, argv: list[str]) -> int:
                               rounds=args.rounds, dtype=args.dtype)  # fmt: skip
 
 
+def _no_policy(args: argparse.Namespace, argv: list[str]) -> int:
+    from .host.upstream import no_policy
+
+    releases = tuple(r.strip() for r in args.releases.split(",")) if args.releases else no_policy.DEFAULT
+    return no_policy.main(args.out, releases=releases, regenerate=args.regenerate)
+
+
 def _training_parity(args: argparse.Namespace, argv: list[str]) -> int:
     from .host import training_parity
 
@@ -275,6 +282,7 @@ HANDLERS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "affected": _affected,
     "training-parity": _training_parity,
     "ds-chat-step3": _ds_chat_step3,
+    "no-policy": _no_policy,
     "patched-deepspeed": _patched_deepspeed,
     "bench": _bench,
     "fix-status": _fix_status,

@@ -215,6 +215,16 @@ COMMANDS: dict[str, Command] = {
                 "(DeepSpeed-Chat's bf16 config; a flipped token passes only at a near-tie of the Hybrid Engine off)"),
         ),
     ),
+    "no-policy": Command(
+        "what each DeepSpeed release does with a model it has no injection policy for (Mistral; OPT on 4.52.4): "
+        "what initialize logs, what it wraps and freezes, and generate against Hugging Face",
+        (
+            opt("--out", type=Path, required=True, help="directory for no-policy.json and NO-POLICY.md"),
+            opt("--releases", help="comma-separated DeepSpeed releases (default: 0.15.4,0.16.9,0.17.6,0.18.3,0.19.7,"
+                "0.19.8)"),
+            opt("--regenerate", action="store_true", help="replace an earlier run in OUT"),
+        ),
+    ),
     "training-parity": Command(
         "does the Hybrid Engine leave training as it found it: per architecture, ZeRO stage and build, the Hybrid "
         "Engine on against off from the same model, AdamW through DeepSpeed-Chat's eval/generate/train rounds",

@@ -17,6 +17,7 @@ REFERENCE = RESULTS_DIR / "reference"
 CONFORMANCE = REFERENCE / "conformance" / "conformance.json"  # python -m repro conformance
 MEASURED_MODELS = (REFERENCE / "my-model", REFERENCE / "unserved")  # python -m repro conformance --my-model, unserved
 DS_CHAT_STEP3_BF16 = REFERENCE / "ds-chat-step3-bf16" / "ds-chat-step3.json"  # ds-chat-step3 --dtype bf16
+NO_POLICY = REFERENCE / "no-policy" / "no-policy.json"  # python -m repro no-policy
 AFFECTED_RELEASES = REFERENCE / "affected-releases" / "affected.json"  # repro.host.upstream.affected_releases
 WHEEL_MANIFEST = REFERENCE / "patched-deepspeed" / "patched-deepspeed.json"  # invoke patched-deepspeed
 WHEEL_PROOF = REFERENCE / "patched-deepspeed" / "proof.json"  # invoke patched-deepspeed --prove

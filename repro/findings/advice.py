@@ -102,7 +102,7 @@ def span_words(low: str, high: str) -> str:
 
 def plans(setup: Setup, served: bool, newest: str) -> tuple[Plan, ...]:
     """The checked plans for this setup (none where it is correct already, or where nothing but turning the Hybrid
-    Engine off helps). A plan that leaves the Hybrid Engine silently off is offered only where no plan is correct,
+    Engine off helps). A plan that leaves the Hybrid Engine off is offered only where no plan is correct,
     and says so in its check line."""
     return _plans(setup, _config_key(setup), served, newest)
 

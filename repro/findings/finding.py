@@ -11,7 +11,7 @@ from dataclasses import dataclass
 # What DeepSpeed as released does where a finding shows, in the words the user-facing table uses.
 SILENTLY_WRONG = "silently wrong"
 CRASH = "crashes"
-SILENTLY_OFF = "Hybrid Engine silently off"
+SILENTLY_OFF = "Hybrid Engine off"  # DeepSpeed >= 0.19.7 warns; repro.host.upstream.no_policy
 OUTCOMES = (SILENTLY_WRONG, CRASH, SILENTLY_OFF)
 # How the series answers: the configuration computes correctly, or DeepSpeed refuses it by name.
 FIXED = "correct"

@@ -165,7 +165,7 @@ PRS: tuple[PullRequest, ...] = (
         "gptneox",
         "Kernel injection: GPT-NeoX's layers found and sized on current Transformers",
         ("gptneox-hidden-heads", "gptneox-layer-class"),
-        "GPT-NeoX (Pythia) injection fails on Transformers >= 4.49 and is silently off on 4.45 to 4.51",
+        "GPT-NeoX (Pythia) injection fails on Transformers >= 4.49 and is off on 4.45 to 4.51 (no layer found)",
         requires=("inference-fallbacks",),  # its end-to-end test runs the injected layers (CPU: fallbacks)
     ),
     PullRequest(

@@ -676,7 +676,8 @@ FINDINGS: tuple[Finding, ...] = (
         id="gptneox-layer-class",
         patch="0021",
         summary="On Transformers 4.45 to 4.51, GPT-NeoX's policy cannot import `GPTNeoXLayer`, so no layer is "
-        "injected and generate runs natively, silently.",
+        "injected and generate runs natively; DeepSpeed 0.19.7 and later log only that they found no inference policy "
+        "for the model (results/reference/no-policy).",
         outcome=SILENTLY_OFF,
         scope=Scope(archs=("gpt-neox",), transformers=("4.45.0", "4.51.3")),
         workaround="Transformers >= 4.52 (with the shim)",
@@ -1205,7 +1206,7 @@ LIMITS: tuple[Limit, ...] = (
         id="opt-cache-native",
         summary="DeepSpeed 0.19.8 keeps OPT layers that take a Transformers Cache (Transformers >= 4.49) on the "
         "native path: the Hybrid Engine injects nothing and generation runs Hugging Face's own forward, without its "
-        "speed-up and without a warning.",
+        "speed-up; it logs that it found no inference policy for the model (results/reference/no-policy).",
         outcome=SILENTLY_OFF,
         # Its check looks for `cache_position` or `past_key_values`: from 5.24 OPT's layers take `cache`, injected
         scope=Scope(archs=("opt",), transformers=("4.49.0", "5.23.0")),

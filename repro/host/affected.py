@@ -34,6 +34,7 @@ from . import launch
 from .conformance import my_model
 from .envs import transformers_env
 from .envs.transformers_env import pinned
+from .upstream import no_policy
 
 README = REPO_ROOT / "README.md"
 CONFORMANCE_DOC = REPO_ROOT / "docs" / "conformance.md"
@@ -213,6 +214,8 @@ def report(setup: Setup, model_type: str, served: bool, said: Answer, cells: lis
         lines.append(f"DeepSpeed injects {model_type!r} ({policy}), but this suite has not measured it: no finding "
                      "and no cell covers it.")  # fmt: skip
     lines.append(f"DeepSpeed 0.19.8 as released: {said.outcome.upper()}" + (" (measured on CPU)." if served else "."))
+    if said.outcome == SILENTLY_OFF:
+        lines += off_lines(model_type)
     for item in said.deciding:
         lines.append(f"  because {_because(said, item)}")
     for f in said.behind:
@@ -267,6 +270,25 @@ def todo(setup: Setup, served: bool, said: Answer) -> list[str]:
     for plan in found:
         lines.append(f"  - {plan.words} ({plan.check()})")
     lines.append(f"  - {'or ' if found else ''}{advice.hybrid_engine_off(setup)}")
+    return lines
+
+
+# Which committed no-policy run speaks for a model type: its own where one ran, a Mistral's otherwise.
+NO_POLICY_RUNS = {"opt": "opt", "gpt_neox": "gpt-neox"}
+
+
+def off_lines(model_type: str) -> list[str]:
+    """What DeepSpeed says when it injects nothing, in its own words from a committed run (repro.host.upstream.
+    no_policy), and what older releases do instead."""
+    arch = NO_POLICY_RUNS.get(model_type, "mistral")
+    said = no_policy.warning_of("0.19.8", arch)
+    if said is None:
+        return [f"  Not measured here what DeepSpeed logs then (no committed run at {results.NO_POLICY})."]
+    where = results.NO_POLICY.parent.relative_to(REPO_ROOT)
+    lines = [f"  Not silent: DeepSpeed 0.19.8 logs on every rank, measured with a tiny {arch} ({where}): \"{said}\""]
+    before = no_policy.earlier(arch)
+    if before:
+        lines.append(f"  Older releases, same run (frozen: parameters a PPO step never updates): {before}.")
     return lines
 
 

@@ -2,8 +2,9 @@
 by that Cache's length, and GPT-J on 5.2 to 5.23 sizes each decode step's attention mask by it, so every generated
 token after the first is computed wrong, silently.
 
-A tiny GPT-Neo or GPT-J (`--arch`; random weights), ZeRO-2 on one rank: greedy generate through the Hybrid Engine against Hugging Face
-on the same weights. Exit status 1: the bug (the logits differ from the second token on), 0: the logits agree.
+A tiny GPT-Neo or GPT-J (`--arch`; random weights), ZeRO-2 on one rank: greedy generate through the Hybrid Engine
+against Hugging Face on the same weights. Exit status 1: the bug (the logits differ from the second token on), 0: the
+logits agree.
 
 GPU: deepspeed --num_gpus 1 cache_positions.py
 CPU: DS_ACCELERATOR=cpu torchrun --nproc-per-node 1 cache_positions.py (DeepSpeed's CPU build has no

@@ -67,7 +67,11 @@ def _load_cached(config, path: Path) -> tuple[torch.nn.Module | None, str]:
     """The model with the cached weights, or None when there is no usable cache file (then it is rebuilt)."""
     from safetensors.torch import load_file
     from transformers import GPTNeoXForCausalLM
-    from transformers.modeling_utils import no_init_weights
+
+    try:
+        from transformers.initialization import no_init_weights  # Transformers 5 moved it here
+    except ImportError:
+        from transformers.modeling_utils import no_init_weights
 
     if not path.is_file():
         return None, ""

@@ -1,5 +1,5 @@
 """Every plan `affected` prints is checked: applied to the user's setup and answered again by the same rules, it
-answers correct (or the Hybrid Engine silently off, named so, where nothing is correct), and names only the user's
+answers correct (or the Hybrid Engine off, named so, where nothing is correct), and names only the user's
 architecture. The walk covers the whole answer space the registry can tell apart."""
 
 import re
@@ -93,4 +93,8 @@ def test_a_correct_setup_gets_no_plan(setup):
 def test_a_model_without_a_policy_called_through_engine_generate_is_told_module_generate():
     setup = Setup(arch="mistral", zero=3, lora=False, transformers="4.57.6", engine_generate=True)
     (plan,) = advice.plans(setup, False, NEWEST)
-    assert plan.checked.outcome == SILENTLY_OFF and "silently off" in plan.check() and "module.generate" in plan.words
+    assert (
+        plan.checked.outcome == SILENTLY_OFF
+        and "Hybrid Engine off" in plan.check()
+        and "module.generate" in plan.words
+    )

@@ -1,5 +1,5 @@
 """The answer a user reads is the registry's, and the registry predicts what every committed cell measured: as
-released (correct, silently wrong, crashes, Hybrid Engine silently off) and with the series (correct, refused)."""
+released (correct, silently wrong, crashes, Hybrid Engine off) and with the series (correct, refused)."""
 
 import json
 from dataclasses import replace

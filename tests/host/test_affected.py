@@ -41,14 +41,18 @@ def test_opt_1_3b_on_its_engaged_transformers_freezes_its_head_and_on_newer_runs
     )
     main(["affected", "--arch", "opt", "--zero", "3", "--lora", "--transformers", "4.57.6"])
     out = capsys.readouterr().out
-    assert "HYBRID ENGINE SILENTLY OFF" in out and "opt-cache-native" in out
+    assert "HYBRID ENGINE OFF" in out and "opt-cache-native" in out
 
 
 def test_a_model_without_a_policy_gets_an_answer_from_deepspeeds_list(tmp_path, capsys):
     path = _config(tmp_path, model_type="qwen2", hidden_size=896, num_attention_heads=14, num_key_value_heads=2)
     assert main(["affected", "--config", str(path), "--zero", "3", "--lora"]) == 0
     out = capsys.readouterr().out
-    assert "no injection policy for model_type 'qwen2'" in out and "HYBRID ENGINE SILENTLY OFF" in out
+    assert "no injection policy for model_type 'qwen2'" in out and "HYBRID ENGINE OFF" in out
+    # DeepSpeed's own words, from the committed run, and what the releases before 0.19.7 did instead
+    assert "Not silent: DeepSpeed 0.19.8 logs on every rank, measured with a tiny mistral" in out
+    assert '"No compatible DeepSpeed inference policy found for model type MistralForCausalLM.' in out
+    assert "0.16.9: logs nothing, injects 0, wraps 16, freezes 15" in out
     assert main(["affected", "--config", str(path), "--engine-generate"]) == 0
     assert "CRASHES" in capsys.readouterr().out  # engine.generate() without containers (0013)
 
@@ -289,3 +293,10 @@ def test_half_precision_answers_say_what_correct_allows_and_what_dschat_measured
         "agrees with the Hybrid Engine off in 2 of 3 pairs (1 only up to near-ties; 1 bitwise"
         in (affected.near_tie_lines("bf16")[1])
     )
+
+
+def test_an_off_answer_without_a_committed_run_says_it_was_not_measured(monkeypatch):
+    monkeypatch.setattr(affected.no_policy.results, "load_if_written", lambda path: None)
+    assert affected.off_lines("qwen2") == [
+        f"  Not measured here what DeepSpeed logs then (no committed run at {affected.results.NO_POLICY})."
+    ]
