@@ -285,7 +285,7 @@ def off_lines(model_type: str) -> list[str]:
     if said is None:
         return [f"  Not measured here what DeepSpeed logs then (no committed run at {results.NO_POLICY})."]
     where = results.NO_POLICY.parent.relative_to(REPO_ROOT)
-    lines = [f"  Not silent: DeepSpeed 0.19.8 logs on every rank, measured with a tiny {arch} ({where}): \"{said}\""]
+    lines = [f'  Not silent: DeepSpeed 0.19.8 logs on every rank, measured with a tiny {arch} ({where}): "{said}"']
     before = no_policy.earlier(arch)
     if before:
         lines.append(f"  Older releases, same run (frozen: parameters a PPO step never updates): {before}.")
