@@ -6,8 +6,10 @@ repro.findings.policies)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
@@ -101,11 +103,32 @@ def model_type_of(arch: str) -> str:
                      "give --config PATH")  # fmt: skip
 
 
+# The config fields the answers divide or compare by: each, where present, must be a whole number >= 1.
+SIZES = ("num_attention_heads", "n_head", "num_heads", "num_key_value_heads", "hidden_size", "n_embd", "head_dim")
+
+
 def heads_of(config: dict) -> int | None:
     for key in ("num_attention_heads", "n_head", "num_heads"):
         if isinstance(config.get(key), int):
             return config[key]
     return None
+
+
+def check_config(path: Path, config: dict) -> str:
+    """The config's model type; UsageError (exit 2) naming the field for a model type no release knows (they are
+    lower case: 'llama', not 'LLAMA') or a size that is not a whole number >= 1."""
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        raise UsageError(f"{path}: the config names no model_type")
+    if model_type not in ARCHS and not policies.known(model_type):
+        hint = f" (model types are lower case: {model_type.lower()!r})" if policies.known(model_type.lower()) else ""
+        raise UsageError(f"{path}: model_type {model_type!r} is not one DeepSpeed {policies.snapshot()['deepspeed']} "
+                         f"or Transformers {policies.snapshot()['transformers']} knows{hint}")  # fmt: skip
+    for key in SIZES:
+        value = config.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise UsageError(f"{path}: {key} is {value!r}; it must be a whole number >= 1")
+    return model_type
 
 
 def resolve(req: Request) -> tuple[Setup, str, bool]:
@@ -119,19 +142,17 @@ def resolve(req: Request) -> tuple[Setup, str, bool]:
     config = None
     if req.config is not None:
         config, _ = my_model.read(req.config, code_ok=True)  # nothing runs: auto_map is no reason to refuse
-        model_type = config.get("model_type")
-        if not isinstance(model_type, str) or not model_type:
-            raise UsageError(f"{req.config}: the config names no model_type")
-        heads = heads_of(config)
-        if heads and heads % req.tp:
-            raise UsageError(f"--tp {req.tp} does not divide the model's {heads} attention heads: DeepSpeed refuses "
-                             "it at initialize (create_ds_model_config asserts it); choose an inference_tp_size that "
-                             f"divides {heads}")  # fmt: skip
+        model_type = check_config(req.config, config)
     else:
         model_type = model_type_of(req.arch)
     arch = ARCHS.get(model_type, model_type)
     policy_type = next((t for t, a in my_model.MODEL_TYPES.items() if a == arch), model_type)
     served = policies.policy_of(policy_type) is not None
+    heads = heads_of(config) if config is not None else None
+    if served and heads and heads % req.tp:  # without a policy nothing is injected: no such assert runs
+        raise UsageError(f"--tp {req.tp} does not divide the model's {heads} attention heads: DeepSpeed refuses "
+                         "it at initialize (create_ds_model_config asserts it); choose an inference_tp_size that "
+                         f"divides {heads}")  # fmt: skip
     setup = Setup(arch=arch, zero=req.zero, lora=req.lora, transformers=version, tp=req.tp, mpu=req.mpu,
                   pin=req.pin, left_pad=req.left_pad, ranks=req.ranks, dtype=req.dtype, model_config=config,
                   engine_generate=req.engine_generate)  # fmt: skip
@@ -354,6 +375,11 @@ def check_runnable(setup: Setup, served: bool, config: Path | None, model_type: 
     """What `--run` can measure here: the suite's architectures, or with --config a model without a suite adapter
     (its tiny twin through the Hybrid Engine as it is), on a Transformers it has an overlay for; never a model whose
     code comes with its checkpoint."""
+    missing = [name for name in ("torch", "deepspeed", "transformers") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise UsageError(f"--run measures with torch, DeepSpeed and Transformers, and this Python ({sys.executable}) "
+                         f"lacks {', '.join(missing)}: run scripts/bootstrap.sh, then .venv/bin/python -m repro "
+                         "affected ... --run DIR (nothing was written)")  # fmt: skip
     versions = (pinned(), *transformers_env.others())
     if setup.transformers not in versions:
         known = ", ".join(sorted(versions, key=version_tuple))

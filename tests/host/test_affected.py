@@ -300,3 +300,36 @@ def test_an_off_answer_without_a_committed_run_says_it_was_not_measured(monkeypa
     assert affected.off_lines("qwen2") == [
         f"  Not measured here what DeepSpeed logs then (no committed run at {affected.results.NO_POLICY})."
     ]
+
+
+@pytest.mark.parametrize(
+    ("fields", "words"),
+    [
+        ({"model_type": "zorblax"}, "model_type 'zorblax' is not one DeepSpeed"),
+        ({"model_type": "LLAMA", "num_attention_heads": 4}, "model types are lower case: 'llama'"),
+        ({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 0}, "num_attention_heads is 0"),
+        ({"model_type": "llama", "hidden_size": 64, "num_attention_heads": "32"}, "num_attention_heads is '32'"),
+        ({"model_type": "llama", "hidden_size": True, "num_attention_heads": 4}, "hidden_size is True"),
+    ],
+)
+def test_a_config_no_release_could_load_exits_2_with_one_line(tmp_path, capsys, fields, words):
+    assert main(["affected", "--config", str(_config(tmp_path, **fields))]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_tp_is_checked_against_the_heads_only_where_deepspeed_injects(tmp_path, capsys):
+    mistral = _config(tmp_path, model_type="mistral", hidden_size=64, num_attention_heads=4)
+    assert main(["affected", "--config", str(mistral), "--tp", "3", "--ranks", "6"]) == 0
+    assert "HYBRID ENGINE OFF" in capsys.readouterr().out
+    llama = _config(tmp_path, model_type="llama", hidden_size=64, num_attention_heads=4)
+    assert main(["affected", "--config", str(llama), "--tp", "3", "--ranks", "6"]) == 2
+    assert "does not divide the model's 4 attention heads" in capsys.readouterr().err
+
+
+def test_run_without_the_project_environment_is_refused_before_anything_is_written(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(affected.importlib.util, "find_spec", lambda name: None)
+    out = tmp_path / "run"
+    assert main(["affected", "--arch", "llama", "--transformers", "4.57.6", "--run", str(out)]) == 2
+    assert "lacks torch, deepspeed, transformers: run scripts/bootstrap.sh" in capsys.readouterr().err
+    assert not out.exists()
