@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .finding import CRASH, FIXED, NOT_ESTABLISHED, REFUSED, SILENTLY_OFF, SILENTLY_WRONG, Finding, Limit, Scope
-from .registry import ALL_ARCHS, FINDINGS, LIMITS
+from .registry import ALL_ARCHS, FINDINGS, INITIALIZE_STEP, INITIALIZE_STEPS, LIMITS
 from .setup import Setup, covers, hits
 
 CORRECT = FIXED  # the same word for a run as released and for the series
@@ -87,10 +87,14 @@ def answer(
     if unknown and served and setup.model_config is None:  # a checkpoint config not known here: name the rest
         conditional = tuple(x for x in (*LIMITS, *registry) if x not in hit and _only_config_missing(x, setup))
     outcome, deciding = CORRECT, ()
-    refusing = tuple(limit for limit in limits if limit.outcome == CRASH)  # in initialize, before anything else
     silent = tuple(limit for limit in limits if limit.outcome == SILENTLY_OFF)
-    if refusing or silent:
-        outcome, deciding = (SILENTLY_OFF, silent) if silent else (CRASH, refusing)
+    # initialize's failures (DeepSpeed's refusals, and findings that crash there): the first in its call order decides
+    at_init = [x for x in (*limits, *hit) if x.id in INITIALIZE_STEP and outcome_of(x, setup, path) == CRASH]
+    if silent:
+        outcome, deciding = SILENTLY_OFF, silent
+    elif at_init:
+        first = min(INITIALIZE_STEPS.index(INITIALIZE_STEP[x.id]) for x in at_init)
+        outcome, deciding = CRASH, tuple(x for x in at_init if INITIALIZE_STEPS.index(INITIALIZE_STEP[x.id]) == first)
     else:
         for kind in ORDER:
             found = tuple(f for f in hit if outcome_of(f, setup, path) == kind)
@@ -103,7 +107,9 @@ def answer(
     if not served:
         no_containers = next(f for f in registry if f.id == NO_CONTAINERS)
         outcome, deciding = (CRASH, (no_containers,)) if setup.engine_generate else (SILENTLY_OFF, ())
-    behind = tuple(f for f in hit if f not in deciding)
+    # what shows once the deciding ones are fixed: initialize's later refusals, then the findings
+    later = tuple(x for x in at_init if x in limits and x not in deciding)
+    behind = later + tuple(f for f in hit if f not in deciding)
     if outcome == SILENTLY_OFF:  # nothing injected: only what a Hybrid Engine without containers does still shows
         behind = tuple(f for f in behind if any(scope.engine_generate for scope in f.scopes))
     if not served:

@@ -1196,6 +1196,20 @@ FINDINGS: tuple[Finding, ...] = (
     ),
 )
 
+# Where in `deepspeed.initialize` a failure happens, in 0.19.8's call order (DeepSpeedHybridEngine.
+# new_inference_container, per layer: the container is built (its __init__ reads the policy's get_hidden_heads:
+# `q_proj.in_features`; BLOOM's checks the Transformers version), then set_tensor_parallel_config reads the engine's
+# mp_group, create_ds_model_config, create_module (Llama's rope check), set_params_wo_copy). Where several initialize
+# failures meet, the first in this order is the one a user sees: repro.findings.answer decides by it.
+INITIALIZE_STEPS = ("container", "tensor-parallel", "model-config", "module", "params")
+INITIALIZE_STEP = {
+    "llama-lora": "container",
+    "bloom-transformers": "container",
+    "tp-world-size": "tensor-parallel",
+    "llama-rope-scaling": "module",
+    "gpt2-no-hybrid-container": "params",
+}
+
 # DeepSpeed's own limits, not bugs of the series: its choice, left as it is, named in a user's answer. Read from
 # 0.19.8's containers and policies: besides these, DS_OPTContainer raises for an activation other than relu / gelu /
 # gelu_new only under init_inference (TransformerPolicy.hf_model_config is set by InferenceEngine alone; the Hybrid
