@@ -175,6 +175,7 @@ def _affected(args: argparse.Namespace, argv: list[str]) -> int:
             left_pad=args.left_pad,
             engine_generate=args.engine_generate,
             run=args.run,
+            device=args.device,
         )
     )
 

@@ -142,6 +142,9 @@ AFFECTED = Command(
         opt("--no-left-pad", dest="left_pad", action="store_false", help="prompts of one length"),
         opt("--engine-generate", action="store_true",
             help="you call engine.generate() (DeepSpeed-Chat: module.generate)"),
+        opt("--device", choices=("gpu", "cpu"), default="gpu",
+            help="where you run: gpu (default, DeepSpeed-Chat's users: the compiled kernels, read from their code "
+            "where they differ from the CPU runs) or cpu (measured)"),
         opt("--run", type=Path, metavar="OUT",
             help="also measure exactly this setup, released and with the series, into the new directory OUT (CPU, "
             "the architecture's tiny twin or your config's; minutes)"),

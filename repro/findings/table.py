@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .answer import CORRECT, Answer, answer
+from .answer import CORRECT, KERNEL, Answer, answer
 from .ds_chat import SETUPS, ChatSetup
 from .finding import Finding, Limit, Scope
 from .prs import OUTSIDE_SERIES, OUTSIDE_SERIES_LABEL
@@ -59,8 +59,12 @@ def name(item: Finding | Limit) -> str:
     return f"`{item.patch}` {item.id}" if isinstance(item, Finding) else f"{item.id} (DeepSpeed's design)"
 
 
-def verdict(said: Answer) -> str:
-    return f"**{said.outcome}**"
+def verdict(said: Answer, on_gpu: Answer | None = None) -> str:
+    """The outcome; where a GPU's compiled kernels read otherwise than the CPU measured, the GPU's first (DeepSpeed-
+    Chat runs on GPUs), labelled as read, with the CPU's beside it."""
+    if on_gpu is None or on_gpu.outcome == said.outcome:
+        return f"**{said.outcome}**"
+    return f"**{on_gpu.outcome}** on a GPU (kernel code read, not run); {said.outcome} on CPU (measured)"
 
 
 def why(said: Answer) -> str:
@@ -91,19 +95,19 @@ def rows(newest: str) -> list[str]:
     """One row per setup and Transformers range, adjacent ranges with the same answer merged."""
     out = []
     for chat in SETUPS:
-        merged: list[tuple[str, str, Answer]] = []
+        merged: list[tuple[str, str, Answer, Answer]] = []
         for low, high in transformers_ranges(chat.arch, newest):
-            said = answer(setup_of(chat, low))
-            if merged and _same(merged[-1][2], said):
-                merged[-1] = (merged[-1][0], high, merged[-1][2])
+            said, on_gpu = answer(setup_of(chat, low)), answer(setup_of(chat, low), path=KERNEL)
+            if merged and _same(merged[-1][2], said) and _same(merged[-1][3], on_gpu):
+                merged[-1] = (merged[-1][0], high, merged[-1][2], merged[-1][3])
             else:
-                merged.append((low, high, said))
+                merged.append((low, high, said, on_gpu))
         lora = f"LoRA {chat.lora}" if chat.lora else "no LoRA"
         source = f"`{chat.source}`" if chat.source.endswith(".sh") else chat.source
         place = f"{chat.model}, ZeRO-{chat.zero}, {lora}, tp {chat.tp} ({source})"
-        for low, high, said in merged:
+        for low, high, said, on_gpu in merged:
             out.append(
-                f"| {place} | {_span(low, high)} | {verdict(said)} | {why(said)} | {todo(said, newest)} "
+                f"| {place} | {_span(low, high)} | {verdict(said, on_gpu)} | {why(said)} | {todo(said, newest)} "
                 f"| {fixed_by(said)} |"
             )
             place = "″"  # the same setup, another Transformers range

@@ -64,6 +64,7 @@ class Request:
     left_pad: bool = True
     engine_generate: bool = False
     run: Path | None = None  # measure the setup too, into this new directory
+    device: str = "gpu"  # where the user runs: the answer leads with that device's outcome
 
 
 def installed_transformers() -> str:
@@ -212,7 +213,9 @@ def _because(said: Answer, item) -> str:
     return f"{table.name(item)}: {item.summary}{mine}"
 
 
-def report(setup: Setup, model_type: str, served: bool, said: Answer, cells: list[dict] | None) -> list[str]:
+def report(
+    setup: Setup, model_type: str, served: bool, said: Answer, cells: list[dict] | None, device: str = "gpu"
+) -> list[str]:
     """The answer in lines: the outcome, why, what to do (each plan checked), what fixes it, the evidence and what
     is not known."""
     lines = [f"Setup: {describe(setup)}."]
@@ -234,7 +237,21 @@ def report(setup: Setup, model_type: str, served: bool, said: Answer, cells: lis
         policy = policies.policy_of(model_type)
         lines.append(f"DeepSpeed injects {model_type!r} ({policy}), but this suite has not measured it: no finding "
                      "and no cell covers it.")  # fmt: skip
-    lines.append(f"DeepSpeed 0.19.8 as released: {said.outcome.upper()}" + (" (measured on CPU)." if served else "."))
+    on_kernels = answer(setup, served=served, path=KERNEL)
+    differs = on_kernels.outcome != said.outcome or on_kernels.deciding != said.deciding
+    read = "; ".join(f"{f.patch}: {words}" for f in (*said.deciding, *said.behind)
+                     for words in kernel_reading(f, setup))  # fmt: skip
+    gpu_line = (f"{on_kernels.outcome.upper()} (read from DeepSpeed's kernel code, not run) because "
+                f"{', '.join(table.name(item) for item in on_kernels.deciding) or '-'} ({read}).")  # fmt: skip
+    if differs and device == "gpu":
+        lines.append(f"DeepSpeed 0.19.8 as released, on a GPU (CUDA, ROCm compiled kernels): {gpu_line}")
+        lines.append(f"On CPU (measured, DeepSpeed's PyTorch path): {said.outcome.upper()}.")
+    elif device == "gpu" and served:
+        lines.append(f"DeepSpeed 0.19.8 as released: {said.outcome.upper()} (measured on CPU; on a GPU the kernels' "
+                     "code reads the same, not run).")  # fmt: skip
+    else:
+        lines.append(f"DeepSpeed 0.19.8 as released: {said.outcome.upper()}" + (" (measured on CPU)." if served
+                                                                                 else "."))  # fmt: skip
     if said.outcome == SILENTLY_OFF:
         lines += off_lines(model_type)
     for item in said.deciding:
@@ -244,13 +261,8 @@ def report(setup: Setup, model_type: str, served: bool, said: Answer, cells: lis
     if said.conditional:
         lines.append("  not known without your config (--config PATH decides): "
                      + "; ".join(f"{table.name(x)} if {_config_words(x)}" for x in said.conditional))  # fmt: skip
-    on_kernels = answer(setup, served=served, path=KERNEL)
-    if on_kernels.outcome != said.outcome or on_kernels.deciding != said.deciding:
-        read = "; ".join(f"{f.patch}: {words}" for f in (*said.deciding, *said.behind)
-                         for words in kernel_reading(f, setup))  # fmt: skip
-        why = ", ".join(table.name(item) for item in on_kernels.deciding) or "-"
-        lines.append(f"On a GPU's compiled kernels (CUDA, ROCm; read from the code, not run): "
-                     f"{on_kernels.outcome.upper()} because {why} ({read}).")  # fmt: skip
+    if differs and device == "cpu":
+        lines.append(f"On a GPU's compiled kernels (CUDA, ROCm): {gpu_line}")
     lines += todo(setup, served, said)
     if said.fixing:
         patches = " ".join(f.patch for f in said.fixing)
@@ -362,7 +374,7 @@ def main(req: Request, log: Callable[[str], None] = print) -> int:
     if req.run is not None:
         check_runnable(setup, served, req.config, model_type)  # refused before anything is written
     cells = (results.load_if_written(results.CONFORMANCE) or {}).get("cells")
-    for line in report(setup, model_type, served, said, cells):
+    for line in report(setup, model_type, served, said, cells, req.device):
         log(line)
     if req.run is None:
         return 0

@@ -71,3 +71,17 @@ def test_the_findings_name_the_deepspeed_chat_setups_they_hit():
     assert "Llama-2-70b" in hit["llama-grouped-query"] and "Llama-2-7b" not in str(hit["llama-grouped-query"])
     assert "llama-unservable-config" not in hit  # DeepSpeed-Chat's Llama-2s have no bias, another gate or head size
     assert "OPT-13b (`run_13b.sh`)" in hit["tensor-parallel"] and "gptneox-hidden-heads" not in hit
+
+
+def test_the_table_shows_the_gpu_outcome_first_where_the_kernels_read_otherwise():
+    from repro.findings.answer import KERNEL, answer
+    from repro.findings.setup import Setup
+
+    opt_350m = {"do_layer_norm_before": False, "activation_function": "relu", "enable_bias": True,
+                "layer_norm_elementwise_affine": True}  # fmt: skip
+    setup = Setup(arch="opt", zero=3, lora=False, transformers="4.48.3", model_config=opt_350m)
+    said, on_gpu = answer(setup), answer(setup, path=KERNEL)
+    assert table.verdict(said, on_gpu) == (
+        "**silently wrong** on a GPU (kernel code read, not run); crashes on CPU (measured)"
+    )
+    assert table.verdict(said, said) == table.verdict(said) == "**crashes**"

@@ -158,10 +158,13 @@ def test_every_plan_is_printed_with_its_check_and_the_hybrid_engine_off_last(cap
 
 def test_the_kernel_path_is_given_beside_the_cpu_outcome(tmp_path, capsys):
     path = _config(tmp_path, model_type="opt", do_layer_norm_before=False)
-    main(["affected", "--config", str(path), "--zero", "2", "--transformers", "4.48.3"])
+    main(["affected", "--config", str(path), "--zero", "2", "--transformers", "4.48.3", "--device", "cpu"])
     out = capsys.readouterr().out
     assert "as released: CRASHES (measured on CPU)" in out and "decode-as-prompt" in out
-    assert "compiled kernels (CUDA, ROCm; read from the code, not run): SILENTLY WRONG because `0019`" in out
+    assert (
+        "compiled kernels (CUDA, ROCm): SILENTLY WRONG (read from DeepSpeed's kernel code, not run) because `0019`"
+        in out
+    )
 
 
 def test_evidence_is_ranked_across_major_versions():
@@ -363,3 +366,19 @@ def test_run_agrees_only_when_it_measured_the_cause_it_predicted():
     assert affected.cause_disagreement(said, {"diagnosis": [other]}) == (
         "answered 0009 llama-lora, measured 0008 llama-layer-tuple"
     )
+
+
+def test_a_gpu_user_reads_the_gpu_outcome_first_labelled_as_read_and_the_cpu_measurement_beside_it(tmp_path, capsys):
+    """opt-350m: on CPU 0018's decode-as-prompt crash (measured); a GPU's compiled softmax_context recomputes the flag,
+    so there 0019's swapped LayerNorms decide: silently wrong (read from the kernel's code, not run)."""
+    path = _config(tmp_path, model_type="opt", hidden_size=1024, num_attention_heads=16, do_layer_norm_before=False,
+                   activation_function="relu", enable_bias=True, layer_norm_elementwise_affine=True)  # fmt: skip
+    assert main(["affected", "--config", str(path), "--zero", "3", "--transformers", "4.48.3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("DeepSpeed 0.19.8 as released, on a GPU (CUDA, ROCm compiled kernels): SILENTLY WRONG")
+    assert "(read from DeepSpeed's kernel code, not run)" in lines[1]
+    assert lines[2] == "On CPU (measured, DeepSpeed's PyTorch path): CRASHES."
+    assert main(["affected", "--config", str(path), "--zero", "3", "--transformers", "4.48.3", "--device", "cpu"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "DeepSpeed 0.19.8 as released: CRASHES (measured on CPU)."
+    assert any(line.startswith("On a GPU's compiled kernels (CUDA, ROCm): SILENTLY WRONG") for line in lines)
