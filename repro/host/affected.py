@@ -160,6 +160,28 @@ def resolve(req: Request) -> tuple[Setup, str, bool]:
     return setup, model_type, served
 
 
+def basis(setup: Setup, said: Answer, cells: list[dict] | None) -> str:
+    """What the CPU answer rests on: a committed released cell of this architecture on the user's Transformers minor,
+    or a deciding finding's issue script run there (results/reference/affected-releases); otherwise it is inferred
+    from the registry's ranges, and the nearest measured releases are named."""
+    minor = version_tuple(setup.transformers)[:2]
+    ran = sorted({c["transformers"] for c in cells or () if c["build"] == "released" and c["arch"] == setup.arch},
+                 key=version_tuple)  # fmt: skip
+    if any(version_tuple(v)[:2] == minor for v in ran):
+        return f"measured on CPU: committed cells on Transformers {setup.transformers.rsplit('.', 1)[0]}"
+    scripted = [sc for f in said.deciding if isinstance(f, Finding) for sc in f.scripts
+                if sc.transformers and version_tuple(sc.transformers)[:2] == minor
+                and f"--arch {setup.arch}" in " ".join(sc.args)]  # fmt: skip
+    if scripted:
+        return f"measured on CPU by {scripted[0].file} on Transformers {scripted[0].transformers}"
+    below = [v for v in ran if version_tuple(v) < version_tuple(setup.transformers)]
+    above = [v for v in ran if version_tuple(v) > version_tuple(setup.transformers)]
+    near = " and ".join(x for x in (below[-1:] + above[:1]))
+    return f"inferred from the registry's ranges, not measured on Transformers {setup.transformers}" + (
+        f"; the nearest measured: {near}" if near else ""
+    )
+
+
 def nearest(setup: Setup, cells: list[dict], count: int = 3) -> list[dict]:
     """The released cells closest to the setup: same architecture first, then ZeRO, LoRA, tensor parallelism,
     mpu, pinning, padding, Transformers, dtype."""
@@ -243,15 +265,15 @@ def report(
                      for words in kernel_reading(f, setup))  # fmt: skip
     gpu_line = (f"{on_kernels.outcome.upper()} (read from DeepSpeed's kernel code, not run) because "
                 f"{', '.join(table.name(item) for item in on_kernels.deciding) or '-'} ({read}).")  # fmt: skip
+    cpu = basis(setup, said, cells) if served else ""
     if differs and device == "gpu":
         lines.append(f"DeepSpeed 0.19.8 as released, on a GPU (CUDA, ROCm compiled kernels): {gpu_line}")
-        lines.append(f"On CPU (measured, DeepSpeed's PyTorch path): {said.outcome.upper()}.")
+        lines.append(f"On DeepSpeed's PyTorch path (CPU): {said.outcome.upper()} ({cpu}).")
     elif device == "gpu" and served:
-        lines.append(f"DeepSpeed 0.19.8 as released: {said.outcome.upper()} (measured on CPU; on a GPU the kernels' "
-                     "code reads the same, not run).")  # fmt: skip
+        lines.append(f"DeepSpeed 0.19.8 as released: {said.outcome.upper()} ({cpu}; on a GPU the kernels' code reads "
+                     "the same, not run).")  # fmt: skip
     else:
-        lines.append(f"DeepSpeed 0.19.8 as released: {said.outcome.upper()}" + (" (measured on CPU)." if served
-                                                                                 else "."))  # fmt: skip
+        lines.append(f"DeepSpeed 0.19.8 as released: {said.outcome.upper()}" + (f" ({cpu})." if served else "."))
     if said.outcome == SILENTLY_OFF:
         lines += off_lines(model_type)
     for item in said.deciding:

@@ -160,7 +160,8 @@ def test_the_kernel_path_is_given_beside_the_cpu_outcome(tmp_path, capsys):
     path = _config(tmp_path, model_type="opt", do_layer_norm_before=False)
     main(["affected", "--config", str(path), "--zero", "2", "--transformers", "4.48.3", "--device", "cpu"])
     out = capsys.readouterr().out
-    assert "as released: CRASHES (measured on CPU)" in out and "decode-as-prompt" in out
+    assert "as released: CRASHES (measured on CPU: committed cells on Transformers 4.48)" in out
+    assert "decode-as-prompt" in out
     assert (
         "compiled kernels (CUDA, ROCm): SILENTLY WRONG (read from DeepSpeed's kernel code, not run) because `0019`"
         in out
@@ -377,8 +378,21 @@ def test_a_gpu_user_reads_the_gpu_outcome_first_labelled_as_read_and_the_cpu_mea
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].startswith("DeepSpeed 0.19.8 as released, on a GPU (CUDA, ROCm compiled kernels): SILENTLY WRONG")
     assert "(read from DeepSpeed's kernel code, not run)" in lines[1]
-    assert lines[2] == "On CPU (measured, DeepSpeed's PyTorch path): CRASHES."
+    assert lines[2] == (
+        "On DeepSpeed's PyTorch path (CPU): CRASHES (measured on CPU: committed cells on Transformers 4.48)."
+    )
     assert main(["affected", "--config", str(path), "--zero", "3", "--transformers", "4.48.3", "--device", "cpu"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[1] == "DeepSpeed 0.19.8 as released: CRASHES (measured on CPU)."
+    assert lines[1] == "DeepSpeed 0.19.8 as released: CRASHES (measured on CPU: committed cells on Transformers 4.48)."
     assert any(line.startswith("On a GPU's compiled kernels (CUDA, ROCm): SILENTLY WRONG") for line in lines)
+
+
+def test_measured_is_said_only_where_a_cell_or_a_script_ran_on_the_users_release(capsys):
+    main(["affected", "--arch", "gptj", "--zero", "2", "--transformers", "5.23.0"])
+    assert "(measured on CPU by cache_positions.py on Transformers 5.23.0;" in capsys.readouterr().out
+    main(["affected", "--arch", "gptj", "--zero", "2", "--transformers", "5.10.0"])
+    out = capsys.readouterr().out
+    assert "inferred from the registry's ranges, not measured on Transformers 5.10.0" in out
+    assert "measured on CPU" not in out.splitlines()[1]
+    main(["affected", "--arch", "llama", "--zero", "3", "--transformers", "4.57.6"])
+    assert "(measured on CPU: committed cells on Transformers 4.57;" in capsys.readouterr().out
