@@ -8,7 +8,7 @@ import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .findings.registry import ALL_ARCHS
+from .findings.registry import ALL_ARCHS, FINDINGS
 from .host.family import plan as family_plan
 from .options import LAUNCHERS, RunOptions
 
@@ -239,7 +239,8 @@ COMMANDS: dict[str, Command] = {
     ),  # fmt: skip
     "patched-deepspeed": Command(
         "a fixed DeepSpeed to install: 0.19.8's source with the series (or --findings) built into a wheel "
-        "(0.19.8+heN.fallbacks: N the series' length, and DeepSpeed's PyTorch fallbacks completed); --prove installs "
+        f"(0.19.8+he{len(FINDINGS)}.fallbacks: the {len(FINDINGS)}-patch series, and DeepSpeed's PyTorch fallbacks "
+        "completed; with --findings, +he.N.M... for the patches it carries); --prove installs "
         "it in a fresh virtualenv and runs every issue script on it",
         (
             opt("--out", type=Path, required=True, help="a new directory for the wheel and its manifest"),
