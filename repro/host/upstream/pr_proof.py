@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ... import findings
 from ... import results as result_files
-from ...findings.prs import PRS, PullRequest, directory, required
+from ...findings.prs import OUTSIDE_SERIES, PRS, PullRequest, directory, required
 from ..envs import transformers_env
 from . import patched_copy, regression
 from .pr_files import RELEASE, pr_patches
@@ -45,7 +45,11 @@ def transformers_of(pr: PullRequest) -> str | None:
 def prove(pr: PullRequest, timeout_s: float = 900) -> dict:
     tests = tuple(t for f in pr.findings for t in findings.by_id(f).tests) + pr.tests
     errors = tuple(e for f in pr.findings for e in findings.by_id(f).bug_errors) + pr.bug_errors
-    before = [p for needed in required(pr) for p in pr_patches(needed, RELEASE)]
+    # DeepSpeed's PyTorch fallbacks completed (the pull requests outside the series: 01) beneath a pull request that
+    # does not require them, so that a test that builds an injected layer runs on this CPU instead of skipping (its
+    # module guard skips where neither the compiled op nor the fallbacks build a layer, as on DeepSpeed's CPU runner)
+    environment = [e for e in OUTSIDE_SERIES if e is not pr and e not in required(pr)]
+    before = [p for needed in (*environment, *required(pr)) for p in pr_patches(needed, RELEASE)]
     version = transformers_of(pr)
     overlay = transformers_env.overlay(version) if version else None
     with tempfile.TemporaryDirectory() as tmp:
@@ -60,6 +64,7 @@ def prove(pr: PullRequest, timeout_s: float = 900) -> dict:
     return {
         "pr": directory(pr),
         "requires": [directory(p) for p in required(pr)],
+        "environment": [directory(e) for e in environment],
         "tests": list(tests),
         "transformers": version or transformers_env.pinned(),
         "without": {"outcome": without["outcome"], "right_reason": without["failed_for_the_right_reason"],
