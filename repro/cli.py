@@ -75,6 +75,19 @@ def _family(args: argparse.Namespace, argv: list[str]) -> int:
     )
 
 
+def _sweep(args: argparse.Namespace, argv: list[str]) -> int:
+    from .host import tables
+    from .host.sweep import report, run
+
+    out = args.resume or args.out
+    if out is None:
+        raise UsageError("give --out DIR (or --resume DIR)")
+    if args.render:
+        return tables.rerender(out, run.RESULTS, report.write_reports, "sweep")
+    versions = args.releases.split(",") if args.releases else None
+    return run.main(out, versions, resume=args.resume is not None, regenerate=args.regenerate)
+
+
 def _conformance(args: argparse.Namespace, argv: list[str]) -> int:
     from .host.conformance import suite as conformance
 
@@ -279,6 +292,7 @@ HANDLERS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "matrix": _matrix,
     "family": _family,
     "conformance": _conformance,
+    "sweep": _sweep,
     "issue-scripts": _issue_scripts,
     "affected": _affected,
     "training-parity": _training_parity,

@@ -228,6 +228,17 @@ COMMANDS: dict[str, Command] = {
             opt("--regenerate", action="store_true", help="replace an earlier run in OUT"),
         ),
     ),
+    "sweep": Command(
+        "every Transformers minor release from 4.31 to the newest on PyPI (its last patch), per architecture the "
+        "suite twins, as released and as the wheel: a release x architecture table (CPU evidence)",
+        (
+            opt("--out", type=Path, help="directory for sweep.json, SWEEP.md and sweep.png"),
+            opt("--releases", help="comma-separated Transformers releases instead of PyPI's (e.g. 4.31.0,5.23.0)"),
+            opt("--resume", type=Path, metavar="OUT", help="run only the cells OUT's journal lacks"),
+            opt("--regenerate", action="store_true", help="run every cell again, replacing OUT's results"),
+            opt("--render", action="store_true", help="only render the reports from OUT/sweep.json"),
+        ),
+    ),  # fmt: skip
     "training-parity": Command(
         "does the Hybrid Engine leave training as it found it: per architecture, ZeRO stage and build, the Hybrid "
         "Engine on against off from the same model, AdamW through DeepSpeed-Chat's eval/generate/train rounds",

@@ -161,25 +161,39 @@ def resolve(req: Request) -> tuple[Setup, str, bool]:
 
 
 def basis(setup: Setup, said: Answer, cells: list[dict] | None) -> str:
-    """What the CPU answer rests on: a committed released cell of this architecture on the user's Transformers minor,
-    or a deciding finding's issue script run there (results/reference/affected-releases); otherwise it is inferred
-    from the registry's ranges, and the nearest measured releases are named."""
+    """What the CPU answer rests on: a committed released cell of this architecture on the user's Transformers minor
+    (the conformance suite's, then the sweep's), or a deciding finding's issue script run there
+    (results/reference/affected-releases); otherwise it is inferred from the registry's ranges, and the nearest
+    measured releases are named."""
     minor = version_tuple(setup.transformers)[:2]
     ran = sorted({c["transformers"] for c in cells or () if c["build"] == "released" and c["arch"] == setup.arch},
                  key=version_tuple)  # fmt: skip
     if any(version_tuple(v)[:2] == minor for v in ran):
         return f"measured on CPU: committed cells on Transformers {setup.transformers.rsplit('.', 1)[0]}"
+    swept = sweep_releases(setup.arch)
+    same = [v for v in swept if version_tuple(v)[:2] == minor]
+    if same:
+        patch = "" if same[0] == setup.transformers else f", {'.'.join(map(str, minor))}'s last patch"
+        return f"measured on CPU: the Transformers sweep's cells on {same[0]}{patch} (results/reference/sweep)"
     scripted = [sc for f in said.deciding if isinstance(f, Finding) for sc in f.scripts
                 if sc.transformers and version_tuple(sc.transformers)[:2] == minor
                 and f"--arch {setup.arch}" in " ".join(sc.args)]  # fmt: skip
     if scripted:
         return f"measured on CPU by {scripted[0].file} on Transformers {scripted[0].transformers}"
-    below = [v for v in ran if version_tuple(v) < version_tuple(setup.transformers)]
-    above = [v for v in ran if version_tuple(v) > version_tuple(setup.transformers)]
+    every = sorted({*ran, *swept}, key=version_tuple)
+    below = [v for v in every if version_tuple(v) < version_tuple(setup.transformers)]
+    above = [v for v in every if version_tuple(v) > version_tuple(setup.transformers)]
     near = " and ".join(x for x in (below[-1:] + above[:1]))
     return f"inferred from the registry's ranges, not measured on Transformers {setup.transformers}" + (
         f"; the nearest measured: {near}" if near else ""
     )
+
+
+def sweep_releases(arch: str) -> list[str]:
+    """The Transformers releases the committed sweep measured this architecture on as released (a cell that ran)."""
+    data = results.load_if_written(results.SWEEP) or {}
+    return sorted({c["transformers"] for c in data.get("cells", ()) if c["arch"] == arch and c["build"] == "released"
+                   and measured(c) is not None}, key=version_tuple)  # fmt: skip
 
 
 def nearest(setup: Setup, cells: list[dict], count: int = 3) -> list[dict]:

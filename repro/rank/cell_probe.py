@@ -67,6 +67,9 @@ DEFAULTS = {
     "lora_alpha": 8.0,
     "dtype": "fp32",
     "backend": "cpu",  # cpu (gloo, DeepSpeed's fallbacks), or rocm / cuda (nccl, each rank on its own GPU)
+    # True: the DeepSpeed under test carries its PyTorch fallbacks completed (the wheel's code, the fallbacks pull
+    # request): no stand-in of ours is installed, so what runs is what `pip install` of the wheel runs.
+    "own_fallbacks": False,
 }
 HYBRID_MEGATRON = "deepspeed.module_inject.containers.features.hybrid_megatron"
 
@@ -145,7 +148,7 @@ def run(spec: dict) -> dict:
     import deepspeed  # noqa: F401  (both imported here, after the shim and before the fallbacks, as always)
     import transformers  # noqa: F401
 
-    op_state = fallbacks.install()
+    op_state = {"compiled_op": "DeepSpeed's own fallbacks"} if spec["own_fallbacks"] else fallbacks.install()
     lifted = cpu_fp16.allow(spec["backend"], spec["dtype"])
     init_distributed(placement.dist_backend(spec["backend"]))
     device = placement.rank_device(spec["backend"])

@@ -55,17 +55,45 @@ def greedy(
     """Greedy `n` tokens and each step's logits (fp32 copies) of the batch's first prompt. `synced_gpus`: as
     DeepSpeed-Chat's PPO trainer passes it under ZeRO-3 (every rank keeps stepping until all are done).
     `attention_mask`: 0 over a left-padded prompt's padding, as DeepSpeed-Chat's batches are; default all 1."""
-    out = model.generate(
-        ids,
-        attention_mask=torch.ones_like(ids) if attention_mask is None else attention_mask,
-        max_new_tokens=n,
-        min_new_tokens=n,
-        do_sample=False,
-        pad_token_id=0,
-        return_dict_in_generate=True,
-        output_logits=True,
-        **({"synced_gpus": True} if synced_gpus else {}),
-    )
+    steps: list[torch.Tensor] = []
+    kwargs = {"output_logits": True}
+    hook = None
+    if not _generate_copies_logits():  # each step's logits as the output layer returns them
+        kwargs, head = {}, model.get_output_embeddings()
+        # a copy: the logits processors then write into the step's logits in place (-inf over a masked token)
+        hook = head.register_forward_hook(lambda _m, _args, output: steps.append(output[:, -1, :].detach().clone()))
+        eos = getattr(model.generation_config, "eos_token_id", None)
+        if isinstance(eos, int) and eos >= head.weight.shape[0]:
+            # an end token beyond the tiny vocabulary (GPT-Neo's and GPT-J's 50256) can never be generated, which
+            # later releases' processors ignore and these index out of range: no end token, the same tokens
+            kwargs["eos_token_id"] = None
+    try:
+        out = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids) if attention_mask is None else attention_mask,
+            max_new_tokens=n,
+            min_new_tokens=n,
+            do_sample=False,
+            pad_token_id=0,
+            return_dict_in_generate=True,
+            **kwargs,
+            **({"synced_gpus": True} if synced_gpus else {}),
+        )
+    finally:
+        if hook is not None:
+            hook.remove()
     if not hasattr(out, "sequences"):  # positive evidence, named for the diagnosis (`tensor-parallel-output`)
         raise TypeError(f"generate(return_dict_in_generate=True) returned {type(out).__name__}, not a ModelOutput")
-    return out.sequences[0, ids.shape[1] :].tolist(), [step[0].float().clone() for step in out.logits]
+    if hook is not None and len(steps) != n:
+        raise RuntimeError(f"the output layer ran {len(steps)} times in a generate of {n} tokens")
+    logits = out.logits if hook is None else steps
+    return out.sequences[0, ids.shape[1] :].tolist(), [step[0].float().clone() for step in logits]
+
+
+def _generate_copies_logits() -> bool:
+    """generate(output_logits=True) returns each step's logits as the model computed them: from Transformers 4.43.
+    Before, there is no output_logits (< 4.38), or it holds the very tensor the logits processors then write into
+    (-inf over the end token while min_new_tokens holds; 4.40.2's generation/utils.py, copied in 4.43.4's)."""
+    import transformers
+
+    return tuple(int(x) for x in transformers.__version__.split(".")[:2]) >= (4, 43)

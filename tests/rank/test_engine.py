@@ -25,3 +25,40 @@ def test_a_tuple_from_generate_is_named_and_the_host_diagnosis_reads_that_name()
 
 def test_the_host_names_the_layout_state_the_rank_records():
     assert dx.BY_MODEL_HEADS == qkv_states.BY_MODEL_HEADS
+
+
+def _tiny_gpt_neo():
+    from transformers import GPTNeoConfig, GPTNeoForCausalLM
+
+    torch.manual_seed(0)
+    config = GPTNeoConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, attention_types=[[["global"], 2]],
+                          max_position_embeddings=32)  # fmt: skip
+    return GPTNeoForCausalLM(config).eval()  # its end token (50256) lies beyond the 64-token vocabulary
+
+
+def test_the_output_layers_own_logits_are_what_output_logits_returns(monkeypatch):
+    """The path for Transformers before 4.43 (the output layer's outputs, copied) against output_logits."""
+    from repro.rank import engine
+
+    model, ids = _tiny_gpt_neo(), torch.tensor([[1, 2, 3, 4]])
+    tokens, logits = greedy(model, ids, 4)
+    monkeypatch.setattr(engine, "_generate_copies_logits", lambda: False)
+    hooked_tokens, hooked = greedy(model, ids, 4)
+    assert hooked_tokens == tokens and all(torch.equal(a, b) for a, b in zip(hooked, logits, strict=True))
+    assert not model.get_output_embeddings()._forward_hooks  # removed after generate
+
+
+def test_a_hooked_generate_that_ran_the_output_layer_a_different_number_of_times_is_refused(monkeypatch):
+    from repro.rank import engine
+
+    monkeypatch.setattr(engine, "_generate_copies_logits", lambda: False)
+    model = _tiny_gpt_neo()
+    original = model.generate
+
+    def generate(ids, **kwargs):  # one more step than asked for: the count check must see it
+        kwargs["max_new_tokens"] = kwargs["min_new_tokens"] = kwargs["max_new_tokens"] + 1
+        return original(ids, **kwargs)
+
+    model.generate = generate
+    with pytest.raises(RuntimeError, match="ran 4 times in a generate of 3"):
+        greedy(model, torch.tensor([[1, 2, 3, 4]]), 3)

@@ -35,7 +35,8 @@ def run_cell(
     spec = out.with_suffix(".spec.json")  # repro.rank.cell_probe.spec_path
     settings = {"arch": axes["arch"], "targets": axes["lora"], "pin": axes["pin"], "order": axes["order"],
                 "zero_stage": axes["zero_stage"], "config": axes["config"], "dtype": dtype_of(axes),
-                "backend": backend, **axes.get("probe", {})}  # fmt: skip
+                "backend": backend, "own_fallbacks": bool(axes.get("own_fallbacks")),
+                **axes.get("probe", {})}  # fmt: skip
     results.write(spec, settings, indent=None, sort_keys=False)
     peers = [out.with_suffix(f".rank{r}.crash.json") for r in range(1, axes["world_size"])]  # cell_probe's
     for f in peers:

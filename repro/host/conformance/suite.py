@@ -86,7 +86,7 @@ def main(
         with pools as warm:
             probe = launch.run_probe if warm is None else warm.run_probe
             for axes in todo:
-                cell = _measure(out, roots, axes, timeout_s, probe, progress, backend=backend)
+                cell = measure(out, roots, axes, timeout_s, probe, progress, backend=backend)
                 table_dir.record(out, cell)
                 done[key(cell)] = cell
     except (KeyboardInterrupt, launch.Interrupted) as exc:
@@ -120,8 +120,8 @@ def prepare(cells: list[dict]) -> dict[tuple[str, str], tuple[Path | None, str |
     """Per (build, Transformers version) of `cells`: the directory the ranks put first on PYTHONPATH (None:
     the environment's own), or why it could not be made (recorded on every cell that needs it). Each patched
     copy and each overlay is made once."""
-    builds = {build: _made(build_root, build) for build in dict.fromkeys(c["build"] for c in cells)}
-    overlays = {v: _made(transformers_env.overlay, v) for v in dict.fromkeys(c["transformers"] for c in cells)}
+    builds = {build: made(build_root, build) for build in dict.fromkeys(c["build"] for c in cells)}
+    overlays = {v: made(transformers_env.overlay, v) for v in dict.fromkeys(c["transformers"] for c in cells)}
     roots = {}
     for build, version in dict.fromkeys((c["build"], c["transformers"]) for c in cells):
         (root, build_error), (overlay, overlay_error) = builds[build], overlays[version]
@@ -135,7 +135,7 @@ def build_root(build: str) -> Path | None:
     return patched_copy.prepare_patched_copy(patches=BUILDS[build]) if BUILDS[build] else None
 
 
-def _made(make: Callable[[str], Path | None], name: str) -> tuple[Path | None, str | None]:
+def made(make: Callable[[str], Path | None], name: str) -> tuple[Path | None, str | None]:
     """What `make(name)` made, or why it could not: the error every cell that needs it records."""
     try:
         return make(name), None
@@ -151,7 +151,7 @@ def _on_intended_transformers(result: dict, axes: dict) -> dict:
     return result
 
 
-def _measure(
+def measure(
     out: Path, roots: dict, axes: dict, timeout_s: float, probe: Callable[..., dict], progress, backend: str = "cpu"
 ) -> dict:
     root, error = roots[(axes["build"], axes["transformers"])]

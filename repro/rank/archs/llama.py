@@ -21,7 +21,8 @@ def twins(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
         found["silu_gating"] = changed_layers(
             model, LAYERS, lambda layer: setattr(layer.mlp, "act_fn", ACT2FN["silu"])
         )
-    if model.config.attention_bias or model.config.mlp_bias:
+    # Transformers adds attention_bias in 4.34 and mlp_bias in 4.42: absent, there is no bias
+    if getattr(model.config, "attention_bias", False) or getattr(model.config, "mlp_bias", False):
         biasless = copy.deepcopy(model)
         with torch.no_grad():
             for name, p in biasless.model.layers.named_parameters():

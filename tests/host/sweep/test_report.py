@@ -1,0 +1,37 @@
+from repro.findings.answer import CORRECT
+from repro.findings.finding import CRASH, SILENTLY_WRONG
+from repro.host.sweep import plan, report
+
+
+def cell(release, arch, build, diagnosis=(CORRECT,), **extra):
+    return {"transformers": release, "arch": arch, "configuration": "default", "build": build, "zero_stage": 3,
+            "world_size": 2, "scenario": "reference", "diagnosis": list(diagnosis), "injected_layer_calls": 4,
+            **extra}  # fmt: skip
+
+
+def data(cells):
+    return {"command": plan.COMMAND, "releases": ["5.1.0", "5.2.0"], "index_read": "2026-12-07",
+            "builds": {"released": {}, "wheel": {}}, "cells": cells, "duration_s": 60.0,
+            "evidence": {"backend": "cpu", "evidence": "CPU"}}  # fmt: skip
+
+
+def test_a_row_reads_the_first_outcome_a_user_meets_and_a_cell_that_did_not_run_is_not_correct():
+    cells = [cell("5.1.0", "gpt-j", "released"), cell("5.1.0", "gpt-j", "released", ["wrong"]),
+             cell("5.2.0", "gpt-j", "released", crash={"type": "X"}),
+             cell("5.2.0", "gpt-j", "wheel", error="E")]  # fmt: skip
+    table = report.grid(data(cells))
+    assert table[("5.1.0", "gpt-j", "released")] == SILENTLY_WRONG
+    assert table[("5.2.0", "gpt-j", "released")] == CRASH
+    assert table[("5.2.0", "gpt-j", "wheel")] == report.NOT_RUN
+
+
+def test_the_report_names_where_an_outcome_changes_between_adjacent_releases():
+    cells = [cell("5.1.0", "gpt-j", "wheel"), cell("5.2.0", "gpt-j", "wheel", ["logits differ"])]
+    text = report.render(data(cells))
+    assert "- gpt-j, wheel: correct on 5.1.0, silently wrong on 5.2.0" in text
+    assert "| 5.2.0 |" in text and "CPU evidence" in text
+
+
+def test_the_picture_is_written(tmp_path):
+    report.picture(data([cell("5.1.0", "gpt-j", "released")]), tmp_path / "sweep.png")
+    assert (tmp_path / "sweep.png").stat().st_size > 1000
