@@ -71,8 +71,15 @@ def render(data: dict) -> str:
         "",
         "Cells: " + ", ".join(f"{n} {w}" for w, n in sorted(counts.items(), key=lambda kv: ORDER.index(kv[0]))) + ".",
         "",
-        *([f"**Partial**: {len(data['cells'])} of {data['planned']} cells ran (the rest: `python -m repro sweep "
-            "--resume DIR`); a release without cells shows -.", ""] if data.get("planned") else []),
+        *(
+            [
+                f"**Partial**: {len(data['cells'])} of {data['planned']} cells ran (the rest: `python -m repro sweep "
+                "--resume DIR`); a release without cells shows -.",
+                "",
+            ]
+            if data.get("planned")
+            else []
+        ),
         "![sweep](sweep.png)",
         "",
         "| Transformers | " + " | ".join(rows) + " |",
