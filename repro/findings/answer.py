@@ -96,10 +96,11 @@ def answer(
         first = min(INITIALIZE_STEPS.index(INITIALIZE_STEP[x.id]) for x in at_init)
         outcome, deciding = CRASH, tuple(x for x in at_init if INITIALIZE_STEPS.index(INITIALIZE_STEP[x.id]) == first)
     else:
+        pending = [x for x in limits if x.pending]  # measured bugs with no patch yet decide as findings do
         for kind in ORDER:
-            found = tuple(f for f in hit if outcome_of(f, setup, path) == kind)
+            found = tuple(f for f in (*pending, *hit) if outcome_of(f, setup, path) == kind)
             # a crash in initialize stops the run before any other finding can show
-            found = tuple(f for f in found if f.at_initialize) or found
+            found = tuple(f for f in found if getattr(f, "at_initialize", False)) or found
             if found:
                 outcome, deciding = kind, found
                 break

@@ -249,9 +249,11 @@ class Finding:
 
 @dataclass(frozen=True)
 class Limit:
-    """What DeepSpeed does by design, with no patch in the series: where the Hybrid Engine declines a model (it
-    runs natively, refuses by name, or has no container for it). A user's answer names it beside the findings. A
-    limit that crashes does so in `deepspeed.initialize`, before any finding can show: it decides alone."""
+    """What DeepSpeed does that the series leaves as it is: by design, where the Hybrid Engine declines a model (it
+    runs natively, refuses by name, or has no container for it); or `pending`, a failure the Transformers sweep
+    measured on releases the series has no patch for yet. A user's answer names it beside the findings. A limit that
+    crashes in `deepspeed.initialize` (registry.INITIALIZE_STEP) decides alone; one that crashes later decides as a
+    finding's crash would."""
 
     id: str
     summary: str
@@ -260,6 +262,7 @@ class Limit:
     workaround: str
     series: str = REFUSED  # what the series leaves there: REFUSED (DeepSpeed's own refusal), SILENTLY_OFF, CRASH
     measured: str = ""  # the cell or run that measured it, for the answer's evidence line
+    pending: str = ""  # a bug, not a design: why the series has no patch for it yet ("": DeepSpeed's design)
 
     @property
     def scopes(self) -> tuple[Scope, ...]:

@@ -55,8 +55,10 @@ def setup_of(chat: ChatSetup, transformers: str) -> Setup:
 
 
 def name(item: Finding | Limit) -> str:
-    """A finding by its patch and id; DeepSpeed's own limit by its id."""
-    return f"`{item.patch}` {item.id}" if isinstance(item, Finding) else f"{item.id} (DeepSpeed's design)"
+    """A finding by its patch and id; DeepSpeed's own limit by its id, and a measured bug with no patch yet so."""
+    if isinstance(item, Finding):
+        return f"`{item.patch}` {item.id}"
+    return f"{item.id} (no patch yet)" if item.pending else f"{item.id} (DeepSpeed's design)"
 
 
 def verdict(said: Answer, on_gpu: Answer | None = None) -> str:

@@ -87,6 +87,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def rank_cwd() -> Path:
+    """Where ranks start. `python -m` puts its working directory on sys.path ahead of PYTHONPATH, so ranks started in
+    site-packages (REPO_ROOT of a non-editable install) import the installed DeepSpeed, not the patched copy PYTHONPATH
+    names first: there they start in a directory of their own."""
+    if not (REPO_ROOT / "deepspeed").exists():
+        return REPO_ROOT
+    neutral = cache_root() / "rank-cwd"
+    neutral.mkdir(parents=True, exist_ok=True)
+    return neutral
+
+
 def rank_env(backend: str, extra_pythonpath: Path | None) -> dict[str, str]:
     env = dict(os.environ)
     paths = [str(extra_pythonpath)] if extra_pythonpath else []
@@ -223,7 +234,7 @@ def run_variant(spec: LaunchSpec, out_dir: Path, patched_root: Path | None, prog
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**rank_env(spec.backend, patched_root), **launcher_env(spec, port)},
-            cwd=REPO_ROOT,
+            cwd=rank_cwd(),
             start_new_session=True,
         )
         relay = _ProgressRelay(log_file, f"[{spec.variant}]", progress)
@@ -262,7 +273,7 @@ def run_module(
     status and the output. A timeout stops every rank and raises LaunchError. `env` adds to the ranks' variables."""
     cmd = torchrun(module, ranks, free_port(), *args, python=python)
     try:
-        return run_bounded(cmd, {**rank_env(backend, deepspeed_root), **(env or {})}, REPO_ROOT, timeout_s)
+        return run_bounded(cmd, {**rank_env(backend, deepspeed_root), **(env or {})}, rank_cwd(), timeout_s)
     except subprocess.TimeoutExpired:
         raise LaunchError(f"{module}: ranks did not finish within {timeout_s:.0f} s") from None
 

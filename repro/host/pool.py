@@ -21,8 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..paths import REPO_ROOT
-from .launch import Interrupted, LaunchError, free_port, probe_json, rank_env
+from .launch import Interrupted, LaunchError, free_port, probe_json, rank_cwd, rank_env
 
 WORKER = "repro.rank.pool_worker"
 START_TIMEOUT_S = 300.0  # imports on a cold, busy 2-core machine
@@ -37,7 +36,7 @@ class _Worker:
             stdout=subprocess.PIPE,
             stderr=open(log, "ab"),  # noqa: SIM115 - the worker owns it for its lifetime
             env=rank_env("cpu", root),
-            cwd=REPO_ROOT,
+            cwd=rank_cwd(),
             start_new_session=True,
         )
         self.children: list[int] = []

@@ -139,3 +139,17 @@ def test_sigkill_reaches_ranks_in_sessions_of_their_own(tmp_path):
     else:
         os.kill(rank_pid, 9)
         raise AssertionError("the rank outlived the launcher's SIGKILL")
+
+
+def test_ranks_never_start_beside_an_installed_deepspeed(tmp_path, monkeypatch):
+    """`python -m` puts the working directory ahead of PYTHONPATH: in site-packages (a non-editable install's
+    REPO_ROOT) a rank would import the installed DeepSpeed, not the patched copy (measured: `after` unfixed)."""
+    from repro.host import launch
+
+    assert launch.rank_cwd() == launch.REPO_ROOT  # a checkout holds no deepspeed package
+    site = tmp_path / "site-packages"
+    (site / "deepspeed").mkdir(parents=True)
+    monkeypatch.setattr(launch, "REPO_ROOT", site)
+    monkeypatch.setenv("REPRO_CACHE_DIR", str(tmp_path / "cache"))
+    cwd = launch.rank_cwd()
+    assert cwd != site and cwd.is_dir() and not (cwd / "deepspeed").exists()

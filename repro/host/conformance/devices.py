@@ -14,9 +14,8 @@ from collections.abc import Callable
 
 from ... import gpu_sharing
 from ...options import UsageError
-from ...paths import REPO_ROOT
 from .. import preflight
-from ..launch import rank_env
+from ..launch import rank_cwd, rank_env
 from .evidence import CPU_EVIDENCE
 from .plan import dtype_of
 
@@ -28,7 +27,7 @@ EVIDENCE = {"cpu": "CPU", "cuda": "CUDA", "rocm": "ROCm"}
 def device_facts(backend: str) -> dict:
     """`repro.rank.device_check`'s JSON, run with the ranks' environment (DS_ACCELERATOR for this backend)."""
     try:
-        proc = subprocess.run([sys.executable, "-m", CHECK], env=rank_env(backend, None), cwd=REPO_ROOT,
+        proc = subprocess.run([sys.executable, "-m", CHECK], env=rank_env(backend, None), cwd=rank_cwd(),
                               capture_output=True, text=True, timeout=CHECK_TIMEOUT_S)  # fmt: skip
     except subprocess.TimeoutExpired:
         raise UsageError(f"--backend {backend}: the device check did not finish within {CHECK_TIMEOUT_S:.0f} s "
