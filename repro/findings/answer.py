@@ -87,6 +87,7 @@ def answer(
     if unknown and served and setup.model_config is None:  # a checkpoint config not known here: name the rest
         conditional = tuple(x for x in (*LIMITS, *registry) if x not in hit and _only_config_missing(x, setup))
     outcome, deciding = CORRECT, ()
+    pending = [x for x in limits if x.pending]  # measured bugs with no patch yet decide as findings do
     silent = tuple(limit for limit in limits if limit.outcome == SILENTLY_OFF)
     # initialize's failures (DeepSpeed's refusals, and findings that crash there): the first in its call order decides
     at_init = [x for x in (*limits, *hit) if x.id in INITIALIZE_STEP and outcome_of(x, setup, path) == CRASH]
@@ -96,7 +97,6 @@ def answer(
         first = min(INITIALIZE_STEPS.index(INITIALIZE_STEP[x.id]) for x in at_init)
         outcome, deciding = CRASH, tuple(x for x in at_init if INITIALIZE_STEPS.index(INITIALIZE_STEP[x.id]) == first)
     else:
-        pending = [x for x in limits if x.pending]  # measured bugs with no patch yet decide as findings do
         for kind in ORDER:
             found = tuple(f for f in (*pending, *hit) if outcome_of(f, setup, path) == kind)
             # a crash in initialize stops the run before any other finding can show
@@ -110,7 +110,7 @@ def answer(
         outcome, deciding = (CRASH, (no_containers,)) if setup.engine_generate else (SILENTLY_OFF, ())
     # what shows once the deciding ones are fixed: initialize's later refusals, then the findings
     later = tuple(x for x in at_init if x in limits and x not in deciding)
-    behind = later + tuple(f for f in hit if f not in deciding)
+    behind = later + tuple(f for f in (*pending, *hit) if f not in deciding and f not in later)
     if outcome == SILENTLY_OFF:  # nothing injected: only what a Hybrid Engine without containers does still shows
         behind = tuple(f for f in behind if any(scope.engine_generate for scope in f.scopes))
     if not served:

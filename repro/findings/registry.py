@@ -64,6 +64,13 @@ FIRST_GPTJ_TENSOR_RETURN = "5.24.0"
 # 5.23.0, OK on 5.1.0, 5.24.0 and 5.25.0).
 FIRST_CACHE_POSITIONS = "5.4.0"
 GPTJ_CACHE_LENGTH = ("5.2.0", "5.23.0")
+# Llama on older Transformers, measured by the sweep (results/reference/sweep): 0.19.8's container finds no rope_theta
+# up to 4.32; the injected layers hand back (key, value) where 4.36-4.44 pass a Cache (`cache-return`), and with that
+# fixed, 4.36-4.41 read the generated length from the Cache the injected layers never fill (`llama-legacy-cache`).
+LLAMA_ROPE_THETA_LAST = "4.32.1"
+LLAMA_CACHE_RETURN = ("4.36.0", "4.44.2")
+LLAMA_LEGACY_CACHE = ("4.36.0", "4.41.2")
+LLAMA_ENGAGED_LAST = "4.53.3"  # the newest before `llama-layer-tuple` (4.54)
 # `needs`: earlier patches of the series a patch's tests need beside it: 0004 reads the QKV layout record 0002 adds,
 # and its ZeRO-3 cases show only once 0001 makes transforms persist; 0005/0006/0014/0015 build a GPT-NeoX
 # container, which needs 0000 on current Transformers (0014/0015 edit gptneox.py beside 0006's lines); 0010's and
@@ -739,10 +746,11 @@ FINDINGS: tuple[Finding, ...] = (
     Finding(
         id="cache-return",
         patch="0024",
-        summary="On Transformers 4.45 to 4.53 the injected layer hands back its key and value instead of the Cache "
-        "it was passed: the second generate step fails.",
+        summary="On Transformers 4.45 to 4.53 (Llama: 4.36 to 4.44) the injected layer hands back its key and value "
+        "instead of the Cache it was passed: the second generate step fails.",
         outcome=CRASH,
         scope=Scope(archs=("gpt-neox", "gpt-neo", "gpt-j"), transformers=("4.45.0", "4.53.3")),
+        also=(Scope(archs=("llama",), transformers=LLAMA_CACHE_RETURN),),  # the sweep's Llama cells
         workaround="Transformers >= 4.54",
         tests=("unit/module_inject/test_injected_layer_cache.py",),
         needs=("llama-layer-tuple",),
@@ -757,6 +765,13 @@ FINDINGS: tuple[Finding, ...] = (
             Crash(
                 "transformers/models/",
                 "'tuple' object has no attribute 'to_legacy_cache'",
+                "AttributeError",
+                how="equals",
+            ),
+            # Llama on 4.42-4.44 asks the layer's (key, value) for its capacity
+            Crash(
+                "transformers/models/",
+                "'tuple' object has no attribute 'get_max_length'",
                 "AttributeError",
                 how="equals",
             ),
@@ -1207,6 +1222,7 @@ INITIALIZE_STEP = {
     "bloom-transformers": "container",
     "tp-world-size": "tensor-parallel",
     "llama-rope-scaling": "module",
+    "llama-rope-theta": "module",
     "gpt2-no-hybrid-container": "params",
 }
 
@@ -1264,5 +1280,35 @@ LIMITS: tuple[Limit, ...] = (
         series=CRASH,  # no patch of the series gives GPT-2 a Hybrid Engine container
         measured="results/reference/unserved/gpt2 (its tiny twin, as released and with the series, ZeRO-2 on 1 "
         "rank and ZeRO-3 on 2)",
+    ),
+    # Measured by the Transformers sweep (results/reference/sweep) on releases the committed cells never ran: bugs,
+    # not designs, that no patch of the series covers yet.
+    Limit(
+        id="llama-rope-theta",
+        summary="On Transformers before 4.33, DeepSpeed 0.19.8's Llama container finds no `rope_theta` (neither the "
+        "config nor the attention module has one there: the rotary base is fixed at 10000), so `deepspeed.initialize` "
+        "fails (`AttributeError: 'LlamaAttention' object has no attribute 'rope_theta'`, containers/llama.py).",
+        outcome=CRASH,
+        scope=Scope(archs=("llama",), transformers=(None, LLAMA_ROPE_THETA_LAST)),
+        workaround=f"Transformers newer than {LLAMA_ROPE_THETA_LAST}",
+        series=CRASH,
+        measured=f"the sweep's Llama cells on Transformers 4.31.0 and {LLAMA_ROPE_THETA_LAST}, as released and as the "
+        "wheel (results/reference/sweep)",
+        pending="found by the sweep; the fix (the rotary base of 10000 those releases hard-code) is not written yet",
+    ),
+    Limit(
+        id="llama-legacy-cache",
+        summary="On Transformers 4.36 to 4.41, Llama's generate reads how far it got from the Cache its layers fill, "
+        "and the injected layers keep their keys and values to themselves: with the series, the second generate "
+        "step fails (`IndexError: tuple index out of range` in `prepare_inputs_for_generation`); 4.38 also hands "
+        "them a causal mask as long as `max_position_embeddings`, which fails the first step.",
+        outcome=CRASH,
+        scope=Scope(archs=("llama",), transformers=LLAMA_LEGACY_CACHE),
+        workaround=f"Transformers 4.42 to {LLAMA_ENGAGED_LAST}",
+        series=CRASH,
+        measured="the sweep's Llama cells on Transformers 4.36.2 to 4.41.2, as released and as the wheel "
+        "(results/reference/sweep)",
+        pending="found by the sweep; a fix must fill the Cache those releases read without a second copy of the "
+        "keys and values, the cost issue 70 asks of 0035 too",
     ),
 )

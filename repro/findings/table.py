@@ -90,7 +90,13 @@ def fixed_by(said: Answer) -> str:
     if not said.fixing:
         return "-" if said.outcome == CORRECT else f"no patch: {said.with_series}"
     patches = ", ".join(f"`{f.patch}`" for f in said.fixing)
-    return f"{patches}: {said.with_series}"
+    return f"{patches}: {said.with_series}{unpatched(said)}"
+
+
+def unpatched(said: Answer) -> str:
+    """" (ID, ...: no patch yet)" where a measured bug the series has no patch for still shows, else ""."""
+    found = [x.id for x in (*said.deciding, *said.behind) if isinstance(x, Limit) and x.pending]
+    return f" ({', '.join(found)}: no patch yet)" if found else ""
 
 
 def rows(newest: str) -> list[str]:

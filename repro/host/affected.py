@@ -302,7 +302,7 @@ def report(
     lines += todo(setup, served, said)
     if said.fixing:
         patches = " ".join(f.patch for f in said.fixing)
-        lines.append(f"With the series (repro/patches: {patches}): {said.with_series}.")
+        lines.append(f"With the series (repro/patches: {patches}): {said.with_series}{table.unpatched(said)}.")
     elif said.outcome != CORRECT:
         lines.append(f"With the series: {said.with_series} (no patch changes it).")
     if served and CORRECT in (said.outcome, said.with_series):
