@@ -94,7 +94,7 @@ def fixed_by(said: Answer) -> str:
 
 
 def unpatched(said: Answer) -> str:
-    """" (ID, ...: no patch yet)" where a measured bug the series has no patch for still shows, else ""."""
+    """ " (ID, ...: no patch yet)" where a measured bug the series has no patch for still shows, else ""."""
     found = [x.id for x in (*said.deciding, *said.behind) if isinstance(x, Limit) and x.pending]
     return f" ({', '.join(found)}: no patch yet)" if found else ""
 
