@@ -37,6 +37,8 @@ def main(
 ) -> int:
     """Exit 0, 3 if a cell could not be measured, 130 on Ctrl-C / SIGTERM (the finished cells kept)."""
     out = Path(out)
+    if resume:
+        _journal_from_partial(out)
     resumed = table_dir.claim(out, RESULTS, "sweep", resume=resume, regenerate=regenerate)
     if resumed is not None:
         versions, index_read = resumed["releases"], resumed.get("index_read")
@@ -79,6 +81,17 @@ def main(
     write(out, versions, cells, round(time.time() - started + earlier, 1), index_read)
     log(f"[sweep] {len(cells)} cells in {time.time() - started:.0f} s -> {out / 'SWEEP.md'}")
     return EXIT_BROKEN if any("error" in c for c in cells) else EXIT_OK
+
+
+def _journal_from_partial(out: Path) -> None:
+    """A committed partial sweep (a fresh checkout has its sweep.json, not the journal beside it): its cells and
+    options become the journal a resume reads, so only the missing cells run."""
+    data = results.load_if_written(out / RESULTS)
+    if data is None or not data.get("planned") or (out / table_dir.JOURNAL).exists():
+        return
+    table_dir.start(out, {"releases": data["releases"], "index_read": data.get("index_read")})
+    for cell in data["cells"]:
+        table_dir.record(out, cell)
 
 
 def _root(build: str, version: str) -> tuple[Path | None, str | None]:

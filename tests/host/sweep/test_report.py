@@ -35,3 +35,27 @@ def test_the_report_names_where_an_outcome_changes_between_adjacent_releases():
 def test_the_picture_is_written(tmp_path):
     report.picture(data([cell("5.1.0", "gpt-j", "released")]), tmp_path / "sweep.png")
     assert (tmp_path / "sweep.png").stat().st_size > 1000
+
+
+def test_a_committed_partial_sweep_resumes_from_its_own_cells(tmp_path, monkeypatch):
+    from repro import results
+    from repro.host import table_dir
+    from repro.host.sweep import run
+
+    partial = {**data([cell("5.1.0", "gpt-j", "released")]), "planned": 99}
+    results.write(tmp_path / run.RESULTS, partial)
+    run._journal_from_partial(tmp_path)
+    assert table_dir.finished(tmp_path) == partial["cells"]
+    assert results.load(tmp_path / table_dir.RUN)["releases"] == ["5.1.0", "5.2.0"]
+    run._journal_from_partial(tmp_path)  # a journal already there is kept as it is
+    assert len(table_dir.finished(tmp_path)) == 1
+
+
+def test_a_finished_sweep_is_not_turned_into_a_journal(tmp_path):
+    from repro import results
+    from repro.host import table_dir
+    from repro.host.sweep import run
+
+    results.write(tmp_path / run.RESULTS, data([cell("5.1.0", "gpt-j", "released")]))
+    run._journal_from_partial(tmp_path)
+    assert not (tmp_path / table_dir.JOURNAL).exists()
