@@ -7,9 +7,10 @@ linear series is derived from them (series.py).
     python -m repro.host.upstream.pr_forms MASTER_CHECKOUT RELEASE_CHECKOUT    (each pull request's 0.19.8 forms)
     python -m repro.host.upstream.pr_forms MASTER_CHECKOUT RELEASE_CHECKOUT --only SLUG
     python -m repro.host.upstream.pr_forms --texts      (each PR.md again from the registry and its patches)
+    python -m repro.host.upstream.pr_forms tree MASTER_CHECKOUT DEST    (DeepSpeed 0.19.8's tree as a checkout)
 
-The checkouts are git trees of DeepSpeed master and of the 0.19.8 sdist (with master's tests/), each at the base
-the pull requests are written for; neither is changed (the work is done in a clone, where each pull request is taken
+The checkouts are git trees of DeepSpeed master and of the 0.19.8 sdist (with master's tests/: `tree` makes it,
+one reproducible commit), each at the base the pull requests are written for; neither is changed (the work is done in a clone, where each pull request is taken
 on master first, so that `git am -3` has the blobs it carries a commit over by). A commit git cannot carry over keeps
 the release form committed for it (written by hand). To change a pull request: edit its commits on a master
 checkout (`python -m repro.host.upstream.pr_submit` makes the branch), `git format-patch` them into its folder, then
@@ -17,16 +18,28 @@ run this for its release forms."""
 
 from __future__ import annotations
 
+import hashlib
+import io
+import os
 import re
 import subprocess
 import sys
+import tarfile
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from ...findings.prs import PRS, directory, required
+from ...fixstatus import PatchError
 from . import pr_texts
+from .patched_wheel import sdist
 from .pr_files import PRS_DIR, RELEASE, blocks, pr_patches, release_text
-from .series import SeriesError, git
+from .series import SeriesError, git, git_env
+
+# What the release tree takes from master: the sdist has no tests, nor DeepSpeed's yapf and flake8 settings.
+FROM_MASTER = ("tests", ".style.yapf", ".flake8")
+# The base commit's dates, with series' fixed identity: the same sdist and master give the same commit id anywhere.
+TREE_DATE = "2026-12-01T09:00:00Z"
 
 CPU_PARAGRAPH = "The figures above were measured on CPU"  # how a commit message says what is CPU evidence
 
@@ -60,6 +73,39 @@ def _carry(work: Path, mine: Path, by_hand: Path) -> bool:
                           f"({exc}); write the {RELEASE} diffs of the files that do not carry over by hand as "
                         f"{by_hand}") from None  # fmt: skip
     return False
+
+
+def release_tree(dest: Path, master: Path, log: Callable[[str], None] = print) -> str:
+    """DeepSpeed 0.19.8's tree as a git checkout in `dest` (new or empty), the base the pull requests are
+    written on: the PyPI sdist (patched_wheel.sdist, downloaded once into the cache) with `FROM_MASTER` from
+    `master`'s HEAD (a checkout or the bare mirror; `git archive`, so a partial mirror's absent blobs elsewhere do
+    not matter), committed once with fixed identity and dates. Returns the commit id: the same for the same sdist
+    and master on every machine."""
+    if dest.exists() and any(dest.iterdir()):
+        raise SeriesError(f"{dest} is not empty: give a new directory for the {RELEASE} tree")
+    archive = sdist(log)
+    done = subprocess.run(["git", "-C", str(master), "archive", "--format=tar", "HEAD", *FROM_MASTER],
+                          capture_output=True)  # fmt: skip
+    if done.returncode != 0:
+        raise SeriesError(f"git archive in {master}: {done.stderr.decode(errors='replace').strip()[-300:]}")
+    master_head = git(master, "rev-parse", "HEAD").strip()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
+        with tarfile.open(archive) as tar:
+            tar.extractall(tmp, filter="data")
+        if dest.exists():
+            dest.rmdir()
+        os.replace(Path(tmp) / f"deepspeed-{RELEASE}", dest)
+    with tarfile.open(fileobj=io.BytesIO(done.stdout)) as tar:
+        tar.extractall(dest, filter="data")
+    git(dest, "init", "-q")
+    git(dest, "add", "-A", "-f")
+    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+    message = (f"DeepSpeed {RELEASE}: the PyPI sdist {archive.name} (sha256 {digest}), with "
+               f"{', '.join(FROM_MASTER)} of master {master_head}")  # fmt: skip
+    subprocess.run(["git", "-C", str(dest), "commit", "-q", "-m", message], check=True, capture_output=True,
+                   env={**git_env(), "GIT_AUTHOR_DATE": TREE_DATE})  # fmt: skip
+    return git(dest, "rev-parse", "HEAD").strip()
 
 
 def release_forms(master: Path, checkout: Path, only: str | None = None) -> list[str]:
@@ -101,6 +147,13 @@ def release_forms(master: Path, checkout: Path, only: str | None = None) -> list
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[0] == "tree":
+        try:
+            print(release_tree(Path(argv[2]), Path(argv[1])))
+        except (SeriesError, PatchError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        return 0
     if argv == ["--texts"]:
         for line in pr_texts.texts():
             print(f"{line}: PR.md, REQUIRES")

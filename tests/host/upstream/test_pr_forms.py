@@ -74,3 +74,32 @@ def test_a_finding_whose_kernels_differ_says_both_and_a_workaround_drops_our_com
     decode = findings.by_id("decode-as-prompt")
     assert "on the compiled CUDA/ROCm kernels: not hit" in pr_texts._released(decode)
     assert pr_texts._for_maintainers("set it (`python -m repro shim`)") == "set it"
+
+
+def test_the_release_tree_is_the_sdist_with_masters_tests_in_one_reproducible_commit(tmp_path):
+    """The base the pull requests are written on: DeepSpeed 0.19.8's sdist (cached; never downloaded by a test)
+    with master's tests/, .style.yapf and .flake8, one commit whose id is the same on every build."""
+    from repro.paths import cache_root
+
+    if not (cache_root() / "sdist" / "deepspeed-0.19.8.tar.gz").is_file():
+        pytest.skip("DeepSpeed 0.19.8's sdist is not cached (python -m repro patched-deepspeed downloads it)")
+    master = tmp_path / "master"  # a stand-in for DeepSpeed master: only what the tree takes from it
+    (master / "tests" / "unit").mkdir(parents=True)
+    (master / "tests" / "unit" / "test_x.py").write_text("def test_x():\n    pass\n")
+    (master / ".style.yapf").write_text("[style]\n")
+    (master / ".flake8").write_text("[flake8]\n")
+    (master / "deepspeed").mkdir()
+    (master / "deepspeed" / "master_only.py").write_text("")
+    pr_forms.git(master, "init", "-q")
+    pr_forms.git(master, "add", "-A")
+    pr_forms.git(master, "commit", "-q", "-m", "master")
+    first = pr_forms.release_tree(tmp_path / "a", master, log=lambda _: None)
+    second = pr_forms.release_tree(tmp_path / "b", master, log=lambda _: None)
+    assert first == second and len(first) == 40
+    tree = tmp_path / "a"
+    assert (tree / "version.txt").read_text().strip() == "0.19.8"
+    assert (tree / "tests/unit/test_x.py").is_file() and (tree / ".style.yapf").is_file()
+    assert (tree / "deepspeed/runtime/hybrid_engine.py").is_file() and not (tree / "deepspeed/master_only.py").exists()
+    assert pr_forms.git(tree, "status", "--porcelain") == ""
+    with pytest.raises(pr_forms.SeriesError, match="is not empty"):
+        pr_forms.release_tree(tmp_path / "a", master)
