@@ -10,9 +10,11 @@
 # Without PR_DIR: the whole series, derived from the pull requests for the checkout (repro.host.upstream.series),
 # after the pull requests outside it (the fallbacks its end-to-end tests run on, on CPU), on both trees. With
 # PR_DIR (repro/patches/prs/NN-slug): one pull request; what it REQUIRES is taken first on both trees, so its tests
-# run on the tree with only those (they must fail) and with the pull request too (they must pass). A commit's form
-# for the checkout's version (NN-slug/<version>/, from version.txt) is taken where it has one. Set DS_TESTS="unit/... unit/..." to also run DeepSpeed's
-# own tests of the areas the series touches with the series applied (docs/upstream.md lists the CPU set).
+# run on the tree with only those (they must fail) and with the pull request too (they must pass). The commits are
+# committed for 0.19.8's tree (python -m repro.host.upstream.pr_forms tree MASTER DEST makes it); on a checkout of
+# another version (version.txt: master), each commit's master form (NN-slug/master/) is taken where it has one. Set
+# DS_TESTS="unit/... unit/..." to also run DeepSpeed's own tests of the areas the series touches with the series
+# applied (docs/upstream.md lists the CPU set).
 # CPU by default: DS_ACCELERATOR=cpu, and LOCAL_SIZE=2 so that the CPU accelerator offers the two ranks the tests
 # ask for. ACCELERATOR=gpu leaves DeepSpeed to find the machine's CUDA or ROCm devices (scripts/gpu-check.sh --pr).
 set -euo pipefail

@@ -16,7 +16,7 @@ from ... import results as result_files
 from ...findings.prs import OUTSIDE_SERIES, PRS, PullRequest, directory, required
 from ..envs import transformers_env
 from . import patched_copy, regression
-from .pr_files import RELEASE, pr_patches
+from .pr_files import PRIMARY, pr_patches
 
 
 class ProofError(RuntimeError):
@@ -49,14 +49,14 @@ def prove(pr: PullRequest, timeout_s: float = 900) -> dict:
     # does not require them, so that a test that builds an injected layer runs on this CPU instead of skipping (its
     # module guard skips where neither the compiled op nor the fallbacks build a layer, as on DeepSpeed's CPU runner)
     environment = [e for e in OUTSIDE_SERIES if e is not pr and e not in required(pr)]
-    before = [p for needed in (*environment, *required(pr)) for p in pr_patches(needed, RELEASE)]
+    before = [p for needed in (*environment, *required(pr)) for p in pr_patches(needed, PRIMARY)]
     version = transformers_of(pr)
     overlay = transformers_env.overlay(version) if version else None
     with tempfile.TemporaryDirectory() as tmp:
         started = time.time()
         roots = {
             name: transformers_env.joined(patched(Path(tmp) / name, patches), overlay, base=Path(tmp))
-            for name, patches in (("without", before), ("with", before + pr_patches(pr, RELEASE)))
+            for name, patches in (("without", before), ("with", before + pr_patches(pr, PRIMARY)))
         }
         without = regression.run_upstream_test(roots["without"], timeout_s, tests, errors)
         with_pr = regression.run_upstream_test(roots["with"], timeout_s, tests)
@@ -95,7 +95,7 @@ def main(argv: list[str]) -> int:
         said = result.get("error") or f"{result['without']['outcome']} without, {result['with']['outcome']} with"
         print(f"{result['pr']}: {'proven' if result['proven'] else 'NOT proven'} ({said})")
     out.mkdir(parents=True, exist_ok=True)
-    result_files.write(out / "prs.json", {"deepspeed": RELEASE, "evidence": "CPU", "prs": results})
+    result_files.write(out / "prs.json", {"deepspeed": PRIMARY, "evidence": "CPU", "prs": results})
     return 0 if all(r["proven"] for r in results) else 1
 
 

@@ -11,7 +11,7 @@ from ... import findings, results
 from ...findings import reports
 from ...findings.prs import PRS, PullRequest, directory, required
 from .cost_reports import cache_memory, lora_section, tp_section
-from .pr_files import PRS_DIR, RELEASE, pr_patches
+from .pr_files import MASTER, PRIMARY, PRS_DIR, pr_patches
 
 
 def _subject(patch: Path) -> str:
@@ -52,6 +52,8 @@ def _released(f) -> str:
     return (f"As released, on DeepSpeed's PyTorch path (accelerators without the compiled op): {f.outcome}; on the "
             f"compiled CUDA/ROCm kernels: {there} ({f.kernel.read}; read from the code, not run).")  # fmt: skip
 
+
+MASTER_SNAPSHOT = "edaa72212"  # the DeepSpeed master the master forms are kept for (pr_forms master)
 
 # A pull request's cost section, from its committed measurement: the measurement and what renders it.
 COSTS = {
@@ -101,6 +103,14 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
         "Where the compiled op loads, every op binding takes its kernel as before, so nothing changes on a GPU; "
         "not run on a GPU or an AMD host (ROCm in bf16, which takes these fallbacks, included)."
     )
+    on_master = (
+        f", each file diff under `{MASTER}/` in place of its own"
+        if (PRS_DIR / directory(pr) / MASTER).exists()
+        else ""
+    )
+    apply = (f"Apply: `git am repro/patches/prs/{directory(pr)}/*.patch` on DeepSpeed {PRIMARY}"
+             f"{', after what it requires' if pr.requires else ''} (on DeepSpeed master, the snapshot "
+             f"{MASTER_SNAPSHOT}: the same commits{on_master}).")  # fmt: skip
     lines += [
         "## Evidence",
         "",
@@ -108,10 +118,7 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
         f"Each commit's test fails on DeepSpeed without the commit and passes with it {ran} The figures in the "
         "commit messages come from the same CPU runs.",
         "",
-        "Apply: `git am repro/patches/prs/" + directory(pr) + "/*.patch` on master"
-        + (f" (on {RELEASE}: the same commits, each file diff under `{RELEASE}/` in place of its own)"
-           if (PRS_DIR / directory(pr) / RELEASE).exists() else "")  # fmt: skip
-        + (", after what it requires." if pr.requires else "."),
+        apply,
         "",
     ]  # fmt: skip
     return "\n".join(lines)

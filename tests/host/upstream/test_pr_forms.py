@@ -24,7 +24,7 @@ def test_a_pull_request_carries_its_findings_commits_and_says_what_it_needs(pr):
         return
     series = [patched_copy.patch_file(n) for n in pr.patches]  # derived: one commit per finding, in series order
     assert subjects(pr_files.pr_patches(pr, None)) == subjects(series)
-    assert subjects(pr_files.pr_patches(pr, pr_files.RELEASE)) == subjects(series)
+    assert subjects(pr_files.pr_patches(pr, pr_files.MASTER)) == subjects(series)
     for patch in pr_files.pr_patches(pr, None):  # a message says what is CPU evidence once, at its end
         message = patch.read_text().split("\n---\n", 1)[0]
         assert message.count(pr_forms.CPU_PARAGRAPH) <= 1
@@ -39,8 +39,8 @@ def test_a_pull_request_carries_its_findings_commits_and_says_what_it_needs(pr):
 
 @pytest.mark.parametrize("pr", PRS, ids=directory)
 def test_a_pull_request_applies_alone_to_the_release(pr, tmp_path):
-    before = [p for needed in required(pr) for p in pr_files.pr_patches(needed, pr_files.RELEASE)]
-    pr_proof.patched(tmp_path, before + pr_files.pr_patches(pr, pr_files.RELEASE))
+    before = [p for needed in required(pr) for p in pr_files.pr_patches(needed, pr_files.PRIMARY)]
+    pr_proof.patched(tmp_path, before + pr_files.pr_patches(pr, pr_files.PRIMARY))
 
 
 def test_a_patch_that_does_not_apply_is_named(tmp_path):
