@@ -157,20 +157,26 @@ def _key(release: str, root: str, patches: tuple, files: tuple) -> str:
     return digest.hexdigest()[:12]
 
 
+def touched_copy(package_dir: Path, release: str, repo: Path) -> str:
+    """A git repository in `repo` holding the files of an installed DeepSpeed `release` (package_dir: its
+    `deepspeed/`) that the patches touch, in one commit: its id. The rest of the package cannot change a merge."""
+    for rel in _touched():
+        source = package_dir.parent / rel
+        if source.is_file():
+            (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, repo / rel)
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "--allow-empty", "-m", f"DeepSpeed {release}")
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
 def derive_for_package(package_dir: Path, release: str, out: Path) -> list[Path]:
     """The series' deepspeed/ part for an installed DeepSpeed `release` (package_dir: its `deepspeed/`), into
-    `out`. Only the files the patches touch are copied: the rest of the package cannot change a merge."""
+    `out`, derived on touched_copy()."""
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp)
-        for rel in _touched():
-            source = package_dir.parent / rel
-            if source.is_file():
-                (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(source, repo / rel)
-        git(repo, "init", "-q")
-        git(repo, "add", "-A")
-        git(repo, "commit", "-q", "--allow-empty", "-m", f"DeepSpeed {release}")
-        base = git(repo, "rev-parse", "HEAD").strip()
+        base = touched_copy(package_dir, release, repo)
         return _export(repo, _linear(repo, base, release, whole=False), out)
 
 

@@ -38,8 +38,11 @@ def test_a_pull_request_carries_its_findings_commits_and_says_what_it_needs(pr):
 
 
 @pytest.mark.parametrize("pr", PRS, ids=directory)
-def test_a_pull_request_applies_alone_to_the_release(pr, tmp_path):
-    before = [p for needed in required(pr) for p in pr_files.pr_patches(needed, pr_files.PRIMARY)]
+def test_a_pull_request_applies_to_the_release_on_what_its_proof_lays_beneath_it(pr, tmp_path):
+    """Its proof's tree: what it requires, what only its tests need and DeepSpeed's fallbacks completed, then the pull
+    request (alone after what it requires, by plain `git am`: the series' derivation, test_series.py)."""
+    assert set(required(pr)) <= set(pr_proof.beneath(pr)) and pr not in pr_proof.beneath(pr)
+    before = [p for needed in pr_proof.beneath(pr) for p in pr_files.pr_patches(needed, pr_files.PRIMARY)]
     pr_proof.patched(tmp_path, before + pr_files.pr_patches(pr, pr_files.PRIMARY))
 
 
