@@ -280,7 +280,8 @@ COMMANDS: dict[str, Command] = {
     # The upstream tools: each reads the rest of the line itself (its own usage line on a wrong one):
     "series": Command("derive the linear series from the pull requests for a DeepSpeed checkout (CHECKOUT OUT)",
                       tool="repro.host.upstream.series"),
-    "pr-forms": Command("each pull request's 0.19.8 form (MASTER RELEASE), or --texts: PR.md and REQUIRES",
+    "pr-forms": Command("the pull requests' master forms (master MASTER RELEASE), 0.19.8's tree (tree MASTER DEST), "
+                        "or --texts: PR.md and REQUIRES",
                         tool="repro.host.upstream.pr_forms"),
     "pr-proof": Command("each pull request's tests without and with it, alone after what it requires (OUT)",
                         tool="repro.host.upstream.pr_proof"),

@@ -25,6 +25,7 @@ TP_COST = REFERENCE / "tp-cost" / "tp-cost.json"  # repro.host.upstream.tp_cost
 LORA_COST = REFERENCE / "lora-cost" / "lora-cost.json"  # repro.host.upstream.lora_cost
 CACHE_COST = REFERENCE / "cache-cost" / "cache-cost.json"  # repro.host.upstream.cache_cost
 GQA_COST = REFERENCE / "gqa-cost" / "gqa-cost.json"  # repro.host.upstream.gqa_cost
+PR_PROOF = REFERENCE / "prs" / "prs.json"  # repro.host.upstream.pr_proof
 SWEEP = REFERENCE / "sweep" / "sweep.json"  # python -m repro sweep
 COMMITTED = (CONFORMANCE, AFFECTED_RELEASES, WHEEL_MANIFEST, WHEEL_PROOF, TP_COST, LORA_COST, CACHE_COST, GQA_COST)
 

@@ -9,10 +9,13 @@
 #
 # Without PR_DIR: the whole series, derived from the pull requests for the checkout (repro.host.upstream.series),
 # after the pull requests outside it (the fallbacks its end-to-end tests run on, on CPU), on both trees. With
-# PR_DIR (repro/patches/prs/NN-slug): one pull request; what it REQUIRES is taken first on both trees, so its tests
-# run on the tree with only those (they must fail) and with the pull request too (they must pass). A commit's form
-# for the checkout's version (NN-slug/<version>/, from version.txt) is taken where it has one. Set DS_TESTS="unit/... unit/..." to also run DeepSpeed's
-# own tests of the areas the series touches with the series applied (docs/upstream.md lists the CPU set).
+# PR_DIR (repro/patches/prs/NN-slug): one pull request; what it REQUIRES, what only its tests need and the fallbacks
+# (as its proof lays them beneath it) are taken first on both trees, so its tests run on the tree with only those
+# (they must fail) and with the pull request too (they must pass). The commits are
+# committed for 0.19.8's tree (python -m repro.host.upstream.pr_forms tree MASTER DEST makes it); on a checkout of
+# another version (version.txt: master), each commit's master form (NN-slug/master/) is taken where it has one. Set
+# DS_TESTS="unit/... unit/..." to also run DeepSpeed's own tests of the areas the series touches with the series
+# applied (docs/upstream.md lists the CPU set).
 # CPU by default: DS_ACCELERATOR=cpu, and LOCAL_SIZE=2 so that the CPU accelerator offers the two ranks the tests
 # ask for. ACCELERATOR=gpu leaves DeepSpeed to find the machine's CUDA or ROCm devices (scripts/gpu-check.sh --pr).
 set -euo pipefail
@@ -43,6 +46,19 @@ if [ "$whole" = 0 ]; then
   [ "${#patches[@]}" -gt 0 ] || { echo "error: no NNNN-*.patch in $series" >&2; exit 2; }
 fi
 mapfile -t required < <(requires "$series" | awk '!seen[$0]++')
+if [ "$whole" = 0 ]; then
+  # one of our pull requests: also, on both trees, what only its tests need and DeepSpeed's fallbacks completed (the
+  # pull requests outside the series), in order, as its proof lays them beneath it (repro.host.upstream.pr_proof)
+  mapfile -t beneath < <(cd "$repo" && "$python" -c 'import sys
+from repro.findings.prs import PRS, directory
+from repro.host.upstream.pr_proof import beneath
+pr = next((p for p in PRS if directory(p) == sys.argv[1]), None)
+print("\n".join(directory(p) for p in beneath(pr)) if pr else "")' "$(basename "$series")")
+  if [ -n "${beneath[0]:-}" ]; then
+    required=()
+    for name in "${beneath[@]}"; do required+=("$(dirname "$series")/$name"); done
+  fi
+fi
 if [ "$whole" = 1 ]; then
   # the whole series: first, on both trees, what its tests of the injected layers stand on where there is no kernel
   # (the pull requests outside the series: DeepSpeed's PyTorch fallbacks completed), as a pull request's REQUIRES
@@ -94,7 +110,7 @@ if [ "$whole" = 1 ]; then  # derived on the checkout as it is, before anything i
 fi
 echo "DeepSpeed $(git -C "$src" rev-parse --short HEAD) ($version), $series"
 if [ "${#first[@]}" -gt 0 ]; then
-  echo "first, on both trees, what it requires: ${required[*]##*/} (${#first[@]} commits)"
+  echo "first, on both trees, what it requires and what its tests run with: ${required[*]##*/} (${#first[@]} commits)"
   for t in as-is series; do
     git -C "$work/$t" -c user.name=prove -c user.email=prove@localhost am -q "${first[@]}" \
       || { echo "error: git am does not take what $series requires" >&2; exit 1; }

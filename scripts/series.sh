@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
-# The pull requests (repro/patches/prs/NN-slug/) are the only committed form of the patches; the linear series is
-# derived from them (repro.host.upstream.series).
+# The pull requests (repro/patches/prs/NN-slug/, for DeepSpeed 0.19.8, with master forms in NN-slug/master/) are the
+# only committed form of the patches; the linear series is derived from them (repro.host.upstream.series).
 #
 #   scripts/series.sh apply DS_CHECKOUT
 #       a branch hybrid-engine-fixes at the checkout's HEAD, with the whole series derived for it taken by `git am`
 #   scripts/series.sh export DS_CHECKOUT BASE PR_DIR
 #       BASE..HEAD of the checkout as one pull request's commits: `git format-patch` into PR_DIR (replacing its
 #       patches), and each test a commit adds copied to tests/upstream/ (which mirrors DeepSpeed's tests/), so our
-#       suite runs what the pull request carries. Edit the commits on a branch (pr_submit makes one, git rebase -i),
-#       export them, then write their release forms (python -m repro.host.upstream.pr_forms).
+#       suite runs what the pull request carries. Edit the commits on a branch of DeepSpeed 0.19.8's tree (pr_forms
+#       tree makes it; pr_submit makes the branch, git rebase -i), export them, then write their master forms
+#       (python -m repro.host.upstream.pr_forms master MASTER_CHECKOUT RELEASE_CHECKOUT --only SLUG).
 #
 # The commits carry no Signed-off-by: whoever submits them adds their own (python -m repro.host.upstream.pr_submit).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-$repo/.venv/bin/python}
-usage() { sed -n '4,11p' "$0" >&2; exit 2; }
+usage() { sed -n '4,12p' "$0" >&2; exit 2; }
 [ $# -ge 2 ] || usage
 cmd=$1 src=$2
 git -C "$src" rev-parse --git-dir >/dev/null 2>&1 || { echo "error: $src is not a git checkout" >&2; exit 2; }

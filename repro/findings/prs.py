@@ -1,8 +1,12 @@
 """The series as pull requests a maintainer can take one at a time: each groups findings of one component, in
-one order of value to users (DeepSpeed-Chat's setups first). `requires`: the pull requests whose lines a pull
-request's patches sit next to or whose code they change (measured: without them `git am` fails, or its tests).
-Each one's commits, one per finding, and its PR.md live under repro/patches/prs/ (the only committed form of the
-patches: repro.host.upstream.series derives the linear series from them)."""
+one order of value to users (DeepSpeed-Chat's setups first). `requires`: the pull requests whose code a pull
+request's code uses or changes (without them `git am` fails, or its code is wrong); `stacked_on`: an earlier one whose
+lines its patches sit next to though its code does not need it (written on top of it, so that the whole stack
+applies in order with plain `git am`); both are taken first, and REQUIRES lists both. `test_needs`: what only its
+tests need (its end-to-end test's model, or on CPU DeepSpeed's fallbacks completed): its proof applies them beneath
+it, and PR.md says its tests run with them. Each one's commits, one per finding, and its PR.md live under
+repro/patches/prs/ (the only committed form of the patches: repro.host.upstream.series derives the linear series
+from them)."""
 
 from __future__ import annotations
 
@@ -17,7 +21,9 @@ class PullRequest:
     title: str
     findings: tuple[str, ...]  # by registry id, in the series' order
     value: str  # why a maintainer takes it, in one sentence
-    requires: tuple[str, ...] = ()  # slugs
+    requires: tuple[str, ...] = ()  # slugs: what its code needs
+    stacked_on: tuple[str, ...] = ()  # slugs: earlier pull requests its lines sit next to (not code)
+    test_needs: tuple[str, ...] = ()  # slugs: what only its tests need applied
     # An open upstream pull request this one builds on (credited in PR.md): submitted on top of its head, a commit
     # whose change that head already holds keeps only its tests (repro.host.upstream.pr_submit).
     builds_on: str = ""
@@ -65,7 +71,7 @@ PRS: tuple[PullRequest, ...] = (
         "ranks under real ZeRO-3 partitions; submitted on #8392's head, that commit carries only its tests, and the "
         "other two make the change safe (the LoRA delta in the current layout; idempotent transforms)",
         # its end-to-end test generates through the injected layers, which on CPU runners need the fallbacks
-        requires=("inference-fallbacks",),
+        test_needs=("inference-fallbacks",),
     ),
     PullRequest(
         "current-transformers",
@@ -73,7 +79,7 @@ PRS: tuple[PullRequest, ...] = (
         ("llama-layer-tuple", "cache-return"),
         "Llama crashes on Transformers >= 4.54; GPT-NeoX, GPT-Neo and GPT-J fail at the second generate step on "
         "4.45 to 4.53",
-        requires=("inference-fallbacks",),  # its end-to-end test runs the injected layers (CPU: fallbacks)
+        test_needs=("inference-fallbacks",),  # its end-to-end test runs the injected layers (CPU: fallbacks)
     ),
     PullRequest(
         "llama-lora",
@@ -81,7 +87,7 @@ PRS: tuple[PullRequest, ...] = (
         ("llama-lora",),
         "every DeepSpeed-Chat Llama-2 LoRA script crashes at initialize",
         # its end-to-end test runs the injected Llama layers: on CPU the fallbacks, on Transformers >= 4.54 a tensor
-        requires=("inference-fallbacks", "current-transformers"),
+        test_needs=("inference-fallbacks", "current-transformers"),
     ),
     PullRequest(
         "left-padding",
@@ -90,7 +96,7 @@ PRS: tuple[PullRequest, ...] = (
         "left-padded prompts (DeepSpeed-Chat pads every batch) of GPT-NeoX and Llama attend to their padding from "
         "Transformers 4.53",
         # its end-to-end test runs the injected Llama layers: on CPU the fallbacks, on Transformers >= 4.54 a tensor
-        requires=("inference-fallbacks", "current-transformers"),
+        test_needs=("inference-fallbacks", "current-transformers"),
     ),
     PullRequest(
         "zero3-qkv-bias",
@@ -98,7 +104,7 @@ PRS: tuple[PullRequest, ...] = (
         ("zero3-qkv-bias", "post-layer-norm-qkv-bias"),
         "Llama-2 under ZeRO-3 (DeepSpeed-Chat's Llama-2 scripts) generates silently wrong",
         # its end-to-end test: a post-LayerNorm OPT under ZeRO-3, through the injected layers (CPU: fallbacks)
-        requires=("inference-fallbacks",),
+        test_needs=("inference-fallbacks",),
     ),
     # The tensor-parallel fixes as three: generate() without an mpu; then what it hands back and the masks it gathers
     # (the mask gather's lines sit in the rows' return, so the two go together after it); the containers' copies.
@@ -107,7 +113,8 @@ PRS: tuple[PullRequest, ...] = (
         "Hybrid Engine: tensor-parallel generation without an mpu (DeepSpeed-Chat's inference_tp_size)",
         ("tensor-parallel",),
         "DeepSpeed-Chat's OPT-13B and OPT-66B scripts (inference_tp_size 2 and 8) cannot generate",
-        requires=("zero3-qkv-layout",),
+        # its test covers pinned and non-pinned ZeRO-3 GPT-NeoX, whose QKV layout zero3-qkv-layout keeps
+        test_needs=("zero3-qkv-layout",),
     ),
     PullRequest(
         "tensor-parallel-generate",
@@ -115,14 +122,15 @@ PRS: tuple[PullRequest, ...] = (
         ("tensor-parallel-output", "tensor-parallel-mask"),
         "left-padded batches (DeepSpeed-Chat's) and BLOOM fail under tensor-parallel generate; "
         "return_dict_in_generate gets a tuple",
-        requires=("tensor-parallel",),
+        requires=("tensor-parallel",),  # the same generate() path
+        test_needs=("zero3-qkv-layout",),  # as tensor-parallel's tests
     ),
     PullRequest(
         "tensor-parallel-copies",
         "Hybrid Engine: tensor-parallel copies of split Q/K/V, GPT-NeoX's heads and BLOOM's QKV",
         ("tensor-parallel-released", "gptneox-tensor-parallel-heads", "bloom-tensor-parallel"),
         "with an mpu (Megatron-style callers), Llama, GPT-NeoX and BLOOM generate from released or misread slices",
-        requires=("zero3-qkv-layout",),
+        requires=("zero3-qkv-layout",),  # it changes the QKV layout transforms zero3-qkv-layout writes
     ),
     PullRequest(
         "bloom-alibi",
@@ -130,64 +138,72 @@ PRS: tuple[PullRequest, ...] = (
         ("bloom-alibi-offset",),
         "BLOOM with more than one data-parallel rank computes every rank but 0 with the wrong heads' ALiBi",
         # its end-to-end test generates a BLOOM on two ranks through the injected layers (CPU: fallbacks)
-        requires=("inference-fallbacks",),
+        test_needs=("inference-fallbacks",),
     ),
     PullRequest(
         "engine-generate",
         "Hybrid Engine: engine.generate() runs the model's own generate() when no container was built",
         ("engine-generate",),
         "OPT on Transformers >= 4.49 (and models without a policy) crash in engine.generate()",
+        # tensor-parallel adds a method right above generate(), where this inserts, and tensor-parallel-generate
+        # changes the line below the insertion
+        stacked_on=("tensor-parallel-generate",),
     ),
     PullRequest(
         "lora-non-pinned",
         "Hybrid Engine: keep LoRA fused for every decode step on the non-pinned ZeRO-3 path",
         ("lora-non-pinned",),
         "non-pinned ZeRO-3 with LoRA generates every token after the first without LoRA",
-        # its end-to-end test: a GPT-NeoX with LoRA under ZeRO-3, through the injected layers (CPU: fallbacks)
-        requires=("zero3-qkv-layout",),
+        # its end-to-end test: a GPT-NeoX with LoRA under ZeRO-3, through the injected layers (CPU: fallbacks), in
+        # the QKV layout zero3-qkv-layout keeps
+        test_needs=("zero3-qkv-layout",),
     ),
     PullRequest(
         "opt",
         "Kernel injection: OPT's activation and post-LayerNorm layers",
         ("opt-activation", "opt-post-layer-norm"),
         "opt-350m (post-LayerNorm) and GELU OPTs compute the wrong model",
-        # its end-to-end test runs the injected layers (CPU: fallbacks), on Transformers < 4.49 (OPT injected)
-        requires=("inference-fallbacks", "zero3-qkv-bias"),
+        # its end-to-end test runs the injected layers (CPU: fallbacks), on Transformers < 4.49 (OPT injected): a
+        # post-LayerNorm OPT, whose QKV bias zero3-qkv-bias adds
+        test_needs=("inference-fallbacks", "zero3-qkv-bias"),
     ),
     PullRequest(
         "opt-refusals",
         "Kernel injection: refuse by name OPT without biases or without LayerNorm weights",
         ("opt-bias", "opt-layer-norm-affine"),
         "OPTs without biases crash at initialize and without LayerNorm weights compute wrong: refused by name",
-        requires=("opt",),
+        requires=("opt",),  # it changes opt.py's lines that opt writes
+        test_needs=("zero3-qkv-bias",),  # as opt's tests
     ),
     PullRequest(
         "gptneox",
         "Kernel injection: GPT-NeoX's layers found and sized on current Transformers",
         ("gptneox-hidden-heads", "gptneox-layer-class"),
         "GPT-NeoX (Pythia) injection fails on Transformers >= 4.49 and is off on 4.45 to 4.51 (no layer found)",
-        requires=("inference-fallbacks",),  # its end-to-end test runs the injected layers (CPU: fallbacks)
+        test_needs=("inference-fallbacks",),  # its end-to-end test runs the injected layers (CPU: fallbacks)
     ),
     PullRequest(
         "gptneox-config",
         "Kernel injection: GPT-NeoX's residual and rotary base from its config (#3453)",
         ("3453", "rotary-base"),
         "GPT-NeoX with a sequential residual (#3453) or a rotary base other than 10000 computes the wrong model",
-        requires=("inference-fallbacks", "gptneox"),  # its end-to-end test runs the injected layers (CPU: fallbacks)
+        # its end-to-end test runs the injected GPT-NeoX layers (CPU: fallbacks; current Transformers: gptneox)
+        test_needs=("inference-fallbacks", "gptneox"),
     ),
     PullRequest(
         "gptneox-activation",
         "Kernel injection: GPT-NeoX's activation from its config; refuse one without attention biases",
         ("gptneox-activation", "gptneox-attention-bias"),
         "GPT-NeoX with an activation other than GELU computes wrong; without attention biases it crashes",
-        requires=("gptneox-config",),
+        requires=("gptneox-config",),  # it changes gptneox.py's lines that gptneox-config writes
+        test_needs=("gptneox",),  # GPT-NeoX injection on current Transformers
     ),
     PullRequest(
         "layer-norm",
         "Hybrid Engine: the model's own LayerNorms outside the layers (epsilon, no weights)",
         ("layer-norm-eps", "layer-norm-without-weights"),
         "a model whose epsilon is not 1e-5 drifts; OPT without LayerNorm weights fails at initialize",
-        requires=("inference-fallbacks",),  # its end-to-end test runs the injected layers (CPU: fallbacks)
+        test_needs=("inference-fallbacks",),  # its end-to-end test runs the injected layers (CPU: fallbacks)
     ),
     PullRequest(
         "refusals",
@@ -195,8 +211,10 @@ PRS: tuple[PullRequest, ...] = (
         ("llama-unservable-config", "gptj-activation", "bloom-residual"),
         "Llamas with biases, another gate or another head size, and rarer GPT-J and BLOOM settings, compute silently "
         "wrong or crash deep in the attention",
+        requires=("current-transformers",),  # it changes llama.py's lines that current-transformers writes
+        stacked_on=("llama-lora",),  # llama-lora changes LLAMALayerPolicy's lines next to its refusal
         # its end-to-end test generates a BLOOM through the injected layers (CPU: fallbacks)
-        requires=("inference-fallbacks", "current-transformers"),
+        test_needs=("inference-fallbacks",),
     ),
     PullRequest(
         "decode-as-prompt",
@@ -204,15 +222,18 @@ PRS: tuple[PullRequest, ...] = (
         ("decode-as-prompt",),
         "only DeepSpeed's PyTorch attention path is hit (the CUDA kernel recomputes it): lowest value",
         # its end-to-end test generates a post-LayerNorm OPT through the injected layers (CPU: fallbacks)
-        requires=("inference-fallbacks",),
+        test_needs=("inference-fallbacks",),
     ),
     PullRequest(
         "transformers-5-tensor-return",
         "Kernel injection: GPT-NeoX, OPT and GPT-J layers return a tensor on Transformers 5",
         ("layer-tensor-return",),
         "GPT-NeoX crashes on Transformers >= 5.2, OPT and GPT-J from 5.24 (the newest, 5.25.0, included)",
-        # its lines sit next to the GPT-NeoX, OPT and GPT-J containers' fixes; the tensor under use_cache is Llama's
-        requires=("current-transformers", "opt-refusals", "gptneox-activation", "refusals"),
+        # it relies on current-transformers' Llama tensor return (the hidden states alone under use_cache) and
+        # changes gptneox.py's lines that gptneox-config writes; its tests were proven beside the GPT-NeoX, OPT and
+        # GPT-J containers' fixes (whose lines its own sit next to in the series)
+        requires=("current-transformers", "gptneox-config"),
+        test_needs=("opt-refusals", "gptneox-activation", "refusals"),
     ),
     PullRequest(
         "transformers-5-cache",
@@ -221,8 +242,8 @@ PRS: tuple[PullRequest, ...] = (
         ("empty-cache-positions",),
         "GPT-Neo and OPT generate at the wrong positions from Transformers 5.4 (the newest, 5.25.0, included), GPT-J "
         "with a wrong attention mask on 5.2 to 5.23",
-        # its lines sit next to the tensor returns' in the layer and the containers (one concern each, in order)
-        requires=("transformers-5-tensor-return",),
+        # on Transformers >= 5.2 its models need the tensor returns (its lines sit next to theirs in the series)
+        test_needs=("transformers-5-tensor-return",),
     ),
     PullRequest(
         "tp-world-size",
@@ -237,16 +258,11 @@ PRS: tuple[PullRequest, ...] = (
         ("llama-grouped-query",),
         "Llama-3 at every size and Llama-2-70B (DeepSpeed-Chat's 70B recipe: tensor parallel 8 over its 8 key/value "
         "heads) crash in the Hybrid Engine; the kernel already computes them",
-        # its hunks sit next to tensor-parallel-copies' split-QKV copies; its end-to-end test runs a Llama on current
-        # Transformers (current-transformers) with inference_tp_size 2 without an mpu (tensor-parallel, its rows:
+        # it changes llama.py's lines that current-transformers writes and tensor-parallel-copies' split-QKV copies;
+        # its end-to-end test runs a Llama with inference_tp_size 2 without an mpu (tensor-parallel, its rows:
         # tensor-parallel-generate), on the injected layers (CPU: fallbacks)
-        requires=(
-            "inference-fallbacks",
-            "current-transformers",
-            "tensor-parallel",
-            "tensor-parallel-generate",
-            "tensor-parallel-copies",
-        ),
+        requires=("current-transformers", "tensor-parallel-copies"),
+        test_needs=("inference-fallbacks", "tensor-parallel", "tensor-parallel-generate"),
     ),
     PullRequest(
         "trainable-parameters",
@@ -272,12 +288,22 @@ def by_slug(slug: str) -> PullRequest:
 
 
 def required(pr: PullRequest) -> list[PullRequest]:
-    """The pull requests `pr` needs first, transitively, each once, in the order they apply: the table's order,
-    in which each comes after what it requires."""
+    """The pull requests `pr` needs first (what it requires and is stacked on), transitively, each once, in the
+    order they apply: the table's order, in which each comes after what it requires."""
     found: set[str] = set()
-    for slug in pr.requires:
+    for slug in (*pr.requires, *pr.stacked_on):
         found |= {slug, *(p.slug for p in required(by_slug(slug)))}
     return [p for p in PRS if p.slug in found]
+
+
+def tested_with(pr: PullRequest) -> list[PullRequest]:
+    """What `pr`'s tests run with beyond what it requires: each of its test_needs, with what that one requires and
+    what its own tests run with, each once, in the table's order."""
+    found: set[str] = set()
+    for slug in pr.test_needs:
+        need = by_slug(slug)
+        found |= {slug, *(p.slug for p in (*required(need), *tested_with(need)))}
+    return [p for p in PRS if p.slug in found and p not in required(pr) and p is not pr]
 
 
 def directory(pr: PullRequest) -> str:

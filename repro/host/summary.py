@@ -59,8 +59,8 @@ def write(
         wall_s=None if started is None else round(time.time() - started, 2),
         # the fix as a maintainer reads it (its pull request's commit): the series is derived from a DeepSpeed as
         # released, and the `after` image's DeepSpeed already carries it
-        patch=patched_copy.patch_file(patched_copy.FIX_8391, "master").name,
-        patch_text=patched_copy.patch_file(patched_copy.FIX_8391, "master").read_text(),
+        patch=patched_copy.patch_file(patched_copy.FIX_8391, patched_copy.COMMITTED).name,
+        patch_text=patched_copy.patch_file(patched_copy.FIX_8391, patched_copy.COMMITTED).read_text(),
         environment=next((r.get("environment") for r in results.values()), None),
     )
     result_files.write(out / "summary.json", summary)

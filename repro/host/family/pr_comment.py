@@ -117,9 +117,9 @@ def render(data: dict) -> str:
         "",
         *issue_scripts.section(FILE_NAME, f"DeepSpeed {ds}, torch {v['torch']}, Transformers {v['transformers']}"),
         "",
-        f"Patch with its test: `{pr_files.commit_of(ORDER_PATCH).relative_to(REPO_ROOT)}` (`git am` on master, "
-        f"after {', '.join(directory(p) for p in required(ORDER_PR))} and the commits before it in "
-        f"{directory(ORDER_PR)}).",
+        f"Patch with its test: `{pr_files.commit_of(ORDER_PATCH).relative_to(REPO_ROOT)}` (`git am` on DeepSpeed "
+        f"{pr_files.PRIMARY}, after {''.join(directory(p) + ', ' for p in required(ORDER_PR))}the commits before it "
+        f"in {directory(ORDER_PR)}).",
         "",
     ]
     return "\n".join(lines)

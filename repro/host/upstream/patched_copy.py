@@ -72,10 +72,13 @@ def series_dir(ds_version: str | None = None) -> Path:
     return dest
 
 
+COMMITTED = "committed"  # patch_file's version for a finding's commit as committed in its pull request
+
+
 def patch_file(number: str = FIX_8391, ds_version: str | None = None) -> Path:
-    """A finding's patch in the series for the installed DeepSpeed, or, for "master", its commit in its pull
-    request (the form a maintainer reads)."""
-    if ds_version == "master":
+    """A finding's patch in the series for the installed DeepSpeed, or, for COMMITTED, its commit in its pull
+    request (the form a maintainer reads, on 0.19.8)."""
+    if ds_version == COMMITTED:
         return commit_of(number)
     folder = series_dir(ds_version)
     found = sorted(folder.glob(f"{number}-*.patch"))

@@ -21,7 +21,7 @@ from ... import findings, results
 from ...findings.prs import PRS, PullRequest, directory
 from .. import launch
 from . import cache_cost, cost_run, patched_copy, script_runs
-from .pr_files import RELEASE
+from .pr_files import PRIMARY
 
 RANK_MODULE = "repro.rank.cache_cost"
 # The models the rank module builds, each injected on the Transformers the suite installs (OPT is injected only
@@ -67,7 +67,7 @@ def measure(pr: PullRequest, backend: str = "cpu", ranks: int = 1, timeout_s: fl
                     continue
                 runs.append({"build": build, **results.load(out)})
                 out.unlink()
-    return {"pr": directory(pr), "deepspeed": RELEASE, "evidence": cache_cost.evidence(backend, ranks),
+    return {"pr": directory(pr), "deepspeed": PRIMARY, "evidence": cache_cost.evidence(backend, ranks),
             "builds": {build: {"patches": list(p), "fallbacks": e} for build, (p, e) in builds(pr).items()},
             "runs": runs}  # fmt: skip
 

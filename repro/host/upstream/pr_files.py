@@ -1,10 +1,12 @@
-"""Where the committed patches are: each pull request's commits under repro/patches/prs/ (one form, for master), a
-commit's form for a release where some of its files do not carry over there, a finding's commit, and the name a
-finding's patch takes in the derived series. No git runs here (deriving the series is `series`).
+"""Where the committed patches are: each pull request's commits under repro/patches/prs/ (their primary form, for
+DeepSpeed 0.19.8), a commit's form for master where some of its files do not carry over there, a finding's commit,
+and the name a finding's patch takes in the derived linear series. No git runs here (deriving the series is
+`series`; writing the master forms, `pr_forms master`).
 
-A commit is committed once. Where git cannot carry a file's diff over to a release (its context differs there),
-<NN>-<slug>/<release>/<the commit's file name> holds that file's diff alone (`diff --git` blocks, after the commit's
-headers and message only where its message differs there): the commit's release form is its master form with those
+A commit is committed once, as `git format-patch` gives it on DeepSpeed 0.19.8's tree (pr_forms tree) after what its
+pull request REQUIRES. Where git cannot carry a file's diff over to master (its context differs there),
+<NN>-<slug>/master/<the commit's file name> holds that file's diff alone (`diff --git` blocks, after the commit's
+headers and message only where its message differs there): the commit's master form is its primary form with those
 swapped in, composed into the cache on first use."""
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from ...findings.prs import PullRequest, directory
 from ...paths import cache_root, replace_atomically
 
 PRS_DIR = Path(__file__).resolve().parents[2] / "patches" / "prs"
-RELEASE = "0.19.8"  # the release the pull requests have forms for, beside master
+PRIMARY = "0.19.8"  # the release the pull requests are committed for (their primary form)
+MASTER = "master"  # the folder of a pull request's commits' master forms, for any other DeepSpeed (the snapshot)
 
 
 class SeriesError(RuntimeError):
@@ -32,10 +35,10 @@ def blocks(text: str) -> tuple[str, dict[str, str]]:
     return head, {diff.split("\n", 1)[0]: diff for diff in diffs}
 
 
-def release_text(master: Path, override: Path) -> str:
-    """A commit's release form: its master form with the files `override` holds (their release diffs) swapped in,
-    and its message where `override` starts with one (a release form whose message must say something else)."""
-    head, mine = blocks(master.read_text())
+def override_text(primary: Path, override: Path) -> str:
+    """A commit's master form: its primary form with the files `override` holds (their master diffs) swapped in,
+    and its message where `override` starts with one (a master form whose message must say something else)."""
+    head, mine = blocks(primary.read_text())
     own_head, theirs = blocks(override.read_text())
     stray = [line for line in theirs if line not in mine]
     if not theirs or stray:
@@ -49,35 +52,35 @@ def release_text(master: Path, override: Path) -> str:
     return head + "".join(diffs)
 
 
-def _composed(master: Path, override: Path, release: str) -> Path:
-    """The release form of `master`, written once into the cache (named by its content, as the series is)."""
-    text = release_text(master, override)
+def _composed(primary: Path, override: Path) -> Path:
+    """The master form of `primary`, written once into the cache (named by its content, as the series is)."""
+    text = override_text(primary, override)
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
-    path = cache_root() / "release-forms" / f"{release}-{digest}" / master.parent.name / master.name
+    path = cache_root() / "forms" / f"{override.parent.name}-{digest}" / primary.parent.name / primary.name
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
         replace_atomically(path, lambda tmp: tmp.write_text(text))
     return path
 
 
-def pr_patches(pr: PullRequest, release: str | None) -> list[Path]:
-    """A pull request's commits for master (release None) or for `release`: each in its `release` form where some
-    of its files do not carry over there (composed from PRS_DIR/<dir>/<release>/, same file name), else the master
-    form."""
-    return forms(PRS_DIR / directory(pr), release)
+def pr_patches(pr: PullRequest, version: str | None) -> list[Path]:
+    """A pull request's commits for DeepSpeed `version`: the committed ones for PRIMARY (or None); for any other
+    version (master), each in its master form where some of its files do not carry over there (composed from
+    PRS_DIR/<dir>/master/, same file name), else the committed one."""
+    return forms(PRS_DIR / directory(pr), version)
 
 
-def forms(folder: Path, release: str | None) -> list[Path]:
-    """The commits of a pull request's folder, each in its form for `release` (None: master)."""
-    own = folder / release if release else None
+def forms(folder: Path, version: str | None) -> list[Path]:
+    """The commits of a pull request's folder, each in its form for DeepSpeed `version` (None: the primary)."""
+    own = None if version in (None, PRIMARY) else folder / MASTER
     return [
-        _composed(patch, own / patch.name, release) if own is not None and (own / patch.name).is_file() else patch
+        _composed(patch, own / patch.name) if own is not None and (own / patch.name).is_file() else patch
         for patch in sorted(folder.glob("[0-9][0-9][0-9][0-9]-*.patch"))
     ]
 
 
 def commit_of(number: str) -> Path:
-    """The master form of a finding's patch: its commit in its pull request (what a maintainer reads)."""
+    """A finding's patch as committed: its commit in its pull request, on 0.19.8 (what a maintainer reads)."""
     pr = findings.prs.pr_of(findings.by_patch(number).id)
     patches = pr_patches(pr, None)
     if len(patches) != len(pr.patches):

@@ -1,7 +1,7 @@
 """Proves each pull request of repro/patches/prs/ alone on the installed DeepSpeed (0.19.8): its tests fail with
-only what it requires applied, each for its own reason, and pass with the pull request on top
-(`python -m repro.host.upstream.pr_proof OUT` writes OUT/prs.json). Run on CPU with DeepSpeed's PyTorch paths and
-our kernel stand-ins where a test needs a kernel: CPU evidence."""
+only what it requires and what its tests need applied (beneath()), each for its own reason, and pass with the pull
+request on top (`python -m repro.host.upstream.pr_proof OUT` writes OUT/prs.json). Run on CPU with DeepSpeed's
+PyTorch paths and our kernel stand-ins where a test needs a kernel: CPU evidence."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from pathlib import Path
 
 from ... import findings
 from ... import results as result_files
-from ...findings.prs import OUTSIDE_SERIES, PRS, PullRequest, directory, required
+from ...findings.prs import OUTSIDE_SERIES, PRS, PullRequest, directory, required, tested_with
 from ..envs import transformers_env
 from . import patched_copy, regression
-from .pr_files import RELEASE, pr_patches
+from .pr_files import PRIMARY, pr_patches
 
 
 class ProofError(RuntimeError):
@@ -42,21 +42,28 @@ def transformers_of(pr: PullRequest) -> str | None:
     return on[0] if on else None
 
 
+def beneath(pr: PullRequest) -> list[PullRequest]:
+    """What a pull request's proof applies beneath it, in the table's order: what it requires, what only its tests
+    need (tested_with), and DeepSpeed's PyTorch fallbacks completed (the pull requests outside the series: 01) even
+    where it does not name them, so that a test that builds an injected layer runs on this CPU instead of skipping
+    (its module guard skips where neither the compiled op nor the fallbacks build a layer, as on DeepSpeed's CPU
+    runner)."""
+    around = {*OUTSIDE_SERIES, *required(pr), *tested_with(pr)} - {pr}
+    return [p for p in PRS if p in around]
+
+
 def prove(pr: PullRequest, timeout_s: float = 900) -> dict:
     tests = tuple(t for f in pr.findings for t in findings.by_id(f).tests) + pr.tests
     errors = tuple(e for f in pr.findings for e in findings.by_id(f).bug_errors) + pr.bug_errors
-    # DeepSpeed's PyTorch fallbacks completed (the pull requests outside the series: 01) beneath a pull request that
-    # does not require them, so that a test that builds an injected layer runs on this CPU instead of skipping (its
-    # module guard skips where neither the compiled op nor the fallbacks build a layer, as on DeepSpeed's CPU runner)
-    environment = [e for e in OUTSIDE_SERIES if e is not pr and e not in required(pr)]
-    before = [p for needed in (*environment, *required(pr)) for p in pr_patches(needed, RELEASE)]
+    environment = [e for e in beneath(pr) if e not in required(pr)]
+    before = [p for needed in beneath(pr) for p in pr_patches(needed, PRIMARY)]
     version = transformers_of(pr)
     overlay = transformers_env.overlay(version) if version else None
     with tempfile.TemporaryDirectory() as tmp:
         started = time.time()
         roots = {
             name: transformers_env.joined(patched(Path(tmp) / name, patches), overlay, base=Path(tmp))
-            for name, patches in (("without", before), ("with", before + pr_patches(pr, RELEASE)))
+            for name, patches in (("without", before), ("with", before + pr_patches(pr, PRIMARY)))
         }
         without = regression.run_upstream_test(roots["without"], timeout_s, tests, errors)
         with_pr = regression.run_upstream_test(roots["with"], timeout_s, tests)
@@ -95,7 +102,7 @@ def main(argv: list[str]) -> int:
         said = result.get("error") or f"{result['without']['outcome']} without, {result['with']['outcome']} with"
         print(f"{result['pr']}: {'proven' if result['proven'] else 'NOT proven'} ({said})")
     out.mkdir(parents=True, exist_ok=True)
-    result_files.write(out / "prs.json", {"deepspeed": RELEASE, "evidence": "CPU", "prs": results})
+    result_files.write(out / "prs.json", {"deepspeed": PRIMARY, "evidence": "CPU", "prs": results})
     return 0 if all(r["proven"] for r in results) else 1
 
 

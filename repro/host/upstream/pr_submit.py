@@ -43,7 +43,8 @@ def author_of(text: str) -> tuple[str, str]:
 
 def patches_of(pr_dir: Path, release: str | None = None) -> list[Path]:
     """The pull request's patches, after those of what it REQUIRES (transitively, each once, in order), each in its
-    form for `release` where it has one (a checkout of a release: its version.txt)."""
+    form for the checkout's version (its version.txt): as committed on 0.19.8 (or None), on any other (master) its
+    master form where it has one."""
     order: list[Path] = []
     for needed in (pr_dir / "REQUIRES").read_text().split() if (pr_dir / "REQUIRES").exists() else []:
         order += [p for p in patches_of(PRS_DIR / needed, release) if p not in order]

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from ... import findings, results
 from ...findings import reports
-from ...findings.prs import PRS, PullRequest, directory, required
+from ...findings.prs import PRS, PullRequest, by_slug, directory, required, tested_with
 from .cost_reports import cache_memory, lora_section, tp_section
-from .pr_files import PRS_DIR, RELEASE, pr_patches
+from .pr_files import MASTER, PRIMARY, PRS_DIR, pr_patches
 
 
 def _subject(patch: Path) -> str:
@@ -34,7 +34,7 @@ def texts() -> list[str]:
         folder = PRS_DIR / directory(pr)
         (folder / "PR.md").write_text(render(pr, pr_patches(pr, None)))
         (folder / "REQUIRES").unlink(missing_ok=True)
-        if pr.requires:
+        if required(pr):
             (folder / "REQUIRES").write_text("".join(directory(p) + "\n" for p in required(pr)))
     return [directory(pr) for pr in PRS]
 
@@ -53,6 +53,8 @@ def _released(f) -> str:
             f"compiled CUDA/ROCm kernels: {there} ({f.kernel.read}; read from the code, not run).")  # fmt: skip
 
 
+MASTER_SNAPSHOT = "edaa72212"  # the DeepSpeed master the master forms are kept for (pr_forms master)
+
 # A pull request's cost section, from its committed measurement: the measurement and what renders it.
 COSTS = {
     "tensor-parallel": (results.TP_COST, tp_section),
@@ -61,14 +63,36 @@ COSTS = {
 }
 
 
+def _proven(pr: PullRequest) -> list[str]:
+    """What its committed proof ran on (pr_proof's record): the DeepSpeed, the Transformers, what lay beneath it, and
+    its tests without and with it; nothing where it has no record."""
+    record = results.load_if_written(results.PR_PROOF) or {}
+    entry = next((r for r in record.get("prs", []) if r.get("pr") == directory(pr) and r.get("proven")), None)
+    if entry is None:
+        return []
+    beneath = sorted({*entry["requires"], *entry["environment"]})
+    under = f"with {', '.join(beneath)} applied beneath it" if beneath else "with nothing beneath it"
+    failed, passed, tests = len(entry["without"]["failed"]), entry["with"]["passed"], entry["with"]["tests"]
+    return ["", f"**Proven on:** DeepSpeed {record['deepspeed']} as released on PyPI, Transformers "
+            f"{entry['transformers']}, on {record['evidence']}, {under}: {failed} of its tests fail without these "
+            f"commits, {passed} of {tests} pass with them."]  # fmt: skip
+
+
 def render(pr: PullRequest, patches: list[Path]) -> str:
     """PR.md: what breaks for whom, the fix, the tests, the issues it closes, and what is CPU evidence."""
     found = [findings.by_id(f) for f in pr.findings]
     lines = [f"# {pr.title}", "", f"**Why take it:** {pr.value}.", ""]
-    if pr.requires:
-        why = " (for its end-to-end test on CPU runners: on a GPU the kernels run, and this one stands without it)"
-        needs = [directory(p) + (why if not p.findings and p.slug in pr.requires else "") for p in required(pr)]
-        lines += [f"**Requires:** {', '.join(needs)}, applied first.", ""]
+    code = {p for slug in pr.requires for p in (by_slug(slug), *required(by_slug(slug)))}
+    if code:
+        lines += [f"**Requires:** {', '.join(directory(p) for p in required(pr) if p in code)}, applied first.", ""]
+    stacked = [directory(p) for p in required(pr) if p not in code]
+    if stacked:
+        lines += [f"**Written on top of:** {', '.join(stacked)}, applied first: this one's lines sit next to theirs, "
+                  "though its code does not use them, so the pull requests apply in this order.", ""]  # fmt: skip
+    if tested_with(pr):
+        why = " (on CPU runners, where no kernel builds an injected layer: on a GPU the kernels run)"
+        tests = [directory(p) + (why if not p.findings and p.slug in pr.test_needs else "") for p in tested_with(pr)]
+        lines += [f"**Its tests run with:** {', '.join(tests)} applied beneath it; none of its code needs them.", ""]
     lines += [f"**Builds on:** {pr.builds_on}.", ""] if pr.builds_on else []
     lines += ["## What breaks, for whom", ""]
     lines += [f"- **{f.id}** (`{f.patch}`): {f.summary} {_released(f)} Workaround: {_for_maintainers(f.workaround)}."
@@ -87,7 +111,7 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
     refs = sorted({r for f in found for r in f.upstream if not reports.mentioned(r, reported)})
     answers = "; ".join(filter(None, [", ".join(refs), reported])) or "no upstream issue names these bugs"
     lines += ["", "## Closes or answers", "", answers, ""]
-    on = [directory(p) for p in required(pr) if not p.findings and p.slug in pr.requires]  # its end-to-end test's
+    on = [directory(p) for p in tested_with(pr) if not p.findings and p.slug in pr.test_needs]  # its end-to-end test's
     ran = (
         f"(run on CPU: the end-to-end test through the injected layers on DeepSpeed's own PyTorch fallbacks, "
         f"completed by {', '.join(on)}, no stand-in: CPU evidence). These commits have not run on a GPU or an AMD "
@@ -101,17 +125,23 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
         "Where the compiled op loads, every op binding takes its kernel as before, so nothing changes on a GPU; "
         "not run on a GPU or an AMD host (ROCm in bf16, which takes these fallbacks, included)."
     )
+    on_master = (
+        f", each file diff under `{MASTER}/` in place of its own"
+        if (PRS_DIR / directory(pr) / MASTER).exists()
+        else ""
+    )
+    apply = (f"Apply: `git am repro/patches/prs/{directory(pr)}/*.patch` on DeepSpeed {PRIMARY}"
+             f"{', after what it requires' if required(pr) else ''} (on DeepSpeed master, the snapshot "
+             f"{MASTER_SNAPSHOT}: the same commits{on_master}).")  # fmt: skip
     lines += [
         "## Evidence",
         "",
         f"{len(patches)} commit{'s' if len(patches) > 1 else ''}, {_changed_lines(patches)} changed lines. "
         f"Each commit's test fails on DeepSpeed without the commit and passes with it {ran} The figures in the "
         "commit messages come from the same CPU runs.",
+        *_proven(pr),
         "",
-        "Apply: `git am repro/patches/prs/" + directory(pr) + "/*.patch` on master"
-        + (f" (on {RELEASE}: the same commits, each file diff under `{RELEASE}/` in place of its own)"
-           if (PRS_DIR / directory(pr) / RELEASE).exists() else "")  # fmt: skip
-        + (", after what it requires." if pr.requires else "."),
+        apply,
         "",
     ]  # fmt: skip
     return "\n".join(lines)

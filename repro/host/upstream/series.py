@@ -1,11 +1,12 @@
-"""The linear series (one commit per finding, in the registry's order) derived from the pull requests, the only
-form committed (repro/patches/prs/). Each pull request is taken as a maintainer takes it, alone on the base after
-what it requires; each finding's commit is then cherry-picked from there onto one line, so git's three-way merge
-carries a change over the lines of the pull requests beside it (no fuzz). A patch that conflicts is an error
-naming it: the pull requests no longer compose.
+"""The linear series (one commit per finding, in the registry's order) derived from the pull requests, the only form
+committed (repro/patches/prs/: for 0.19.8, with master forms where a commit differs there). Each pull request is
+taken as a maintainer takes it, alone on the base after what it requires; each finding's commit is then
+cherry-picked from there onto one line, so git's three-way merge carries a change over the lines of the pull
+requests beside it (no fuzz). A patch that conflicts is an error naming it: the pull requests no longer compose.
 
-    python -m repro.host.upstream.series DS_CHECKOUT OUT    the series for a DeepSpeed checkout (master), tests
-                                                            included: `git am OUT/*.patch` gives the whole branch
+    python -m repro.host.upstream.series DS_CHECKOUT OUT    the series for a DeepSpeed checkout (0.19.8's tree or
+                                                            master), tests included: `git am OUT/*.patch` gives
+                                                            the whole branch
 
 The harness derives the deepspeed/ part for the installed release on first use (patched_copy.series_dir)."""
 
@@ -156,27 +157,33 @@ def _key(release: str, root: str, patches: tuple, files: tuple) -> str:
     return digest.hexdigest()[:12]
 
 
+def touched_copy(package_dir: Path, release: str, repo: Path) -> str:
+    """A git repository in `repo` holding the files of an installed DeepSpeed `release` (package_dir: its
+    `deepspeed/`) that the patches touch, in one commit: its id. The rest of the package cannot change a merge."""
+    for rel in _touched():
+        source = package_dir.parent / rel
+        if source.is_file():
+            (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, repo / rel)
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "--allow-empty", "-m", f"DeepSpeed {release}")
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
 def derive_for_package(package_dir: Path, release: str, out: Path) -> list[Path]:
     """The series' deepspeed/ part for an installed DeepSpeed `release` (package_dir: its `deepspeed/`), into
-    `out`. Only the files the patches touch are copied: the rest of the package cannot change a merge."""
+    `out`, derived on touched_copy()."""
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp)
-        for rel in _touched():
-            source = package_dir.parent / rel
-            if source.is_file():
-                (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(source, repo / rel)
-        git(repo, "init", "-q")
-        git(repo, "add", "-A")
-        git(repo, "commit", "-q", "--allow-empty", "-m", f"DeepSpeed {release}")
-        base = git(repo, "rev-parse", "HEAD").strip()
+        base = touched_copy(package_dir, release, repo)
         return _export(repo, _linear(repo, base, release, whole=False), out)
 
 
 def derive_for_checkout(checkout: Path, out: Path) -> list[Path]:
     """The whole series (tests included) for a DeepSpeed git checkout at its HEAD, into `out`; the pull requests'
-    forms for the checkout's version (version.txt) where they have one. Worked in a shared clone: the checkout
-    gains no branch, commit or worktree."""
+    forms for the checkout's version (version.txt): as committed on 0.19.8, their master forms on any other. Worked
+    in a shared clone: the checkout gains no branch, commit or worktree."""
     version = (checkout / "version.txt").read_text().strip() if (checkout / "version.txt").is_file() else None
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "work"

@@ -24,7 +24,7 @@ def test_a_pull_request_carries_its_findings_commits_and_says_what_it_needs(pr):
         return
     series = [patched_copy.patch_file(n) for n in pr.patches]  # derived: one commit per finding, in series order
     assert subjects(pr_files.pr_patches(pr, None)) == subjects(series)
-    assert subjects(pr_files.pr_patches(pr, pr_files.RELEASE)) == subjects(series)
+    assert subjects(pr_files.pr_patches(pr, pr_files.MASTER)) == subjects(series)
     for patch in pr_files.pr_patches(pr, None):  # a message says what is CPU evidence once, at its end
         message = patch.read_text().split("\n---\n", 1)[0]
         assert message.count(pr_forms.CPU_PARAGRAPH) <= 1
@@ -38,9 +38,12 @@ def test_a_pull_request_carries_its_findings_commits_and_says_what_it_needs(pr):
 
 
 @pytest.mark.parametrize("pr", PRS, ids=directory)
-def test_a_pull_request_applies_alone_to_the_release(pr, tmp_path):
-    before = [p for needed in required(pr) for p in pr_files.pr_patches(needed, pr_files.RELEASE)]
-    pr_proof.patched(tmp_path, before + pr_files.pr_patches(pr, pr_files.RELEASE))
+def test_a_pull_request_applies_to_the_release_on_what_its_proof_lays_beneath_it(pr, tmp_path):
+    """Its proof's tree: what it requires, what only its tests need and DeepSpeed's fallbacks completed, then the pull
+    request (alone after what it requires, by plain `git am`: the series' derivation, test_series.py)."""
+    assert set(required(pr)) <= set(pr_proof.beneath(pr)) and pr not in pr_proof.beneath(pr)
+    before = [p for needed in pr_proof.beneath(pr) for p in pr_files.pr_patches(needed, pr_files.PRIMARY)]
+    pr_proof.patched(tmp_path, before + pr_files.pr_patches(pr, pr_files.PRIMARY))
 
 
 def test_a_patch_that_does_not_apply_is_named(tmp_path):
@@ -74,3 +77,32 @@ def test_a_finding_whose_kernels_differ_says_both_and_a_workaround_drops_our_com
     decode = findings.by_id("decode-as-prompt")
     assert "on the compiled CUDA/ROCm kernels: not hit" in pr_texts._released(decode)
     assert pr_texts._for_maintainers("set it (`python -m repro shim`)") == "set it"
+
+
+def test_the_release_tree_is_the_sdist_with_masters_tests_in_one_reproducible_commit(tmp_path):
+    """The base the pull requests are written on: DeepSpeed 0.19.8's sdist (cached; never downloaded by a test)
+    with master's tests/, .style.yapf and .flake8, one commit whose id is the same on every build."""
+    from repro.paths import cache_root
+
+    if not (cache_root() / "sdist" / "deepspeed-0.19.8.tar.gz").is_file():
+        pytest.skip("DeepSpeed 0.19.8's sdist is not cached (python -m repro patched-deepspeed downloads it)")
+    master = tmp_path / "master"  # a stand-in for DeepSpeed master: only what the tree takes from it
+    (master / "tests" / "unit").mkdir(parents=True)
+    (master / "tests" / "unit" / "test_x.py").write_text("def test_x():\n    pass\n")
+    (master / ".style.yapf").write_text("[style]\n")
+    (master / ".flake8").write_text("[flake8]\n")
+    (master / "deepspeed").mkdir()
+    (master / "deepspeed" / "master_only.py").write_text("")
+    pr_forms.git(master, "init", "-q")
+    pr_forms.git(master, "add", "-A")
+    pr_forms.git(master, "commit", "-q", "-m", "master")
+    first = pr_forms.release_tree(tmp_path / "a", master, log=lambda _: None)
+    second = pr_forms.release_tree(tmp_path / "b", master, log=lambda _: None)
+    assert first == second and len(first) == 40
+    tree = tmp_path / "a"
+    assert (tree / "version.txt").read_text().strip() == "0.19.8"
+    assert (tree / "tests/unit/test_x.py").is_file() and (tree / ".style.yapf").is_file()
+    assert (tree / "deepspeed/runtime/hybrid_engine.py").is_file() and not (tree / "deepspeed/master_only.py").exists()
+    assert pr_forms.git(tree, "status", "--porcelain") == ""
+    with pytest.raises(pr_forms.SeriesError, match="is not empty"):
+        pr_forms.release_tree(tmp_path / "a", master)

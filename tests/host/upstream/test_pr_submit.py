@@ -115,14 +115,14 @@ def test_usage_is_one_line_and_exit_2(capsys):
     assert pr_submit.main([]) == 2 and "usage" in capsys.readouterr().err
 
 
-def test_a_release_checkout_gets_each_commit_in_its_form_there():
-    """On a checkout whose version.txt names a release with forms (0.19.8), a commit whose files differ there is
-    taken in its release form, what it requires too; on master (or another version) the committed forms."""
+def test_a_master_checkout_gets_each_commit_in_its_form_there():
+    """On a checkout of 0.19.8 (version.txt) the committed commits are taken; on master (the snapshot's 0.19.6, or
+    any other version) a commit whose files differ there in its master form, what it requires too."""
     pr_dir = pr_submit.PRS_DIR / "07-tensor-parallel"
-    override = next((pr_dir / "0.19.8").glob("*.patch")).read_text()
+    override = next((pr_dir / "master").glob("*.patch")).read_text()
     on_release = pr_submit.patches_of(pr_dir, "0.19.8")
-    on_master = pr_submit.patches_of(pr_dir)
+    on_master = pr_submit.patches_of(pr_dir, "0.19.6")
     assert [p.name for p in on_release] == [p.name for p in on_master]
-    assert on_master[-1].parent == pr_dir and on_release[-1].parent != pr_dir
-    assert override.split("\n", 1)[0] in on_release[-1].read_text() and override in on_release[-1].read_text()
-    assert pr_submit.patches_of(pr_dir, "0.19.6") == on_master
+    assert on_release[-1].parent == pr_dir and on_master[-1].parent != pr_dir
+    assert override.split("\n", 1)[0] in on_master[-1].read_text() and override in on_master[-1].read_text()
+    assert pr_submit.patches_of(pr_dir) == on_release
