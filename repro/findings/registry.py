@@ -751,7 +751,7 @@ FINDINGS: tuple[Finding, ...] = (
         outcome=CRASH,
         scope=Scope(archs=("gpt-neox", "gpt-neo", "gpt-j"), transformers=("4.45.0", "4.53.3")),
         also=(Scope(archs=("llama",), transformers=LLAMA_CACHE_RETURN),),  # the sweep's Llama cells
-        workaround="Transformers >= 4.54",
+        workaround=f"Transformers >= 4.54 (Llama: 4.45 to {LLAMA_ENGAGED_LAST})",
         tests=("unit/module_inject/test_injected_layer_cache.py",),
         needs=("llama-layer-tuple",),
         text="ISSUE-cache-return.md",

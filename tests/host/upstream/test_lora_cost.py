@@ -9,18 +9,22 @@ from repro.host.upstream import cost_reports, lora_cost
 COMMITTED = results.LORA_COST
 
 
-def _run(build, calls, sent, s):
-    return {"build": build, "broadcasts_per_generate": calls, "broadcast_bytes_per_generate": sent,
-            "layer_weight_bytes": 2**21, "generate_median_s": s}  # fmt: skip
+def _run(build, calls, sent, s, lora=True, gathered=2**24):
+    return {"build": build, "broadcasts_per_generate": calls, "broadcast_bytes_per_generate": sent, "lora": lora,
+            "layer_weight_bytes": 2**21, "generate_median_s": s, "all_gather_bytes_per_generate": gathered,
+            "new_tokens": 8}  # fmt: skip
 
 
 def test_the_table_and_the_sentence_read_each_run():
-    result = {"runs": [_run("whole series", 8, 2**22, 0.5), _run("series without 0003", 0, 0, 0.25)]}
+    untouched = [_run("whole series", 0, 0, 0.2, lora=False), _run("series without 0003", 0, 0, 0.21, lora=False)]
+    result = {"runs": [_run("whole series", 8, 2**22, 0.5), _run("series without 0003", 0, 0, 0.25), *untouched]}
     table = cost_reports.lora_table(result)
-    assert "| whole series | 8 | 4.0 MiB | 2.00 | 0.500 s |" in table
-    assert "| series without 0003 | 0 | 0.0 MiB | 0.00 | 0.250 s |" in table
+    assert "| whole series | yes | 8 | 4.0 MiB | 2.00 | 16.0 MiB | 0.500 s |" in table
+    assert "| series without 0003 | no | 0 | 0.0 MiB | 0.00 | 16.0 MiB | 0.210 s |" in table
     said = cost_reports.lora_trades(result)
     assert "broadcasts 4.0 MiB from rank 0 (8 broadcasts" in said and "2.00 times its layers' weights" in said
+    assert "16.0 MiB per generate here, so the broadcast adds 25%" in said
+    assert "Without LoRA nothing is fused and nothing broadcast, fix or not (0 and 0 broadcasts" in said
 
 
 def test_the_builds_are_the_series_with_and_without_the_lora_patch():
@@ -31,9 +35,12 @@ def test_the_builds_are_the_series_with_and_without_the_lora_patch():
 
 def test_the_committed_measurement_shows_the_broadcast_the_fix_adds():
     result = json.loads(COMMITTED.read_text())
-    with_it, without = result["runs"]
+    with_it, without, *untouched = result["runs"]
     assert with_it["build"] == "whole series" and without["broadcast_bytes_per_generate"] == 0
     assert with_it["broadcast_bytes_per_generate"] >= with_it["layer_weight_bytes"]
+    # the users the bug never touches (no LoRA) pay nothing: no broadcast with the fix either
+    assert [r["lora"] for r in untouched] == [False, False]
+    assert all(r["broadcast_bytes_per_generate"] == 0 for r in untouched)
 
 
 def test_an_existing_result_is_not_overwritten(tmp_path, capsys):
