@@ -16,8 +16,8 @@ a clone, where each pull request is taken on 0.19.8 first, so that `git am -3` h
 over to master by). A commit git cannot carry over to master, or carries over into code that is wrong there, keeps
 the master form committed for it by hand (the first commits of 07 and 17 conflict; 16's second would import what
 master's llama.py lacks); any master form in the folder is kept, so delete one to derive it again. To change a pull
-request: edit its commits on a 0.19.8 tree (`python -m repro.host.upstream.pr_submit` makes the branch), `git format-patch` them into
-its folder (scripts/series.sh export), then run `master` for its master forms."""
+request: edit its commits on a 0.19.8 tree (`python -m repro.host.upstream.pr_submit` makes the branch), `git
+format-patch` them into its folder (scripts/series.sh export), then run `master` for its master forms."""
 
 from __future__ import annotations
 
