@@ -65,10 +65,13 @@ FIRST_GPTJ_TENSOR_RETURN = "5.24.0"
 FIRST_CACHE_POSITIONS = "5.4.0"
 GPTJ_CACHE_LENGTH = ("5.2.0", "5.23.0")
 # Llama on older Transformers, measured by the sweep (results/reference/sweep): 0.19.8's container finds no rope_theta
-# up to 4.32; the injected layers hand back (key, value) where 4.36-4.44 pass a Cache (`cache-return`), and with that
+# up to 4.32; the injected layers hand back (key, value) where 4.36-4.47 pass a Cache (`cache-return`), and with that
 # fixed, 4.36-4.41 read the generated length from the Cache the injected layers never fill (`llama-legacy-cache`).
 LLAMA_ROPE_THETA_LAST = "4.32.1"
-LLAMA_CACHE_RETURN = ("4.36.0", "4.44.2")
+LLAMA_CACHE_RETURN = ("4.36.0", "4.47.1")
+# GPT-NeoX hands its layers a Cache they must give back on 4.45-4.51 only (from 4.52 its layers leave the Cache alone;
+# as released those releases do not inject GPT-NeoX at all, `gptneox-layer-class`): the sweep's GPT-NeoX cells.
+NEOX_CACHE_RETURN = ("4.45.0", "4.51.3")
 LLAMA_LEGACY_CACHE = ("4.36.0", "4.41.2")
 LLAMA_ENGAGED_LAST = "4.53.3"  # the newest before `llama-layer-tuple` (4.54)
 # `needs`: earlier patches of the series a patch's tests need beside it: 0004 reads the QKV layout record 0002 adds,
@@ -746,12 +749,14 @@ FINDINGS: tuple[Finding, ...] = (
     Finding(
         id="cache-return",
         patch="0024",
-        summary="On Transformers 4.45 to 4.53 (Llama: 4.36 to 4.44) the injected layer hands back its key and value "
-        "instead of the Cache it was passed: the second generate step fails.",
+        summary="On Transformers 4.45 to 4.53 (GPT-NeoX: 4.45 to 4.51; Llama: 4.36 to 4.47) the injected layer hands "
+        "back its key and value instead of the Cache it was passed: the second generate step fails.",
         outcome=CRASH,
-        scope=Scope(archs=("gpt-neox", "gpt-neo", "gpt-j"), transformers=("4.45.0", "4.53.3")),
-        also=(Scope(archs=("llama",), transformers=LLAMA_CACHE_RETURN),),  # the sweep's Llama cells
-        workaround=f"Transformers >= 4.54 (Llama: 4.45 to {LLAMA_ENGAGED_LAST})",
+        scope=Scope(archs=("gpt-neo", "gpt-j"), transformers=("4.45.0", "4.53.3")),
+        # the sweep's GPT-NeoX and Llama cells (as released, GPT-NeoX is not injected on 4.45-4.51 at all)
+        also=(Scope(archs=("gpt-neox",), transformers=NEOX_CACHE_RETURN),
+              Scope(archs=("llama",), transformers=LLAMA_CACHE_RETURN)),  # fmt: skip
+        workaround=f"Transformers >= 4.54 (GPT-NeoX: >= 4.52; Llama: 4.48 to {LLAMA_ENGAGED_LAST})",
         tests=("unit/module_inject/test_injected_layer_cache.py",),
         needs=("llama-layer-tuple",),
         text="ISSUE-cache-return.md",

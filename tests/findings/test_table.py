@@ -38,8 +38,8 @@ def test_ranges_are_cut_where_a_scope_changes():
         ("4.31.0", "4.32"),  # llama-rope-theta
         ("4.33.0", "4.35"),
         ("4.36.0", "4.41"),  # llama-legacy-cache and cache-return
-        ("4.42.0", "4.44"),  # cache-return
-        ("4.45.0", "4.52"),
+        ("4.42.0", "4.47"),  # cache-return
+        ("4.48.0", "4.52"),
         ("4.53.0", "4.53"),
         ("4.54.0", "4.57.6"),
     ]
