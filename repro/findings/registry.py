@@ -754,8 +754,10 @@ FINDINGS: tuple[Finding, ...] = (
         outcome=CRASH,
         scope=Scope(archs=("gpt-neo", "gpt-j"), transformers=("4.45.0", "4.53.3")),
         # the sweep's GPT-NeoX and Llama cells (as released, GPT-NeoX is not injected on 4.45-4.51 at all)
-        also=(Scope(archs=("gpt-neox",), transformers=NEOX_CACHE_RETURN),
-              Scope(archs=("llama",), transformers=LLAMA_CACHE_RETURN)),  # fmt: skip
+        also=(
+            Scope(archs=("gpt-neox",), transformers=NEOX_CACHE_RETURN),
+            Scope(archs=("llama",), transformers=LLAMA_CACHE_RETURN),
+        ),  # fmt: skip
         workaround=f"Transformers >= 4.54 (GPT-NeoX: >= 4.52; Llama: 4.48 to {LLAMA_ENGAGED_LAST})",
         tests=("unit/module_inject/test_injected_layer_cache.py",),
         needs=("llama-layer-tuple",),
