@@ -27,6 +27,9 @@ class PullRequest:
     # An open upstream pull request this one builds on (credited in PR.md): submitted on top of its head, a commit
     # whose change that head already holds keeps only its tests (repro.host.upstream.pr_submit).
     builds_on: str = ""
+    # What `hybrid_engine.enable_cuda_graph` (0.19.8, #8271: decode steps replayed from CUDA graphs) does to this pull
+    # request's code, read from runtime/hybrid_engine_graph.py, not run (no GPU here); "" where it changes nothing.
+    graphs: str = ""
     # A pull request outside the series (no finding: what the Hybrid Engine's evidence stands on, as DeepSpeed's
     # PyTorch fallbacks): what breaks, for whom; its upstream tests; the exceptions that are its bugs. Its patches
     # are committed as written, not split from the series.
@@ -97,6 +100,17 @@ PRS: tuple[PullRequest, ...] = (
         "Transformers 4.53",
         # its end-to-end test runs the injected Llama layers: on CPU the fallbacks, on Transformers >= 4.54 a tensor
         test_needs=("inference-fallbacks", "current-transformers"),
+        graphs=(
+            "the padding mask it keeps is per-layer state set in `forward`; with "
+            "`hybrid_engine.enable_cuda_graph` a decode step captured in one generate() replays with the "
+            "address of the capturing batch's mask in every later generate() of the same length, so a batch "
+            "padded differently would attend by the first batch's padding. Transformers 4.53 to 4.57 (SDPA) "
+            "synchronise in their mask code during the decode step, which a capture cannot, so there the "
+            "capture is expected to fall back to eager steps; from 5.0 it proceeds. The tests run with graphs"
+            " off (the default, and what DeepSpeed-Chat uses); a graph-safe form (the mask written in place "
+            "into a persistent buffer, or recomputed from the 2D attention mask that is a graph input) is not"
+            " written yet"
+        ),
     ),
     PullRequest(
         "zero3-qkv-bias",
@@ -115,6 +129,11 @@ PRS: tuple[PullRequest, ...] = (
         "DeepSpeed-Chat's OPT-13B and OPT-66B scripts (inference_tp_size 2 and 8) cannot generate",
         # its test covers pinned and non-pinned ZeRO-3 GPT-NeoX, whose QKV layout zero3-qkv-layout keeps
         test_needs=("zero3-qkv-layout",),
+        graphs=(
+            "0.19.8 refuses CUDA graphs with `inference_tp_size > 1` and under ZeRO-3 "
+            "(`validate_cuda_graph_support`, runtime/hybrid_engine_graph.py), so none of this code runs under"
+            " a replay; the tensor-parallel weights it makes at each generate() rely on that refusal"
+        ),
     ),
     PullRequest(
         "tensor-parallel-generate",
@@ -124,6 +143,11 @@ PRS: tuple[PullRequest, ...] = (
         "return_dict_in_generate gets a tuple",
         requires=("tensor-parallel",),  # the same generate() path
         test_needs=("zero3-qkv-layout",),  # as tensor-parallel's tests
+        graphs=(
+            "0.19.8 refuses CUDA graphs with `inference_tp_size > 1` and under ZeRO-3 "
+            "(`validate_cuda_graph_support`, runtime/hybrid_engine_graph.py), so none of this code runs under"
+            " a replay; the tensor-parallel weights it makes at each generate() rely on that refusal"
+        ),
     ),
     PullRequest(
         "tensor-parallel-copies",
@@ -131,6 +155,11 @@ PRS: tuple[PullRequest, ...] = (
         ("tensor-parallel-released", "gptneox-tensor-parallel-heads", "bloom-tensor-parallel"),
         "with an mpu (Megatron-style callers), Llama, GPT-NeoX and BLOOM generate from released or misread slices",
         requires=("zero3-qkv-layout",),  # it changes the QKV layout transforms zero3-qkv-layout writes
+        graphs=(
+            "0.19.8 refuses CUDA graphs with `inference_tp_size > 1` and under ZeRO-3 "
+            "(`validate_cuda_graph_support`, runtime/hybrid_engine_graph.py), so none of this code runs under"
+            " a replay; the tensor-parallel weights it makes at each generate() rely on that refusal"
+        ),
     ),
     PullRequest(
         "bloom-alibi",
@@ -157,6 +186,11 @@ PRS: tuple[PullRequest, ...] = (
         # its end-to-end test: a GPT-NeoX with LoRA under ZeRO-3, through the injected layers (CPU: fallbacks), in
         # the QKV layout zero3-qkv-layout keeps
         test_needs=("zero3-qkv-layout",),
+        graphs=(
+            "its state lives on the non-pinned ZeRO-3 path, where 0.19.8 refuses CUDA graphs "
+            "(`validate_cuda_graph_support`, runtime/hybrid_engine_graph.py); its try/finally also unfuses "
+            "LoRA when a graphed generate() raises on ZeRO-1/2"
+        ),
     ),
     PullRequest(
         "opt",
@@ -244,6 +278,11 @@ PRS: tuple[PullRequest, ...] = (
         "with a wrong attention mask on 5.2 to 5.23",
         # on Transformers >= 5.2 its models need the tensor returns (its lines sit next to theirs in the series)
         test_needs=("transformers-5-tensor-return",),
+        graphs=(
+            "under `hybrid_engine.enable_cuda_graph` (capturable from Transformers 5.0) each decode position "
+            "is fixed into its graph at capture, so the Cache length it keeps is read at capture only; "
+            "replays leave the Cache generate() hands back as the capturing call left it"
+        ),
     ),
     PullRequest(
         "tp-world-size",

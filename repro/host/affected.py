@@ -305,6 +305,9 @@ def report(
         lines.append(f"With the series (repro/patches: {patches}): {said.with_series}{table.unpatched(said)}.")
     elif said.outcome != CORRECT:
         lines.append(f"With the series: {said.with_series} (no patch changes it).")
+    if served and setup.zero < 3 and setup.tp == 1:  # where 0.19.8 allows CUDA graphs (validate_cuda_graph_support)
+        lines.append("Assumes `hybrid_engine.enable_cuda_graph` false (DeepSpeed's default; DeepSpeed-Chat sets "
+                     "none): with it, decode steps replay CUDA graphs, a path no cell here ran.")  # fmt: skip
     if served and CORRECT in (said.outcome, said.with_series):
         lines += near_tie_lines(setup.dtype)
     if cells is None:

@@ -396,3 +396,10 @@ def test_measured_is_said_only_where_a_cell_or_a_script_ran_on_the_users_release
     assert "measured on CPU" not in out.splitlines()[1]
     main(["affected", "--arch", "llama", "--zero", "3", "--transformers", "4.57.6"])
     assert "(measured on CPU: committed cells on Transformers 4.57;" in capsys.readouterr().out
+
+
+def test_the_answer_says_it_assumes_no_cuda_graphs_where_deepspeed_would_allow_them(capsys):
+    main(["affected", "--arch", "llama", "--zero", "2", "--transformers", "4.57.6"])
+    assert "Assumes `hybrid_engine.enable_cuda_graph` false" in capsys.readouterr().out
+    main(["affected", "--arch", "llama", "--zero", "3", "--transformers", "4.57.6"])  # refused under ZeRO-3
+    assert "enable_cuda_graph" not in capsys.readouterr().out

@@ -107,6 +107,9 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
     measured, section = COSTS.get(pr.slug, (None, None))
     if measured is not None and measured.exists():
         lines += ["", "## What it costs", "", section(results.load(measured))]
+    if pr.graphs:
+        lines += ["", "## Under CUDA graphs (`hybrid_engine.enable_cuda_graph`: read, not run)", "",
+                  pr.graphs[0].upper() + pr.graphs[1:] + "."]  # fmt: skip
     reported = reports.closing(pr.findings)  # the triaged user reports (docs/upstream-reports.md)
     refs = sorted({r for f in found for r in f.upstream if not reports.mentioned(r, reported)})
     answers = "; ".join(filter(None, [", ".join(refs), reported])) or "no upstream issue names these bugs"
@@ -125,6 +128,9 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
         "Where the compiled op loads, every op binding takes its kernel as before, so nothing changes on a GPU; "
         "not run on a GPU or an AMD host (ROCm in bf16, which takes these fallbacks, included)."
     )
+    if pr.findings:
+        ran += (" Every test runs with `hybrid_engine.enable_cuda_graph` false, the default; none ran under the graph "
+                "path.")
     on_master = (
         f", each file diff under `{MASTER}/` in place of its own"
         if (PRS_DIR / directory(pr) / MASTER).exists()
