@@ -129,8 +129,10 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
         "not run on a GPU or an AMD host (ROCm in bf16, which takes these fallbacks, included)."
     )
     if pr.findings:
-        ran += (" Every test runs with `hybrid_engine.enable_cuda_graph` false, the default; none ran under the graph "
-                "path.")
+        ran += (
+            " Every test runs with `hybrid_engine.enable_cuda_graph` false, the default; none ran under the graph "
+            "path."
+        )
     on_master = (
         f", each file diff under `{MASTER}/` in place of its own"
         if (PRS_DIR / directory(pr) / MASTER).exists()
