@@ -153,11 +153,24 @@ def render(newest: str, root: str = "", oldest: str = BLOOM_ENGAGED) -> str:  # 
             "",
             "Every answer follows from the findings registry (`repro/findings/registry.py`), whose scopes predict "
             f"every committed conformance cell (tiny twins on Transformers {oldest}-{newest}; CPU evidence, one of "
-            "them also measured on an H200), and checks every plan it prints against the same rules. The patches for "
-            f"DeepSpeed's maintainers: `repro/patches/` ([docs/upstream.md]({root}docs/upstream.md)).",
+            f"them also measured on an H200){_swept(root)}, and checks every plan it prints against the same rules. "
+            f"The patches for DeepSpeed's maintainers: `repro/patches/` ([docs/upstream.md]({root}docs/upstream.md)).",
             END,
         ]
     )
+
+
+def _swept(root: str) -> str:
+    """", and every cell of the Transformers sweep": its releases and cells, from its committed JSON ("" without)."""
+    from .. import results
+
+    data = results.load_if_written(results.SWEEP)
+    if data is None:
+        return ""
+    ran = sorted({c["transformers"] for c in data["cells"]}, key=version_tuple)
+    partial = f", {len(data['cells'])} of {data['planned']} cells so far" if data.get("planned") else ""
+    return (f" and every cell of the Transformers sweep ({len(data['cells'])} cells on {len(ran)} releases, "
+            f"{ran[0]}-{ran[-1]}{partial}: [SWEEP.md]({root}results/reference/sweep/SWEEP.md))")  # fmt: skip
 
 
 def ds_chat_hits(newest: str) -> dict[str, list[str]]:
