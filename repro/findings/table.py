@@ -161,7 +161,7 @@ def render(newest: str, root: str = "", oldest: str = BLOOM_ENGAGED) -> str:  # 
 
 
 def _swept(root: str) -> str:
-    """", and every cell of the Transformers sweep": its releases and cells, from its committed JSON ("" without)."""
+    """ ", and every cell of the Transformers sweep": its releases and cells, from its committed JSON ("" without)."""
     from .. import results
 
     data = results.load_if_written(results.SWEEP)
