@@ -264,17 +264,19 @@ def _is_finding(identifier: str) -> bool:
 
 
 def closing(finding_ids: tuple[str, ...]) -> str:
-    """What a pull request carrying these findings says of the reports: "Fixes" each report its findings explain
-    alone (every symptom explained, by these findings), "see" each one they explain only in part (GitHub's
-    cross-repository form)."""
-    fixes, sees = [], []
+    """What a pull request carrying these findings says of the reports: "Fixes" each issue its findings explain
+    alone (every symptom explained, by these findings), "supersedes" each upstream pull request they explain alone (a
+    pull request is not closed by "Fixes"), "see" each one they explain only in part (GitHub's cross-repository
+    form)."""
+    fixes, supersedes, sees = [], [], []
     for report in load():
         if report.verdict != EXPLAINED or not set(report.by) & set(finding_ids):
             continue
         ref = f"{report.repo}#{report.number}"
         alone = set(report.by) <= set(finding_ids) and all(p.verdict == EXPLAINED for p in report.parts)
-        (fixes if alone else sees).append(ref)
-    parts = [f"Fixes {ref}" for ref in fixes] + ([f"see {', '.join(sees)} (explained in part)"] if sees else [])
+        (sees if not alone else supersedes if "/pull/" in report.url else fixes).append(ref)
+    parts = [f"Fixes {ref}" for ref in fixes] + ([f"supersedes {', '.join(supersedes)}"] if supersedes else [])
+    parts += [f"see {', '.join(sees)} (explained in part)"] if sees else []
     return "; ".join(parts)
 
 

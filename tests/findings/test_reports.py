@@ -218,6 +218,8 @@ def test_a_pull_request_fixes_only_what_its_findings_explain_alone():
     both = reports.closing(("tensor-parallel", "tensor-parallel-mask"))
     assert "Fixes deepspeedai/DeepSpeed#4345" not in both and "deepspeedai/DeepSpeed#4345" in both  # tp = 1 remains
     assert reports.closing(("opt-bias",)) == ""
+    assert "supersedes deepspeedai/DeepSpeed#3740" in reports.closing(("tp-world-size",))  # a pull request
+    assert "Fixes deepspeedai/DeepSpeed#3740" not in reports.closing(("tp-world-size",))
     assert reports.mentioned("#4788", said) and reports.mentioned("DeepSpeedExamples#821", said)
 
 
