@@ -46,8 +46,8 @@ def beneath(pr: PullRequest) -> list[PullRequest]:
     """What a pull request's proof applies beneath it, in the table's order: what it requires, what only its tests
     need (tested_with), and DeepSpeed's PyTorch fallbacks completed (the pull requests outside the series: 01) even
     where it does not name them, so that a test that builds an injected layer runs on this CPU instead of skipping
-    (its module guard skips where neither the compiled op nor the fallbacks build a layer, as on DeepSpeed's CPU
-    runner)."""
+    (its guard, inference_layers_available(), skips it where neither the compiled op nor the fallbacks build a
+    layer, as on DeepSpeed's CPU runner)."""
     around = {*OUTSIDE_SERIES, *required(pr), *tested_with(pr)} - {pr}
     return [p for p in PRS if p in around]
 
