@@ -8,7 +8,7 @@ import pytest
 
 from repro import findings, results
 from repro.findings.answer import answer, measured, series_measured
-from repro.findings.registry import GPTJ_CACHE_LENGTH, LIMITS
+from repro.findings.registry import LIMITS, LLAMA_CACHE_RETURN
 from repro.findings.setup import Setup, version_tuple
 
 SWEEP = results.load_if_written(results.SWEEP)
@@ -39,17 +39,18 @@ def test_the_registry_predicts_every_sweep_cell(build):
 
 
 def test_a_range_cut_short_is_caught():
-    """GPT-J's Cache length (5.2.0 to 5.23.0) ended one minor early: the sweep's 5.23.0 GPT-J cells disagree."""
-    cut = ("5.2.0", "5.22.2")
+    """cache-return's Llama range (4.36.0 to 4.47.1) ended one minor early: the sweep's 4.47.1 Llama cells, which
+    crash as released, disagree with the silently wrong answer the shortened registry gives."""
+    cut = (LLAMA_CACHE_RETURN[0], "4.46.3")
 
     def cut_scope(scope):
-        return replace(scope, transformers=cut) if scope.transformers == GPTJ_CACHE_LENGTH else scope
+        return replace(scope, transformers=cut) if scope.transformers == LLAMA_CACHE_RETURN else scope
 
     def shortened(f):
         return replace(f, scope=cut_scope(f.scope), also=tuple(cut_scope(s) for s in f.also))
 
     _, wrong = disagreements("released", tuple(shortened(f) for f in findings.FINDINGS))
-    assert any(w[0] == "5.23.0" and w[1] == "gpt-j" for w in wrong)
+    assert wrong and {(w[0], w[1]) for w in wrong} == {("4.47.1", "llama")}
 
 
 def boundaries() -> list[tuple[str, str, str]]:

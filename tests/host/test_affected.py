@@ -387,15 +387,26 @@ def test_a_gpu_user_reads_the_gpu_outcome_first_labelled_as_read_and_the_cpu_mea
     assert any(line.startswith("On a GPU's compiled kernels (CUDA, ROCm): SILENTLY WRONG") for line in lines)
 
 
-def test_measured_is_said_only_where_a_cell_or_a_script_ran_on_the_users_release(capsys):
+def test_measured_is_said_only_where_a_cell_or_a_script_ran_on_the_users_release(capsys, monkeypatch):
+    from repro.host import affected as answered
+
+    main(["affected", "--arch", "gptj", "--zero", "2", "--transformers", "5.23.0"])
+    assert "(measured on CPU: the Transformers sweep's cells on 5.23.0 (results/reference/sweep);" in (
+        capsys.readouterr().out
+    )
+    main(["affected", "--arch", "gptj", "--zero", "2", "--transformers", "5.10.0"])  # the sweep ran 5.10's last patch
+    assert "the Transformers sweep's cells on 5.10.4, 5.10's last patch (results/reference/sweep)" in (
+        capsys.readouterr().out
+    )
+    main(["affected", "--arch", "llama", "--zero", "3", "--transformers", "4.57.6"])
+    assert "(measured on CPU: committed cells on Transformers 4.57;" in capsys.readouterr().out
+    monkeypatch.setattr(answered, "sweep_releases", lambda arch: [])  # without the sweep: scripts, else inferred
     main(["affected", "--arch", "gptj", "--zero", "2", "--transformers", "5.23.0"])
     assert "(measured on CPU by cache_positions.py on Transformers 5.23.0;" in capsys.readouterr().out
     main(["affected", "--arch", "gptj", "--zero", "2", "--transformers", "5.10.0"])
     out = capsys.readouterr().out
     assert "inferred from the registry's ranges, not measured on Transformers 5.10.0" in out
     assert "measured on CPU" not in out.splitlines()[1]
-    main(["affected", "--arch", "llama", "--zero", "3", "--transformers", "4.57.6"])
-    assert "(measured on CPU: committed cells on Transformers 4.57;" in capsys.readouterr().out
 
 
 def test_the_answer_says_it_assumes_no_cuda_graphs_where_deepspeed_would_allow_them(capsys):
