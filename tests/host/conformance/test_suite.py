@@ -79,7 +79,7 @@ def _fake_suite(monkeypatch, interrupt_at: int | None = None) -> list[tuple]:
         progress.end("x: correct (0 s)")
         return {**axes, "diagnosis": ["correct"], "duration_s": 0.0, "seed_of": str(plan.key(axes))}
 
-    monkeypatch.setattr(suite, "_measure", fake_measure)
+    monkeypatch.setattr(suite, "measure", fake_measure)
     monkeypatch.setattr(suite, "ds_report_text", lambda accelerator: "ds_report")
     monkeypatch.setattr(suite, "write_reports", lambda out, data: (out / "CONFORMANCE.md").write_text("r"))
     monkeypatch.setattr(suite.patched_copy, "prepare_patched_copy", lambda patches: None)
