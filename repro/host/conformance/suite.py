@@ -124,10 +124,18 @@ def prepare(cells: list[dict]) -> dict[tuple[str, str], tuple[Path | None, str |
     overlays = {v: made(transformers_env.overlay, v) for v in dict.fromkeys(c["transformers"] for c in cells)}
     roots = {}
     for build, version in dict.fromkeys((c["build"], c["transformers"]) for c in cells):
-        (root, build_error), (overlay, overlay_error) = builds[build], overlays[version]
-        error = build_error or overlay_error
-        roots[(build, version)] = (None if error else transformers_env.joined(root, overlay), error)
+        roots[(build, version)] = joined_root(builds[build], overlays[version])
     return roots
+
+
+def joined_root(
+    build: tuple[Path | None, str | None], overlay: tuple[Path | None, str | None]
+) -> tuple[Path | None, str | None]:
+    """A made build and a made overlay (each `made`'s pair) as the one directory the ranks put first, or the first
+    error of the two."""
+    (root, build_error), (overlay_dir, overlay_error) = build, overlay
+    error = build_error or overlay_error
+    return (None if error else transformers_env.joined(root, overlay_dir), error)
 
 
 def build_root(build: str) -> Path | None:

@@ -16,7 +16,7 @@ from .. import launch, pool, table_dir
 from ..cell_progress import Progress
 from ..conformance.evidence import CPU_EVIDENCE
 from ..conformance.plan import key
-from ..conformance.suite import made, measure
+from ..conformance.suite import joined_root, made, measure
 from ..envs import transformers_env
 from ..upstream import patched_copy
 from ..upstream.ds_report import ds_report_text
@@ -97,10 +97,8 @@ def _journal_from_partial(out: Path) -> None:
 def _root(build: str, version: str) -> tuple[Path | None, str | None]:
     """The directory a build on a release runs from (first on the ranks' PYTHONPATH), or why it cannot be made."""
     patches, own = plan.BUILDS[build]
-    copy, error = made(lambda _: patched_copy.prepare_patched_copy(patches=patches, environment=own), build)
-    overlay, overlay_error = made(transformers_env.overlay, version)
-    error = error or overlay_error
-    return (None if error else transformers_env.joined(copy, overlay), error)
+    copy = made(lambda _: patched_copy.prepare_patched_copy(patches=patches, environment=own), build)
+    return joined_root(copy, made(transformers_env.overlay, version))
 
 
 def write(
