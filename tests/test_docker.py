@@ -1,6 +1,8 @@
 """What can be checked of the images without building them (the ROCm one cannot be built here)."""
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from repro.host.images import containers
@@ -60,6 +62,19 @@ def test_after_is_before_plus_one_patch_layer():
     after = DOCKERFILE.split("FROM before AS after", 1)[1]
     assert after.count("RUN ") == 1 and "COPY" not in after and "patch -p1" in after
     assert "fix-status" in after
+
+
+def test_the_after_layers_python_writes_a_deepspeed_diff_here(tmp_path):
+    """The layer's own `python -c`, run here: a renamed helper or form fails this test, not the image build in CI
+    (2026-12-07: patch_file(..., "master") after the form was renamed)."""
+    after = DOCKERFILE.split("FROM before AS after", 1)[1]
+    code = re.search(r"python -c '([^']*patch_file[^']*)' /tmp/0001\.diff", after)
+    assert code, "the after layer no longer writes /tmp/0001.diff with python -c"
+    out = tmp_path / "0001.diff"
+    subprocess.run([sys.executable, "-c", code.group(1), str(out)], check=True, cwd=ROOT)
+    text = out.read_text()
+    assert text.startswith("diff --git a/deepspeed/") and "tests/" not in text.split("\n", 1)[0]
+    assert "+++ b/deepspeed/module_inject/containers/features/hybrid_megatron.py" in text
 
 
 def test_the_build_loads_the_compiled_op_and_nothing_compiles_at_run_time():
