@@ -14,6 +14,7 @@ from deepspeed.module_inject.containers.features.hybrid_engine import HybridEngi
 from deepspeed.ops.op_builder import InferenceBuilder
 from deepspeed.ops.transformer.inference.op_binding.base import BaseOp
 from deepspeed.runtime.hybrid_engine import DeepSpeedHybridEngine
+from deepspeed.runtime.utils import get_inactive_params
 from deepspeed.runtime.zero import GatheredParameters
 from unit.common import DistributedTest
 
@@ -67,9 +68,11 @@ class LoRALayerContainer(HybridEngineContainer):
         return [(self.lora, self.weight)]
 
 
-def non_pinned_zero3_engine():
+def non_pinned_zero3_engine(available):
     """A Hybrid Engine on the ZeRO-3 non-pinned path (pin_parameters=False), over layers zero.Init partitioned,
-    with only the attributes generate() reads on that path; and each layer's weight without and with LoRA."""
+    with only the attributes generate() reads on that path; and each layer's weight without and with LoRA.
+    `available`: which parameters stay gathered between forwards, as persistent parameters do (those below
+    stage3_param_persistence_threshold): "none", "lora" (the LoRA factors) or "all"."""
     torch.manual_seed(0)
     config = {
         "train_micro_batch_size_per_gpu": 1,
@@ -88,6 +91,9 @@ def non_pinned_zero3_engine():
                 param.data.copy_(torch.randn_like(param))
             weight, right, left = (param.detach().clone() for param in params)
         expected.append((weight, weight + LORA_SCALING * torch.matmul(left.t(), right.t())))
+        kept = {"none": [], "lora": params[1:], "all": params}[available]
+        if kept:
+            kept[0].all_gather(param_list=kept)
 
     engine = DeepSpeedHybridEngine.__new__(DeepSpeedHybridEngine)
     containers = [LoRALayerContainer(layer) for layer in layers]
@@ -124,15 +130,17 @@ def generate(engine, steps, fail_in_layer=None):
 
 
 def weights(engine):
-    with GatheredParameters([container.weight for container in engine._inference_containers]):
-        return [container.weight.detach().clone() for container in engine._inference_containers]
+    params = [container.weight for container in engine._inference_containers]
+    with GatheredParameters(get_inactive_params(params)):
+        return [param.detach().clone() for param in params]
 
 
+@pytest.mark.parametrize("available", ["none", "lora", "all"])
 class TestHybridEngineLoRANonPinned(DistributedTest):
     world_size = 2
 
-    def test_every_forward_sees_fused_lora(self):
-        engine, expected = non_pinned_zero3_engine()
+    def test_every_forward_sees_fused_lora(self, available):
+        engine, expected = non_pinned_zero3_engine(available)
         generate(engine, steps=3)
 
         for container, (_, fused) in zip(engine._inference_containers, expected):
@@ -140,8 +148,8 @@ class TestHybridEngineLoRANonPinned(DistributedTest):
             for seen in container.seen:
                 assert torch.equal(seen, fused)
 
-    def test_generate_restores_weights_and_fuses_again_next_time(self):
-        engine, expected = non_pinned_zero3_engine()
+    def test_generate_restores_weights_and_fuses_again_next_time(self, available):
+        engine, expected = non_pinned_zero3_engine(available)
         generate(engine, steps=3)
 
         for weight, (original, _) in zip(weights(engine), expected):
@@ -151,8 +159,8 @@ class TestHybridEngineLoRANonPinned(DistributedTest):
         for container, (_, fused) in zip(engine._inference_containers, expected):
             assert torch.allclose(container.seen[-1], fused, rtol=0, atol=RESTORE_ATOL)
 
-    def test_generate_that_raises_leaves_no_lora_fused(self):
-        engine, expected = non_pinned_zero3_engine()
+    def test_generate_that_raises_leaves_no_lora_fused(self, available):
+        engine, expected = non_pinned_zero3_engine(available)
         with pytest.raises(RuntimeError, match="generation failed"):
             generate(engine, steps=1, fail_in_layer=1)
 
@@ -199,8 +207,10 @@ class TestHybridEngineLoRANonPinnedGenerate(DistributedTest):
 
     # End to end: a GPT-NeoX with DeepSpeed-Chat's LoRA on every Linear of its layers, on 2 ranks on the non-pinned
     # ZeRO-3 path, generates through the injected layers (their kernels, or on CPU the PyTorch fallbacks) as the
-    # model with its LoRA does, at every step.
-    def test_generate_computes_the_model_with_its_lora(self):
+    # model with its LoRA does, at every step. With DeepSpeed's default persistence threshold (1e5) the attention's
+    # output weight (65536 elements) and the LoRA factors persist while the QKV and MLP weights are gathered.
+    @pytest.mark.parametrize("persistence_threshold", [0, 100000])
+    def test_generate_computes_the_model_with_its_lora(self, persistence_threshold):
         transformers = pytest.importorskip("transformers")
         torch.manual_seed(0)  # the same weights on every rank, spawned or forked
         config = transformers.GPTNeoXConfig(vocab_size=1024,
@@ -227,7 +237,7 @@ class TestHybridEngineLoRANonPinnedGenerate(DistributedTest):
             "train_micro_batch_size_per_gpu": 1,
             "zero_optimization": {
                 "stage": 3,
-                "stage3_param_persistence_threshold": 0
+                "stage3_param_persistence_threshold": persistence_threshold
             },
             "optimizer": {
                 "type": "Adam",
