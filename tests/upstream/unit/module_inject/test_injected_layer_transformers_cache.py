@@ -89,23 +89,14 @@ def cache_layers(cache):
 # How transformers hands a layer its Cache: GPT-Neo as `layer_past`, OPT from 5.24 and the other models from 5.x as
 # `cache`, 4.x models as `past_key_value(s)`.
 @pytest.mark.parametrize("argument", ["layer_past", "cache", "past_key_value", "past_key_values"])
-def test_the_transformers_cache_is_as_long_as_what_the_layers_attended_to(argument):
+def test_the_transformers_cache_holds_what_the_layers_attended_to(argument):
     layers = [injected_layer(0, 0), injected_layer(1, 1)]
     cache = transformers.DynamicCache()
     generate(layers, argument, cache)
     assert cache.get_seq_length() == 7
     assert [cache.get_seq_length(i) for i in range(len(cache))] == [7, 7]
-
-
-def test_the_cache_holds_no_second_copy_of_the_keys_and_values():
-    """The keys and values stay in the injected attention's workspace: a second copy in the Cache would double the
-    KV memory of every generate. It holds one element per token, layer and sequence, for keys and for values."""
-    layers = [injected_layer(0, 0), injected_layer(1, 1)]
-    cache = transformers.DynamicCache()
-    generate(layers, "past_key_values", cache)
-    held = sum(layer.keys.numel() + layer.values.numel() for layer in cache_layers(cache))
-    kept = sum(2 * layer.attention.keys.numel() for layer in layers)
-    assert held == 2 * 2 * 7 * 2 and held * HEADS * HEAD_DIM == kept
+    for held, layer in zip(cache_layers(cache), layers):
+        assert torch.equal(held.keys, layer.attention.keys) and torch.equal(held.values, -layer.attention.keys)
 
 
 def test_a_second_model_in_the_process_keeps_its_own_layers():
@@ -128,14 +119,24 @@ def test_a_model_that_does_not_read_the_cache_length_keeps_its_cache_as_it_was()
     assert sum(layer.keys.numel() for layer in cache_layers(cache) if layer.keys is not None) == 0
 
 
-def test_only_the_containers_of_models_that_read_the_cache_length_ask_for_it():
+# The transformers releases in which each model reads its Cache's length, one release either side of each bound.
+@pytest.mark.parametrize("release, gptneo_and_opt, gptj", [("4.57.0", False, False), ("5.1.0", False, False),
+                                                           ("5.2.0", False, True), ("5.3.0", False, True),
+                                                           ("5.4.0", True, True), ("5.23.0", True, True),
+                                                           ("5.24.0", True, False)])
+def test_only_the_containers_of_models_that_read_the_cache_length_ask_for_it(monkeypatch, release, gptneo_and_opt,
+                                                                             gptj):
     from deepspeed.module_inject.containers import (DS_GPTJContainer, DS_GPTNEOContainer, DS_LLAMAContainer,
                                                     DS_OPTContainer)
     from deepspeed.module_inject.containers.base import BaseTransformerContainer
 
-    asks = [getattr(c, "reads_cache_length", False) for c in (DS_GPTNEOContainer, DS_GPTJContainer, DS_OPTContainer)]
-    assert asks == [True, True, True]
-    assert not BaseTransformerContainer.reads_cache_length and not DS_LLAMAContainer.reads_cache_length
+    def asks(container):
+        return getattr(container, "reads_cache_length", lambda: False)()
+
+    monkeypatch.setattr(transformers, "__version__", release)
+    assert asks(DS_GPTNEOContainer) == gptneo_and_opt and asks(DS_OPTContainer) == gptneo_and_opt
+    assert asks(DS_GPTJContainer) == gptj
+    assert not asks(BaseTransformerContainer) and not asks(DS_LLAMAContainer)
 
 
 def test_without_a_cache_the_layer_keeps_its_own():
@@ -154,7 +155,23 @@ def greedy(model, input_ids):
                             pad_token_id=0,
                             return_dict_in_generate=True,
                             output_logits=True)
-    return output.sequences[:, input_ids.shape[1]:], torch.stack(output.logits)
+    return output.sequences[:, input_ids.shape[1]:], torch.stack(output.logits), output.past_key_values
+
+
+def assert_cache_as_native(cache, native):
+    """The Cache generate() hands back holds what the model's own generate() leaves in it, and transformers' own
+    operations on it (crop, as assisted decoding does; reorder_cache, as beam search does) act as on that one."""
+    for step in range(3):
+        assert len(cache) == len(native) and cache.get_seq_length() == native.get_seq_length()
+        for ours, theirs in zip(cache_layers(cache), cache_layers(native)):
+            assert ours.keys.shape == theirs.keys.shape and ours.values.shape == theirs.values.shape
+            assert torch.allclose(ours.keys, theirs.keys, atol=1e-3)
+            assert torch.allclose(ours.values, theirs.values, atol=1e-3)
+        for held in (cache, native):
+            if step == 0:
+                held.crop(-2)  # two tokens off the end, in every release's crop()
+            elif step == 1:
+                held.reorder_cache(torch.zeros(1, dtype=torch.long, device=cache_layers(held)[0].keys.device))
 
 
 def generate_with_and_without_the_hybrid_engine(model):
@@ -204,12 +221,13 @@ class TestHybridEngineCacheLengthGenerate(DistributedTest):
                                            max_position_embeddings=256,
                                            window_size=256,
                                            attention_types=[[["global", "local"], 1]])
-        engine, (expected_tokens, expected_logits), (tokens, logits) = generate_with_and_without_the_hybrid_engine(
-            transformers.GPTNeoForCausalLM(config))
+        engine, (expected_tokens, expected_logits, native_cache), (tokens, logits, cache) = \
+            generate_with_and_without_the_hybrid_engine(transformers.GPTNeoForCausalLM(config))
 
         assert engine._inference_containers, "no layer was injected"
         assert torch.equal(tokens, expected_tokens)
         assert torch.allclose(logits, expected_logits, atol=1e-3)
+        assert_cache_as_native(cache, native_cache)
 
     # GPT-J on transformers 5.2 to 5.23 sizes each decode step's attention mask by its Cache's length; from 5.24 it
     # generates correctly either way, so the test checks the result there too.
@@ -223,9 +241,11 @@ class TestHybridEngineCacheLengthGenerate(DistributedTest):
                                          n_head=4,
                                          rotary_dim=16,
                                          n_positions=256)
-        engine, (expected_tokens, expected_logits), (tokens, logits) = generate_with_and_without_the_hybrid_engine(
-            transformers.GPTJForCausalLM(config))
+        engine, (expected_tokens, expected_logits, native_cache), (tokens, logits, cache) = \
+            generate_with_and_without_the_hybrid_engine(transformers.GPTJForCausalLM(config))
 
         assert engine._inference_containers, "no layer was injected"
         assert torch.equal(tokens, expected_tokens)
         assert torch.allclose(logits, expected_logits, atol=1e-3)
+        if engine._inference_containers[0].reads_cache_length():
+            assert_cache_as_native(cache, native_cache)
