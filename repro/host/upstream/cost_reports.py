@@ -182,11 +182,15 @@ def cache_memory(measured: dict) -> str:
     native = sorted({cache_per_token(r["native"]) for r in fixed})
     words = [f"Measured with tiny models (2 layers, hidden 256, 4 heads, fp32; pinned ZeRO-3 on 2 ranks; a prompt "
              f"of 8 and 8 new tokens; Transformers {measured['transformers']}; {measured['evidence']}):"]  # fmt: skip
-    if filled:
+    names = ", ".join(TITLES.get(r["arch"], r["arch"]) for r in filled)
+    if filled and per_token == native:
+        words.append(f"the Cache `generate` returns holds as much as native generation's for {names} "
+                     f"({' / '.join(per_token)} bytes per token it counts): the injected layers' keys and values, a "
+                     "second copy beside their workspace, on the Transformers releases whose model reads the Cache's "
+                     "length (elsewhere the Cache is left as it was);")  # fmt: skip
+    elif filled:
         words.append(f"the Cache `generate` returns holds {' / '.join(per_token)} bytes per token it counts for "
-                     f"{', '.join(TITLES.get(r['arch'], r['arch']) for r in filled)}, where native generation's holds "
-                     f"{' / '.join(native)}: one element per token, layer and sequence, not the keys and "
-                     "values;")  # fmt: skip
+                     f"{names}, where native generation's holds {' / '.join(native)};")  # fmt: skip
     if left:
         words.append(f"{', '.join(TITLES.get(r['arch'], r['arch']) for r in left)}, which does not read the Cache's "
                      "length, gets nothing in it, as without the fix;")  # fmt: skip
