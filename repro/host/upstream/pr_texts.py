@@ -41,7 +41,23 @@ def texts() -> list[str]:
 
 def _for_maintainers(text: str) -> str:
     """The registry's words without the commands of this repository (a user's answer names them; a PR does not)."""
-    return re.sub(r" \(`python -m repro[^`]*`[^)]*\)", "", text)
+    return re.sub(r" \((`python -m repro[^`]*`|results/)[^)]*\)", "", text)
+
+
+# Our words in the cost measurements, and DeepSpeed's: a maintainer reads "with it" / "without it", not our builds.
+PLAIN = (
+    (re.compile(r"series without \d{4}"), "without it"),
+    (re.compile(r"whole series"), "with it"),
+    (re.compile(r"PyTorch stand-ins for (the|DeepSpeed's) kernels"), "PyTorch versions of DeepSpeed's kernels"),
+    (re.compile(r"CPU evidence: "), "CPU: "),
+    (re.compile(r" cells of the conformance suite \(`[^`]*`\)"), " runs"),
+)
+
+
+def _plain(text: str) -> str:
+    for pattern, words in PLAIN:
+        text = pattern.sub(words, text)
+    return text
 
 
 def _released(f) -> str:
@@ -95,18 +111,21 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
         lines += [f"**Its tests run with:** {', '.join(tests)} applied beneath it; none of its code needs them.", ""]
     lines += [f"**Builds on:** {pr.builds_on}.", ""] if pr.builds_on else []
     lines += ["## What breaks, for whom", ""]
-    lines += [f"- **{f.id}** (`{f.patch}`): {f.summary} {_released(f)} Workaround: {_for_maintainers(f.workaround)}."
-              for f in found]  # fmt: skip
+    lines += [
+        f"- {_for_maintainers(f.summary)} {_released(f)} Workaround: {_for_maintainers(f.workaround)}." for f in found
+    ]
     lines += [f"- {pr.breaks}."] if pr.breaks else []
     lines += ["", "## The fix", ""]
     lines += [f"- {_subject(p)}" for p in patches]
     lines += ["", "Each commit's message says the cause, the fix and its test in full."]
     lines += ["", "## Tests", ""]
-    lines += [f"- `tests/{t}` (`{f.patch}`)" for f in found for t in f.tests]
+    commit = {f.id: _subject(next(p for p in patches if p.name.startswith(f"{i:04d}-")))
+              for i, f in enumerate(sorted(found, key=lambda f: f.patch), 1)} if len(patches) > 1 else {}  # fmt: skip
+    lines += [f"- `tests/{t}`" + (f' (with "{commit[f.id]}")' if commit else "") for f in found for t in f.tests]
     lines += [f"- `tests/{t}`" for t in pr.tests]
     measured, section = COSTS.get(pr.slug, (None, None))
     if measured is not None and measured.exists():
-        lines += ["", "## What it costs", "", section(results.load(measured))]
+        lines += ["", "## What it costs", "", _plain(section(results.load(measured)))]
     if pr.graphs:
         lines += ["", "## Under CUDA graphs (`hybrid_engine.enable_cuda_graph`: read, not run)", "",
                   pr.graphs[0].upper() + pr.graphs[1:] + "."]  # fmt: skip
@@ -116,15 +135,15 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
     lines += ["", "## Closes or answers", "", answers, ""]
     on = [directory(p) for p in tested_with(pr) if not p.findings and p.slug in pr.test_needs]  # its end-to-end test's
     ran = (
-        f"(run on CPU: the end-to-end test through the injected layers on DeepSpeed's own PyTorch fallbacks, "
-        f"completed by {', '.join(on)}, no stand-in: CPU evidence). These commits have not run on a GPU or an AMD "
-        "host: their GPU cost is not measured."
+        f"(run on CPU with gloo: the end-to-end test through the injected layers on DeepSpeed's own PyTorch "
+        f"fallbacks, completed by {', '.join(on)}). These commits have not run on a GPU or an AMD host: their GPU "
+        "cost is not measured."
         if on
-        else "(run on CPU with DeepSpeed's PyTorch paths, and with PyTorch stand-ins for the `transformer_inference` "
-        "kernels where a test needs a kernel: CPU evidence). These commits have not run on a GPU or an AMD host: "
-        "their GPU cost is not measured."
+        else "(run on CPU with gloo on DeepSpeed's PyTorch paths; a test that needs a `transformer_inference` kernel "
+        "replaces it with a small PyTorch module, as the test says). These commits have not run on a GPU or an AMD "
+        "host: their GPU cost is not measured."
         if pr.findings
-        else "(run on CPU: DeepSpeed's own fallbacks against Transformers' modules, no stand-in: CPU evidence). "
+        else "(run on CPU: DeepSpeed's own fallbacks compared with Transformers' modules). "
         "Where the compiled op loads, every op binding takes its kernel as before, so nothing changes on a GPU; "
         "not run on a GPU or an AMD host (ROCm in bf16, which takes these fallbacks, included)."
     )
