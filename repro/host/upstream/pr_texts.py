@@ -22,9 +22,11 @@ def _subject(patch: Path) -> str:
 
 
 def _changed_lines(patches: list[Path]) -> int:
+    """Lines added and removed, as `git diff --numstat` counts them: in the diffs, not the messages' bullets."""
+    diffs = (d.split("\n-- \n")[0] for p in patches for d in p.read_text().split("\ndiff --git")[1:])  # no signature
     return sum(
-        1 for p in patches for line in p.read_text().splitlines()
-        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+        1 for d in diffs for line in d.splitlines()
+        if line[:1] in "+-" and not line.startswith(("+++ ", "--- "))
     )  # fmt: skip
 
 

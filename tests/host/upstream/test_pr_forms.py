@@ -109,3 +109,12 @@ def test_the_release_tree_is_the_sdist_with_masters_tests_in_one_reproducible_co
     assert pr_forms.git(tree, "status", "--porcelain") == ""
     with pytest.raises(pr_forms.SeriesError, match="is not empty"):
         pr_forms.release_tree(tmp_path / "a", master)
+
+
+def test_changed_lines_count_the_diff_as_numstat_does_not_the_messages_bullets(tmp_path):
+    patch = tmp_path / "0001-x.patch"
+    patch.write_text(
+        "Subject: [PATCH] x\n\n- a bullet\n- another\n---\n a.py | 2 +-\n\n"
+        "diff --git a/a.py b/a.py\n--- a/a.py\n+++ b/a.py\n@@ -1 +1 @@\n-old\n+new\n-- \n2.40.0\n"
+    )
+    assert pr_texts._changed_lines([patch]) == 2
