@@ -34,6 +34,8 @@ class PullRequest:
     # PyTorch fallbacks): what breaks, for whom; its upstream tests; the exceptions that are its bugs. Its patches
     # are committed as written, not split from the series.
     breaks: str = ""
+    # What it changes beside the fixes its findings name (a configuration it now refuses), in a maintainer's words.
+    changes: str = ""
     tests: tuple[str, ...] = ()
     bug_errors: tuple[str, ...] = ()
 
@@ -223,6 +225,9 @@ PRS: tuple[PullRequest, ...] = (
         "GPT-NeoX with a sequential residual (#3453) or a rotary base other than 10000 computes the wrong model",
         # its end-to-end test runs the injected GPT-NeoX layers (CPU: fallbacks; current Transformers: gptneox)
         test_needs=("inference-fallbacks", "gptneox"),
+        changes="a GPT-NeoX whose config asks for scaled rotary positions (`rope_scaling`: linear, dynamic, yarn, "
+        "...) is now refused when its layers are built, with the reason, as the LLaMA container refuses one: the "
+        "injected attention would rotate with unscaled positions, which as released it does without an error",
     ),
     PullRequest(
         "gptneox-activation",
@@ -271,8 +276,8 @@ PRS: tuple[PullRequest, ...] = (
     ),
     PullRequest(
         "transformers-5-cache",
-        "Kernel injection: keep a Transformers Cache as long as the injected layers' keys and values (GPT-Neo, GPT-J, "
-        "OPT)",
+        "Kernel injection: fill the Transformers Cache with the injected layers' keys and values where the model "
+        "reads its length (GPT-Neo, GPT-J, OPT)",
         ("empty-cache-positions",),
         "GPT-Neo and OPT generate at the wrong positions from Transformers 5.4 (the newest, 5.25.0, included), GPT-J "
         "with a wrong attention mask on 5.2 to 5.23",

@@ -548,7 +548,9 @@ FINDINGS: tuple[Finding, ...] = (
     Finding(
         id="opt-activation",
         patch="0016",
-        summary="OPT's `activation_function` is ignored: the injected MLP computes ReLU whatever the model says.",
+        summary="Under the Hybrid Engine, OPT's `activation_function` is ignored: the OPT policy reads it from the "
+        "model config that `init_inference` hands it and the Hybrid Engine never does, so the injected MLP computes "
+        "ReLU whatever the model says.",
         outcome=SILENTLY_WRONG,
         scope=Scope(
             archs=("opt",),
@@ -1028,9 +1030,9 @@ FINDINGS: tuple[Finding, ...] = (
     Finding(
         id="layer-tensor-return",
         patch="0034",
-        summary="Transformers 5 passes what each GPT-NeoX (from 5.2), OPT and GPT-J (from 5.24) layer returns "
-        "straight to the next layer; the injected layers return a tuple, so every Hybrid Engine generate fails "
-        "(`'tuple' object has no attribute 'size'`).",
+        summary="Transformers 5 passes what each GPT-NeoX (from 5.2), OPT (from 5.4, where DeepSpeed injects it "
+        "again from 5.24) and GPT-J (from 5.24) layer returns straight to the next layer; the injected layers return "
+        "a tuple, so every Hybrid Engine generate fails (`'tuple' object has no attribute 'size'`).",
         outcome=CRASH,
         # OPT stays native (DeepSpeed's own check, `opt-cache-native`) until 5.24 renames its layers' cache argument
         scope=Scope(archs=("gpt-neox",), transformers=(FIRST_NEOX_TENSOR_RETURN, None)),

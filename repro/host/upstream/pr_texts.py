@@ -117,6 +117,7 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
         f"- {_for_maintainers(f.summary)} {_released(f)} Workaround: {_for_maintainers(f.workaround)}." for f in found
     ]
     lines += [f"- {pr.breaks}."] if pr.breaks else []
+    lines += ["", "## What else changes", "", pr.changes[0].upper() + pr.changes[1:] + "."] if pr.changes else []
     lines += ["", "## The fix", ""]
     lines += [f"- {_subject(p)}" for p in patches]
     lines += ["", "Each commit's message says the cause, the fix and its test in full."]
