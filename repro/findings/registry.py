@@ -1244,7 +1244,7 @@ FINDINGS: tuple[Finding, ...] = (
         needs=("llama-layer-tuple",),
         bug_errors=("IndexError",),
         text="ISSUE-two-engines.md",
-        scripts=(Script("two_engines.py"),),
+        scripts=(Script("two_engines.py", transformers=OPT_ENGAGED),),  # Llama, injected as released (< 4.54)
     ),
 )
 
