@@ -1232,9 +1232,9 @@ FINDINGS: tuple[Finding, ...] = (
         kernel=KernelPath(
             NOT_ESTABLISHED,
             "the compiled softmax_context (csrc/transformer/inference/csrc/pt_binding.cpp) places a layer's keys and "
-            "values at an offset of layer_id in the one workspace, which the layer numbered 0 allocates for the layers "
-            "counted then: the second model's layers, numbered after the first's, read and write past those entries "
-            "(where no layer 0 ran before, there is no workspace at all), and it advances the token count at "
+            "values at an offset of layer_id in the one workspace, which the layer numbered 0 allocates for the "
+            "layers counted then: the second model's layers, numbered after the first's, read and write past those "
+            "entries (where no layer 0 ran before, there is no workspace at all), and it advances the token count at "
             "layer_id == num_layers - 1, as the PyTorch path does, which the first model's last layer no longer is; "
             "whether the second model's accesses fault or compute silently is not established",
         ),
@@ -1244,7 +1244,12 @@ FINDINGS: tuple[Finding, ...] = (
         needs=("llama-layer-tuple",),
         bug_errors=("IndexError",),
         text="ISSUE-two-engines.md",
-        scripts=(Script("two_engines.py", transformers=OPT_ENGAGED),),  # Llama, injected as released (< 4.54)
+        # Llama where 0.19.8 injects it as released (< 4.54); GPT-Neo on the pinned one, whose container runs on every
+        # release the sweep covers
+        scripts=(
+            Script("two_engines.py", transformers=OPT_ENGAGED),
+            Script("two_engines.py", args=("--arch", "gpt-neo")),
+        ),
     ),
 )
 

@@ -4,10 +4,10 @@ generates wrong after it.
 The injected layers are numbered by two process-global counters (`DeepSpeedTransformerInference.layer_id`, and
 `DeepSpeedSelfAttention.num_layers`, which sets each layer's `config.layer_id`), and only layer 0 allocates the
 KV-cache workspace; `deepspeed.init_inference` resets them, the Hybrid Engine never does. Two tiny models of the same
-configuration (random weights, Llama by default), each through its own Hybrid Engine (ZeRO-2 by default) in one process: the
-first generates, the second is built and generates, then the first generates again; each greedy generate is compared
-with the model's own. Exit status 1: the bug (a generate that raises, or logits that differ), 0: every generate
-computes its model.
+configuration (random weights, Llama by default), each through its own Hybrid Engine (ZeRO-2 by default) in one
+process: the first generates, the second is built and generates, then the first generates again; each greedy generate
+is compared with the model's own. Exit status 1: the bug (a generate that raises, or logits that differ), 0: every
+generate computes its model.
 
 GPU: deepspeed --num_gpus 1 two_engines.py [--arch llama|gpt-neo|gpt-j|opt|gpt-neox|bloom] [--zero 1|2|3]
 CPU: DS_ACCELERATOR=cpu torchrun --nproc-per-node 1 two_engines.py (DeepSpeed's CPU build has no
@@ -86,11 +86,11 @@ def main():
             with torch.no_grad():
                 tokens, logits = greedy(engines[n], ids)
         except Exception as exc:  # noqa: BLE001 - what the Hybrid Engine raises is the finding
-            print(f"model {n + 1}, {when}: {type(exc).__name__}: {exc} ({counters()})")
+            print(f"model {n + 1}, {when}, Hybrid Engine vs Hugging Face: {type(exc).__name__}: {exc} ({counters()})")
             return False
         diff = (logits - expected[n][1]).abs().max().item()
-        print(f"model {n + 1}, {when}: tokens {tokens} vs {expected[n][0]}, logits max abs diff {diff:.3g} "
-              f"({counters()})")  # fmt: skip
+        print(f"model {n + 1}, {when}, Hybrid Engine vs Hugging Face: tokens {tokens} vs {expected[n][0]}, logits "
+              f"max abs diff {diff:.3g} ({counters()})")  # fmt: skip
         return diff <= TOLERANCE
 
     for n in range(2):

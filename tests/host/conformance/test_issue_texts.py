@@ -52,7 +52,8 @@ def test_a_finding_no_cell_can_show_has_a_text_from_its_script_alone():
 
     assert list(issue_texts.SCRIPTED) == ["two-engines"]
     brief = issue_brief.scripted(issue_texts.SCRIPTED["two-engines"])
-    for part in (issue_brief.NO_CELL, "deepspeed --num_gpus 1 two_engines.py", "**Cause**", "**Fix**",
-                 "tests/unit/hybrid_engine/test_hybrid_engine_two_engines.py", "ISSUE-two-engines.appendix.md"):  # fmt: skip
+    test = "tests/unit/hybrid_engine/test_hybrid_engine_two_engines.py"
+    command = "deepspeed --num_gpus 1 two_engines.py"
+    for part in (issue_brief.NO_CELL, command, "**Cause**", "**Fix**", test, "ISSUE-two-engines.appendix.md"):
         assert part in brief, part
     assert "| model, scenario |" not in brief
