@@ -150,6 +150,7 @@ NO_WORKAROUND = "Hybrid Engine off (no `--enable_hybrid_engine`)"
 RESTORE_REQUIRES_GRAD = "record each parameter's `requires_grad` before `deepspeed.initialize` and set it again after"
 ZERO_2 = "`--actor_zero_stage 2`"
 TP_1 = "`--inference_tp_size 1`"
+ONE_ENGINE = "one Hybrid Engine model per process (a new process for the next one)"  # `two-engines`
 
 FINDINGS: tuple[Finding, ...] = (
     Finding(
@@ -1238,7 +1239,7 @@ FINDINGS: tuple[Finding, ...] = (
             "layer_id == num_layers - 1, as the PyTorch path does, which the first model's last layer no longer is; "
             "whether the second model's accesses fault or compute silently is not established",
         ),
-        workaround="one Hybrid Engine model per process (a new process for the next one)",
+        workaround=ONE_ENGINE,
         tests=("unit/hybrid_engine/test_hybrid_engine_two_engines.py",),
         # its end-to-end test generates through the injected Llama layers: a tensor from them on Transformers >= 4.54
         needs=("llama-layer-tuple",),
