@@ -187,6 +187,7 @@ def _affected(args: argparse.Namespace, argv: list[str]) -> int:
             pin=args.pin,
             left_pad=args.left_pad,
             engine_generate=args.engine_generate,
+            second_engine=args.second_engine,
             run=args.run,
             device=args.device,
         )

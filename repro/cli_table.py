@@ -142,6 +142,8 @@ AFFECTED = Command(
         opt("--no-left-pad", dest="left_pad", action="store_false", help="prompts of one length"),
         opt("--engine-generate", action="store_true",
             help="you call engine.generate() (DeepSpeed-Chat: module.generate)"),
+        opt("--second-engine", action="store_true",
+            help="your process builds a second Hybrid Engine model after a first (DeepSpeed-Chat builds one)"),
         opt("--device", choices=("gpu", "cpu"), default="gpu",
             help="where you run: gpu (default, DeepSpeed-Chat's users: the compiled kernels, read from their code "
             "where they differ from the CPU runs) or cpu (measured)"),

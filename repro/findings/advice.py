@@ -2,10 +2,11 @@
 (repro.findings.answer); only plans whose answer is correct are offered, and turning the Hybrid Engine off last.
 
 A plan is a set of levers a user has (DeepSpeed-Chat's flags, where it has one): a ZeRO stage, no tensor-parallel
-generation, no LoRA, pinned parameters, `module.generate()`, DeepSpeed-Chat's call order, the GPT-NeoX shim, or a
-Transformers release. Transformers releases are the ranges over which nothing in the registry changes for the
-user's architecture (repro.findings.table.transformers_ranges), so a plan never names another architecture's
-limits. Plans with the fewest levers win; among them, those that keep the user's Transformers, then the nearest."""
+generation, no LoRA, pinned parameters, `module.generate()`, one Hybrid Engine model per process, DeepSpeed-Chat's
+call order, the GPT-NeoX shim, or a Transformers release. Transformers releases are the ranges over which nothing in
+the registry changes for the user's architecture (repro.findings.table.transformers_ranges), so a plan never names
+another architecture's limits. Plans with the fewest levers win; among them, those that keep the user's
+Transformers, then the nearest."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from itertools import combinations
 
 from .answer import CORRECT, Answer, answer
 from .finding import SILENTLY_OFF
-from .registry import NO_WORKAROUND, RESTORE_REQUIRES_GRAD, TP_1, ZERO_2
+from .registry import NO_WORKAROUND, ONE_ENGINE, RESTORE_REQUIRES_GRAD, TP_1, ZERO_2
 from .setup import DS_CHAT_ORDER, Setup, releases_apart, version_tuple
 
 HYBRID_ENGINE_OFF = NO_WORKAROUND
@@ -47,6 +48,7 @@ LEVERS = (
         lambda s: s.engine_generate,
         lambda s: replace(s, engine_generate=False),
     ),  # fmt: skip
+    Lever(ONE_ENGINE, lambda s: s.second_engine, lambda s: replace(s, second_engine=False)),
     Lever(
         "call `eval()` and `train()` in turn, as DeepSpeed-Chat does",
         lambda s: s.order != DS_CHAT_ORDER,

@@ -72,6 +72,9 @@ class Scope:
     # True: only where the caller runs `engine.generate()` (DeepSpeed-Chat calls `model.module.generate()`, which
     # the Hybrid Engine replaces only where it built containers).
     engine_generate: bool | None = None
+    # True: only where one process builds a second Hybrid Engine model after a first (DeepSpeed-Chat builds one, its
+    # actor's).
+    second_engine: bool | None = None
     # A call order other than DeepSpeed-Chat's (eval, generate, train each step); None: that order hits.
     order: str | None = None
     # What DeepSpeed as released does where this scope covers, where it differs from its finding's `outcome` (one

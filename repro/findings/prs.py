@@ -315,6 +315,21 @@ PRS: tuple[PullRequest, ...] = (
         "every Hybrid Engine user since 0.16.4: the actor's output layer (with tied embeddings, its input embeddings) "
         "is never trained; one restore, no cost at generation",
     ),
+    PullRequest(
+        "two-engines",
+        "Hybrid Engine: number its injected layers from 0 again, as init_inference does",
+        ("two-engines",),
+        "a second Hybrid Engine model in one process (an engine built again in a notebook, a sweep or a test suite "
+        "in one process) crashes at its first generate, and the first one generates wrong after it: the reset "
+        "init_inference has done since #4384, once per initialize, no cost at generation",
+        # its end-to-end test runs the injected Llama layers: on CPU the fallbacks, on Transformers >= 4.54 a tensor
+        test_needs=("inference-fallbacks", "current-transformers"),
+        graphs=(
+            "a Hybrid Engine built later releases the workspace, as init_inference does: decode graphs an engine "
+            "built before it captured hold that workspace's addresses, so that engine's graphs must not be replayed "
+            "after it (read, not run; 0.19.8 already refuses graphs with release_inference_cache for the same reason)"
+        ),
+    ),
 )
 
 

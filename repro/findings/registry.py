@@ -150,6 +150,7 @@ NO_WORKAROUND = "Hybrid Engine off (no `--enable_hybrid_engine`)"
 RESTORE_REQUIRES_GRAD = "record each parameter's `requires_grad` before `deepspeed.initialize` and set it again after"
 ZERO_2 = "`--actor_zero_stage 2`"
 TP_1 = "`--inference_tp_size 1`"
+ONE_ENGINE = "one Hybrid Engine model per process (a new process for the next one)"  # `two-engines`
 
 FINDINGS: tuple[Finding, ...] = (
     Finding(
@@ -1217,6 +1218,41 @@ FINDINGS: tuple[Finding, ...] = (
         kernel_free="it happens in deepspeed.initialize, before any layer computes",
         shows=("deepspeed.initialize left training parameters frozen ({patch})",),
         table=IssueTable(lambda c: c["scenario"] == "reference", ("frozen",), HYBRID_ENGINE_ONLY),
+    ),
+    Finding(
+        id="two-engines",
+        patch="0039",
+        summary="A second Hybrid Engine model built in the same process fails its first generate (`IndexError: list "
+        "index out of range` in `InferenceContext.update_cache`), and the first model then generates wrong or fails "
+        "too: the injected layers are numbered by process-global counters that `deepspeed.init_inference` resets and "
+        "the Hybrid Engine never does.",
+        outcome=CRASH,
+        # Every model whose layers keep their keys and values in DeepSpeed's workspace, where the Hybrid Engine builds
+        # containers (none: OPT on 4.49-5.23, limit opt-cache-native); BLOOM keeps them in Transformers' cache
+        # (measured: both BLOOMs generate as their own). One Hybrid Engine model per process (DeepSpeed-Chat's actor)
+        # is not hit.
+        scope=Scope(archs=("gpt-neox", "gpt-neo", "llama", "opt", "gpt-j"), zero=(0, 1, 2, 3), second_engine=True),
+        kernel=KernelPath(
+            NOT_ESTABLISHED,
+            "the compiled softmax_context (csrc/transformer/inference/csrc/pt_binding.cpp) places a layer's keys and "
+            "values at an offset of layer_id in the one workspace, which the layer numbered 0 allocates for the "
+            "layers counted then: the second model's layers, numbered after the first's, read and write past those "
+            "entries (where no layer 0 ran before, there is no workspace at all), and it advances the token count at "
+            "layer_id == num_layers - 1, as the PyTorch path does, which the first model's last layer no longer is; "
+            "whether the second model's accesses fault or compute silently is not established",
+        ),
+        workaround=ONE_ENGINE,
+        tests=("unit/hybrid_engine/test_hybrid_engine_two_engines.py",),
+        # its end-to-end test generates through the injected Llama layers: a tensor from them on Transformers >= 4.54
+        needs=("llama-layer-tuple",),
+        bug_errors=("IndexError",),
+        text="ISSUE-two-engines.md",
+        # Llama where 0.19.8 injects it as released (< 4.54); GPT-Neo on the pinned one, whose container runs on every
+        # release the sweep covers
+        scripts=(
+            Script("two_engines.py", transformers=OPT_ENGAGED),
+            Script("two_engines.py", args=("--arch", "gpt-neo")),
+        ),
     ),
 )
 

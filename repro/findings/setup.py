@@ -48,6 +48,7 @@ class Setup:
     model_config: dict | None = field(default=None, compare=False)  # its Hugging Face config (None: not known)
     order: str = DS_CHAT_ORDER
     engine_generate: bool = False  # DeepSpeed-Chat calls model.module.generate()
+    second_engine: bool = False  # a second Hybrid Engine model built in the same process (DeepSpeed-Chat builds one)
     worked_around: frozenset[str] = frozenset()  # findings whose workaround the user applies (their ids)
 
     @classmethod
@@ -92,6 +93,7 @@ def covers(scope: Scope, setup: Setup) -> bool:
         and (last is None or version <= version_tuple(last))
         and (scope.when is None or (setup.model_config is not None and scope.when(setup.model_config)))
         and (scope.engine_generate is None or scope.engine_generate == setup.engine_generate)
+        and (scope.second_engine is None or scope.second_engine == setup.second_engine)
         and (scope.order is None or setup.order != DS_CHAT_ORDER)
     )
 

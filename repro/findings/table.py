@@ -219,6 +219,7 @@ def where(scope: Scope) -> str:
         "data_parallel": ("more ranks than inference_tp_size", "ranks = inference_tp_size"),
         "tp_divides_ranks": ("ranks a multiple of inference_tp_size", "inference_tp_size not dividing the ranks"),
         "engine_generate": ("`engine.generate()`", "`module.generate()`"),
+        "second_engine": ("a second Hybrid Engine model in the process", "one Hybrid Engine model per process"),
     }
     parts += [flags[axis][0 if getattr(scope, axis) else 1] for axis in flags if getattr(scope, axis) is not None]
     if scope.min_ranks > 1:

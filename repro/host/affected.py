@@ -63,6 +63,7 @@ class Request:
     pin: bool = True
     left_pad: bool = True
     engine_generate: bool = False
+    second_engine: bool = False  # a second Hybrid Engine model built in the same process
     run: Path | None = None  # measure the setup too, into this new directory
     device: str = "gpu"  # where the user runs: the answer leads with that device's outcome
 
@@ -156,7 +157,7 @@ def resolve(req: Request) -> tuple[Setup, str, bool]:
                          f"divides {heads}")  # fmt: skip
     setup = Setup(arch=arch, zero=req.zero, lora=req.lora, transformers=version, tp=req.tp, mpu=req.mpu,
                   pin=req.pin, left_pad=req.left_pad, ranks=req.ranks, dtype=req.dtype, model_config=config,
-                  engine_generate=req.engine_generate)  # fmt: skip
+                  engine_generate=req.engine_generate, second_engine=req.second_engine)  # fmt: skip
     return setup, model_type, served
 
 
@@ -165,6 +166,12 @@ def basis(setup: Setup, said: Answer, cells: list[dict] | None) -> str:
     (the conformance suite's, then the sweep's), or a deciding finding's issue script run there
     (results/reference/affected-releases); otherwise it is inferred from the registry's ranges, and the nearest
     measured releases are named."""
+    # No cell builds a second Hybrid Engine model in its process: what decides there is measured by its script alone.
+    apart = [f for f in said.deciding if isinstance(f, Finding) and all(s.second_engine for s in f.scopes)]
+    if apart:
+        runs = ", ".join(f"{' '.join((sc.file, *sc.args))} on Transformers {sc.transformers or pinned()}"
+                         for sc in apart[0].scripts)  # fmt: skip
+        return f"measured on CPU by {runs}; no cell builds a second Hybrid Engine model"
     minor = version_tuple(setup.transformers)[:2]
     ran = sorted({c["transformers"] for c in cells or () if c["build"] == "released" and c["arch"] == setup.arch},
                  key=version_tuple)  # fmt: skip
@@ -234,6 +241,7 @@ def describe(setup: Setup) -> str:
         "pinned" if setup.pin else "pin_parameters false",
         "left-padded prompts" if setup.left_pad else "unpadded prompts",
         "engine.generate()" if setup.engine_generate else "module.generate() (DeepSpeed-Chat)",
+        *(["a second Hybrid Engine model in the process"] if setup.second_engine else []),
     ]
     return ", ".join(parts)
 

@@ -217,3 +217,13 @@ def test_a_crash_in_initialize_decides_alone_and_the_series_refuses_it_before_an
     assert native.outcome == SILENTLY_OFF and native.with_series == REFUSED
     dividing = answer(Setup(arch="opt", zero=3, lora=False, transformers="4.48.3", tp=2, ranks=4))
     assert "tp-world-size" not in {f.id for f in (*dividing.deciding, *dividing.behind)}
+
+
+def test_a_second_hybrid_engine_model_in_the_process_crashes_and_one_model_is_not_hit():
+    """`two-engines` hits only a process that builds a second Hybrid Engine model (DeepSpeed-Chat builds one), for
+    every architecture whose layers keep their keys and values in DeepSpeed's workspace: not BLOOM."""
+    said = answer(setup(zero=2, transformers="4.48.3", second_engine=True))
+    assert said.outcome == CRASH and [f.id for f in said.deciding] == ["two-engines"] and said.with_series == FIXED
+    assert answer(setup(zero=2, transformers="4.48.3")).outcome == CORRECT
+    bloom = answer(setup(arch="bloom", zero=2, transformers="4.43.4", second_engine=True))
+    assert "two-engines" not in {f.id for f in (*bloom.deciding, *bloom.behind)}

@@ -46,6 +46,19 @@ def test_opt_1_3b_on_its_engaged_transformers_freezes_its_head_and_on_newer_runs
     assert "HYBRID ENGINE OFF" in out and "opt-cache-native" in out
 
 
+def test_a_second_hybrid_engine_model_in_the_process_is_answered_from_its_script(capsys):
+    """No cell builds two Hybrid Engine models in one process: `two-engines` decides, measured by its script, and one
+    model per process is the plan offered."""
+    assert main(["affected", "--arch", "llama", "--zero", "2", "--transformers", "4.48.3", "--second-engine"]) == 0
+    out = capsys.readouterr().out
+    assert "a second Hybrid Engine model in the process." in out.splitlines()[0]
+    assert "CRASHES (measured on CPU by two_engines.py on Transformers 4.48.3" in out
+    assert "because `0039` two-engines" in out
+    assert "  - one Hybrid Engine model per process (a new process for the next one); record each" in out
+    main(["affected", "--arch", "llama", "--zero", "2", "--transformers", "4.48.3"])
+    assert "two-engines" not in capsys.readouterr().out  # one Hybrid Engine model per process: not hit
+
+
 def test_a_model_without_a_policy_gets_an_answer_from_deepspeeds_list(tmp_path, capsys):
     path = _config(tmp_path, model_type="qwen2", hidden_size=896, num_attention_heads=14, num_key_value_heads=2)
     assert main(["affected", "--config", str(path), "--zero", "3", "--lora"]) == 0

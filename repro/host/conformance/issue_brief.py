@@ -41,14 +41,41 @@ def _names(cell: dict, finding: Finding) -> bool:
 def brief(data: dict, bug: str, meta: dict) -> str:
     """The short text for the finding the diagnosis `bug` names."""
     finding: Finding = meta["finding"]
-    scripts = issue_scripts.scripts_of(meta["file"]) or []
-    invocations = [inv for inv in releases.invocations() if inv.script in scripts]
-    released_runs = [r for r in (releases.load() or {}).get("runs", []) if r["release"] == "0.19.8"]
-    proof = _proof()
     measured = [c for c in data["cells"] if "error" not in c and c["build"] == "released"]
     shown = [c for c in measured if _names(c, finding)]
     if not any(_names(c, finding) for c in data["cells"] if "error" not in c):
         return f"# {bug}\n\nNo measured cell shows it; nothing to report.\n"
+    lines = _head(meta)
+    if shown:
+        lines += ["| model, scenario | ZeRO | ranks | what the Hybrid Engine did |", "|---|---|---|---|"]
+        lines += [f"| {labels.where(c)} | {c['zero_stage']} | {c['world_size']} | {c['diagnosis'][0][:150]} |"
+                  for c in shown[:ROWS]]  # fmt: skip
+        if len(shown) > ROWS:
+            lines.append(f"| and {len(shown) - ROWS} more cells (appendix) | | | |")
+    else:
+        lines.append("No released cell shows it alone: another bug comes first there (the appendix has the cells of "
+                     "the series without this patch). The script above shows it on released DeepSpeed.")  # fmt: skip
+    return "\n".join(lines + _tail(meta, "Every cell, the script's source"))
+
+
+def scripted(meta: dict) -> str:
+    """The short text of a finding no conformance cell can show (issue_texts.SCRIPTED): its script is the evidence."""
+    lines = _head(meta) + [f"{NO_CELL} The script's run: {meta['measured']}."]
+    return "\n".join(lines + _tail(meta, "The script's source"))
+
+
+# Why a scripted finding's text has no cells: the suite builds one Hybrid Engine model per process.
+NO_CELL = ("No conformance cell can show it: the suite runs each cell in a process of its own, with one Hybrid Engine "
+           "model.")  # fmt: skip
+
+
+def _head(meta: dict) -> list[str]:
+    """The text down to the measurements: the bug, who is hit, the script's commands and what it prints."""
+    finding: Finding = meta["finding"]
+    scripts = issue_scripts.scripts_of(meta["file"]) or []
+    invocations = [inv for inv in releases.invocations() if inv.script in scripts]
+    released_runs = [r for r in (releases.load() or {}).get("runs", []) if r["release"] == "0.19.8"]
+    proof = _proof()
     # one outcome per cause where a finding's causes differ (its scopes' own outcome)
     split = any(scope.outcome and scope.outcome != finding.outcome for scope in finding.scopes)
     where = "; ".join(table.where(scope) + (f": {scope.outcome or finding.outcome}" if split else "")
@@ -82,36 +109,33 @@ def brief(data: dict, bug: str, meta: dict) -> str:
               "one DeepSpeed's own PyTorch fallbacks, completed by the patched wheel." if own else
               "PyTorch stand-ins ran in their place (`repro/rank/fallbacks.py`, in our repository).")
            + " On a GPU the compiled kernels run instead.")  # fmt: skip
-    lines += [
+    return lines + [
         "```",
         f"{cpu} {meta['context']}",
         "",
         "**Released DeepSpeed, measured** (tiny models, random weights, CPU):",
         "",
     ]
-    if shown:
-        lines += ["| model, scenario | ZeRO | ranks | what the Hybrid Engine did |", "|---|---|---|---|"]
-        lines += [f"| {labels.where(c)} | {c['zero_stage']} | {c['world_size']} | {c['diagnosis'][0][:150]} |"
-                  for c in shown[:ROWS]]  # fmt: skip
-        if len(shown) > ROWS:
-            lines.append(f"| and {len(shown) - ROWS} more cells (appendix) | | | |")
-    else:
-        lines.append("No released cell shows it alone: another bug comes first there (the appendix has the cells of "
-                     "the series without this patch). The script above shows it on released DeepSpeed.")  # fmt: skip
+
+
+def _tail(meta: dict, appendix: str) -> list[str]:
+    """The text from the release history on: the cause, the fix and its test, where the rest is."""
+    finding: Finding = meta["finding"]
+    scripts = issue_scripts.scripts_of(meta["file"]) or []
+    lines = []
     said = releases.sentence(releases.load(), [s.fixed_by for s in scripts])
     if said:
         lines += ["", said]
     tests = " ".join(f"`tests/{t}`" for t in finding.tests)
-    lines += [
+    return lines + [
         "",
         f"**Cause**: {meta['cause']}",
         "",
         f"**Fix**: {meta['fix']} Its test, {tests}, fails on 0.19.8 and passes with the patch.",
         "",
-        f"Every cell, the script's source, `ds_report` and system info: `{appendix_name(meta['file'])}`.",
+        f"{appendix}, `ds_report` and system info: `{appendix_name(meta['file'])}`.",
         "",
     ]
-    return "\n".join(lines)
 
 
 def _reported(finding: Finding) -> list[str]:

@@ -197,6 +197,18 @@ ISSUES = {
     if f.table is not None
 }
 
+# The findings no conformance cell can show, with an issue text of their own: each cell runs in a process of its own,
+# with one Hybrid Engine model (`two-engines` needs a second in one process). Their text rests on their script alone
+# (issue_brief.scripted, scripted_text).
+SCRIPTED = {
+    f.id: {"finding": f, **prose.of(f.id), "file": f.text}
+    for f in findings.FINDINGS
+    if f.table is None
+    and f.text
+    and f.text.startswith("ISSUE-")
+    and f.text not in {meta["file"] for meta in ISSUES.values()}
+}
+
 
 NEOX_PREREQUISITE = (
     "Prerequisite: with current Transformers (4.57 here), GPT-NeoX injection fails before this bug is reached, in "
@@ -294,6 +306,49 @@ def issue_text(data: dict, bug: str) -> str:
     )
 
 
+def scripted_text(data: dict, meta: dict) -> str:
+    """The upstream issue text of a finding no cell can show (SCRIPTED), in DeepSpeed's bug template: its script, run
+    on the versions the run's cells ran on, is the evidence."""
+    measured = [c for c in data["cells"] if "error" not in c]
+    pinned = next((c for c in measured if c.get("transformers", PINNED) == PINNED), measured[0])
+    ds, v = pinned["deepspeed"]["version"], pinned["versions"]
+    script_transformers = next(
+        (s.transformers for s in issue_scripts.scripts_of(meta["file"]) if s.transformers), None
+    )
+    return "\n".join(
+        [
+            f"# [BUG] {meta['title']}",
+            "",
+            "**Describe the bug**",
+            meta["cause"],
+            "",
+            f"{issue_brief.NO_CELL} Measured with the script below: {meta['measured']}.",
+            "",
+            "**To Reproduce**",
+            *issue_scripts.section(
+                meta["file"],
+                f"DeepSpeed {ds}, torch {v['torch']}, Transformers {script_transformers or v['transformers']}",
+            ),
+            "",
+            "**Expected behavior**",
+            meta["fix"],
+            "",
+            f"**ds_report output** (`{evidence.ds_report_command(data)}`, taken by the run):",
+            "```",
+            data.get("ds_report", "not recorded by this run"),
+            "```",
+            "",
+            "**System info**",
+            *evidence.system_info(data, v.get("python", "not recorded"), v["torch"], v["transformers"], ds),
+            "",
+            "**Additional context**",
+            f"{evidence.scope(data).split(':')[0]}. {meta['context']}",
+            *_affected(meta["file"]),
+            "",
+        ]
+    )
+
+
 def _affected(file: str) -> list[str]:
     """The committed run of the text's script on each DeepSpeed release (affected_releases), as a paragraph."""
     said = releases.sentence(releases.load(), [s.fixed_by for s in issue_scripts.scripts_of(file)])
@@ -317,3 +372,6 @@ def write(out: Path, data: dict) -> None:
     for bug, meta in ISSUES.items():
         (out / issue_brief.appendix_name(meta["file"])).write_text(issue_text(data, bug))
         (out / meta["file"]).write_text(issue_brief.brief(data, bug, meta))
+    for meta in SCRIPTED.values():
+        (out / issue_brief.appendix_name(meta["file"])).write_text(scripted_text(data, meta))
+        (out / meta["file"]).write_text(issue_brief.scripted(meta))

@@ -43,3 +43,17 @@ def test_a_table_without_columns_or_with_other_paths_or_sentences_is_refused():
                 "table": IssueTable(lambda c: True, ("crash",), INJECTION, sentence=3),
             }
         )
+
+
+def test_a_finding_no_cell_can_show_has_a_text_from_its_script_alone():
+    """`two-engines` needs two Hybrid Engine models in one process, and each cell runs in a process of its own: its
+    text says so and carries its script's command, the cause and the fix, with no table of cells."""
+    from repro.host.conformance import issue_brief
+
+    assert list(issue_texts.SCRIPTED) == ["two-engines"]
+    brief = issue_brief.scripted(issue_texts.SCRIPTED["two-engines"])
+    test = "tests/unit/hybrid_engine/test_hybrid_engine_two_engines.py"
+    command = "deepspeed --num_gpus 1 two_engines.py"
+    for part in (issue_brief.NO_CELL, command, "**Cause**", "**Fix**", test, "ISSUE-two-engines.appendix.md"):
+        assert part in brief, part
+    assert "| model, scenario |" not in brief

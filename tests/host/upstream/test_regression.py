@@ -219,6 +219,8 @@ EXPECTED_FAILURES = {
         f"TestHybridEngineTrainableParameters::test_initialize_leaves_training_parameters_as_they_were[{case}]": A
         for case in ("False-2", "False-3", "True-2", "True-3")
     },
+    # the second Hybrid Engine's layers are numbered after the first's and index its workspace past its entries
+    "0039": {"TestHybridEngineTwoEngines::test_a_second_engine_generates_as_its_own_model": "IndexError"},
 }
 
 
@@ -288,7 +290,7 @@ def test_every_test_passes_with_the_whole_series():
     assert result["outcome"] == "pass", result.get("error", "") + result["output_tail"]
     skipped = {name for name, kind in result["tests"].items() if kind == regression.SKIPPED}
     assert skipped == SKIPPED_ON_PINNED  # the end-to-end tests of a model the pinned Transformers does not inject
-    assert len(result["tests"]) == 148 and set(result["tests"].values()) == {"passed", regression.SKIPPED}
+    assert len(result["tests"]) == 149 and set(result["tests"].values()) == {"passed", regression.SKIPPED}
 
 
 def test_each_patch_is_proven_on_its_prerequisites_without_and_with_it_and_builds_are_shared():
