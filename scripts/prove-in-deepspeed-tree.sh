@@ -92,10 +92,21 @@ tree() {  # a copy of the checkout's tracked files that DeepSpeed and its tests 
 tests_of() {  # the test files the series adds
   grep -h '^+++ b/tests/' "${patches[@]}" | sed 's|^+++ b/||' | sort -u
 }
-run() {  # $1: tree; the summary line, then each test that did not pass
-  local out
-  out=$(cd "$1/tests" && PYTHONPATH="$1:$repo" "$python" -m pytest -q -rfE --color=no -p no:cacheprovider \
-    "${@:2}" 2>&1 | sed 's/\x1b\[[0-9;]*m//g')
+# DeepSpeed's test runner (its pytest, pytest-forked, pytest-xdist), beside .venv: constraints/deepspeed-tests.txt
+ds_pytest=${DS_PYTEST:-$repo/build/ds-pytest}
+if [ ! -f "$ds_pytest/.installed" ]; then
+  "$python" -m pip install -q --no-deps --target "$ds_pytest" -r "$repo/constraints/deepspeed-tests.txt" \
+    || { echo "error: cannot install DeepSpeed's test runner (constraints/deepspeed-tests.txt) into $ds_pytest" >&2; exit 2; }
+  touch "$ds_pytest/.installed"
+fi
+run() {  # $1: tree; the summary line, then each test that did not pass. As DeepSpeed's CPU workflow runs its unit
+  # tests (cpu-torch-latest.yml: pytest --forked -n 4, DeepSpeed's pytest); PYTEST_WORKERS=0: one process, unforked.
+  # One OpenMP thread: a rank forked after a parallel torch op can wait forever in libgomp.
+  local out workers=${PYTEST_WORKERS:-4} how=()
+  [ "$workers" = 0 ] || how=(--forked -n "$workers")
+  out=$(cd "$1/tests" && OMP_NUM_THREADS=1 PYTHONPATH="$ds_pytest:$1:$repo" "$python" -m pytest -q -rfE --color=no \
+    -p no:cacheprovider \
+    "${how[@]}" "${@:2}" 2>&1 | sed 's/\x1b\[[0-9;]*m//g')
   echo "$out" | tail -n 1
   echo "$out" | grep -E '^(FAILED|ERROR) ' | sed 's/^/    /' || true
 }

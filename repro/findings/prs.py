@@ -38,6 +38,8 @@ class PullRequest:
     changes: str = ""
     tests: tuple[str, ...] = ()
     bug_errors: tuple[str, ...] = ()
+    # Outside the series: how its tests ran, where it differs from 01's (its fallbacks against Transformers' modules).
+    ran: str = ""
 
     @property
     def patches(self) -> tuple[str, ...]:
@@ -47,21 +49,21 @@ class PullRequest:
 PRS: tuple[PullRequest, ...] = (
     PullRequest(
         "inference-fallbacks",
-        "transformer_inference: complete the PyTorch fallbacks, and take them where the op cannot be built (CPU)",
+        "transformer_inference: complete the PyTorch fallbacks",
         (),
-        "kernel injection and the Hybrid Engine then run every model they serve on accelerators without the "
-        "kernels (ROCm in bf16 from 0.18.4, CPU), and the Hybrid Engine's tests can compare with Transformers on "
-        "DeepSpeed's CPU runners",
-        breaks="Where the `transformer_inference` op has no kernel, the op bindings take their PyTorch fallbacks: "
-        "on ROCm in bf16 (DeepSpeed >= 0.18.4 builds no bf16 kernels there) and, once the op can be skipped, on "
-        "CPU. As released, those fallbacks crash or compute something else than the kernels for every model "
-        "kernel injection serves: GPT-NeoX's and Llama's rotary (TypeError, and GPT-NeoX's whole head would turn), "
-        "grouped-query attention (the fused QKV split into equal thirds, not by num_kv as the kernel splits it), "
-        "GPT-J's rotary (skipped), the ALiBi layer scale (AttributeError), BLOOM's ALiBi (the first sequence's rows "
-        "for every sequence), GPT-Neo's local attention (ignored), GPT-NeoX's parallel-residual MLP "
-        "(NotImplementedError), OPT's ReLU (GELU applied), GPT-J's MLP (\"mat1 and mat2 shapes cannot be "
-        "multiplied\"), post-LayerNorm OPT's QKV (NotImplementedError); on CPU no injected layer can be built "
-        "(`InferenceBuilder().load()` raises ValueError). The compiled kernels are not touched",
+        "kernel injection and the Hybrid Engine then compute every model they serve where the op has no kernel "
+        "(ROCm in bf16 from 0.18.4; CPU with fallbacks-without-op), and the Hybrid Engine's tests can compare with "
+        "Transformers on DeepSpeed's CPU runners",
+        breaks="Where the `transformer_inference` op has no kernel, the op bindings take their PyTorch fallbacks: on "
+        "ROCm in bf16 (DeepSpeed >= 0.18.4 builds no bf16 kernels there) and, once the op can be skipped "
+        "(fallbacks-without-op), on CPU. As released, those fallbacks crash or compute something else than "
+        "the kernels for every model kernel injection serves: GPT-NeoX's and Llama's rotary (TypeError, and "
+        "GPT-NeoX's whole head would turn), grouped-query attention (the fused QKV split into equal thirds, "
+        "not by num_kv as the kernel splits it), GPT-J's rotary (skipped), the ALiBi layer scale "
+        "(AttributeError), BLOOM's ALiBi (the first sequence's rows for every sequence), GPT-Neo's local "
+        "attention (ignored), GPT-NeoX's parallel-residual MLP (NotImplementedError), OPT's ReLU (GELU "
+        "applied), GPT-J's MLP (\"mat1 and mat2 shapes cannot be multiplied\"), post-LayerNorm OPT's QKV "
+        "(NotImplementedError). The compiled kernels are not touched",
         tests=("unit/ops/transformer/inference/test_fallbacks.py",),
         bug_errors=("TypeError", "NotImplementedError", "RuntimeError", "ValueError"),
     ),
@@ -329,6 +331,23 @@ PRS: tuple[PullRequest, ...] = (
             "built before it captured hold that workspace's addresses, so that engine's graphs must not be replayed "
             "after it (read, not run; 0.19.8 already refuses graphs with release_inference_cache for the same reason)"
         ),
+    ),
+    PullRequest(
+        "fallbacks-without-op",
+        "transformer_inference: take the PyTorch fallbacks where the op cannot be built (CPU)",
+        (),
+        "kernel injection and the Hybrid Engine can then build their layers where the op cannot be built (CPU), "
+        "so that their tests run on DeepSpeed's CPU runners instead of skipping",
+        breaks="On an accelerator that cannot build the `transformer_inference` op (CPU: `InferenceBuilder().load()` "
+        "raises ValueError), no op binding, and so no layer of kernel injection or of the Hybrid Engine, can be "
+        "built, although every op binding has a PyTorch fallback that it takes where the op's module lacks a "
+        "function. With this change alone the fallbacks run as released, which several models' layers need "
+        "completed first (inference-fallbacks)",
+        tests=("unit/ops/transformer/inference/test_base_op.py",),
+        bug_errors=("ValueError",),
+        ran="(run on CPU; the tests make the builder's load() raise ValueError as the CPU accelerator's does, so they "
+        "run on any accelerator). Where the compiled op loads, BaseOp takes it as before, so nothing changes on a "
+        "GPU; not run on a GPU or an AMD host.",
     ),
 )
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ... import findings, results
 from ...findings import reports
-from ...findings.prs import PRS, PullRequest, by_slug, directory, required, tested_with
+from ...findings.prs import OUTSIDE_SERIES, PRS, PullRequest, by_slug, directory, required, tested_with
 from .cost_reports import cache_memory, lora_section, tp_section
 from .pr_files import MASTER, PRIMARY, PRS_DIR, pr_patches
 
@@ -109,7 +109,11 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
                   "though its code does not use them, so the pull requests apply in this order.", ""]  # fmt: skip
     if tested_with(pr):
         why = " (on CPU runners, where no kernel builds an injected layer: on a GPU the kernels run)"
-        tests = [directory(p) + (why if not p.findings and p.slug in pr.test_needs else "") for p in tested_with(pr)]
+        # On CPU the fallbacks take every pull request outside the series (their completion, and BaseOp taking them)
+        cpu = [p for p in tested_with(pr) if not p.findings and p.slug in pr.test_needs]
+        cpu += [p for p in OUTSIDE_SERIES if cpu and p not in cpu and p != pr]
+        tests = [directory(p) for p in tested_with(pr) if p not in cpu]
+        tests += [" and ".join(directory(p) for p in cpu) + why] if cpu else []
         lines += [f"**Its tests run with:** {', '.join(tests)} applied beneath it; none of its code needs them.", ""]
     lines += [f"**Builds on:** {pr.builds_on}.", ""] if pr.builds_on else []
     lines += ["## What breaks, for whom", ""]
@@ -137,6 +141,7 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
     answers = "; ".join(filter(None, [", ".join(refs), reported])) or "no upstream issue names these bugs"
     lines += ["", "## Closes or answers", "", answers, ""]
     on = [directory(p) for p in tested_with(pr) if not p.findings and p.slug in pr.test_needs]  # its end-to-end test's
+    on += [directory(p) for p in OUTSIDE_SERIES if on and directory(p) not in on and p != pr]
     ran = (
         f"(run on CPU with gloo: the end-to-end test through the injected layers on DeepSpeed's own PyTorch "
         f"fallbacks, completed by {', '.join(on)}). These commits have not run on a GPU or an AMD host: their GPU "
@@ -146,7 +151,8 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
         "replaces it with a small PyTorch module, as the test says). These commits have not run on a GPU or an AMD "
         "host: their GPU cost is not measured."
         if pr.findings
-        else "(run on CPU: DeepSpeed's own fallbacks compared with Transformers' modules). "
+        else pr.ran
+        or "(run on CPU: DeepSpeed's own fallbacks compared with Transformers' modules). "
         "Where the compiled op loads, every op binding takes its kernel as before, so nothing changes on a GPU; "
         "not run on a GPU or an AMD host (ROCm in bf16, which takes these fallbacks, included)."
     )
