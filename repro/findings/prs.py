@@ -136,7 +136,8 @@ PRS: tuple[PullRequest, ...] = (
         graphs=(
             "0.19.8 refuses CUDA graphs with `inference_tp_size > 1` and under ZeRO-3 "
             "(`validate_cuda_graph_support`, runtime/hybrid_engine_graph.py), so none of this code runs under"
-            " a replay; the tensor-parallel weights it makes at each generate() rely on that refusal"
+            " a replay; the tensor-parallel weights it makes at each generate() (non-pinned ZeRO-3: at each layer's"
+            " forward) rely on that refusal"
         ),
     ),
     PullRequest(

@@ -24,59 +24,88 @@ def tp_setup(run: dict) -> str:
 def tp_section(result: dict) -> str:
     """A pull request's cost section: the setup, what the fix trades on each ZeRO path, the table."""
     run = result["runs"][0]
-    return (f"{tp_setup(run)}, prompt {run['prompt_tokens']} and {run['new_tokens']} new tokens, with the whole "
-            "series, on each ZeRO path generate() takes (CPU evidence: PyTorch stand-ins for the kernels, gloo; not "
-            f"measured on a GPU). {tp_trades(result)}\n\n{tp_table(result)}")  # fmt: skip
+    return (f"{tp_setup(run)}, prompt {run['prompt_tokens']} and {run['new_tokens']} new tokens, on each ZeRO path "
+            "generate() takes, with this pull request at inference_tp_size 1 and 2 and without it at 1, in one run "
+            "(CPU evidence: PyTorch stand-ins for the kernels, gloo; not measured on a GPU). "
+            f"{tp_trades(result)}\n\n{tp_table(result)}")  # fmt: skip
+
+
+def _with_it(run: dict) -> bool:
+    return run.get("build", "whole series") == "whole series"
 
 
 def tp_trades(result: dict) -> str:
     """What the fix trades on each ZeRO path, in words, from the measured runs (inference_tp_size 1 against 2)."""
-    by = {(r["zero_stage"], r["pin_parameters"], r["inference_tp_size"]): r for r in result["runs"]}
+    by = {(r["zero_stage"], r["pin_parameters"], r["inference_tp_size"], _with_it(r)): r for r in result["runs"]}
 
     def mib(run: dict, key: str = "held_during_generate_bytes") -> str:
         return f"{run[key] / 2**20:.1f} MiB"
 
+    def peak(run: dict) -> str:
+        return mib(run, "layer_weights_peak_bytes")
+
+    def secs(run: dict, key: str = "generate_median_s") -> str:
+        return f"{run[key]:.3f} s"
+
     pinned, unpinned, zero2 = ((z, p) for z, p in PATHS)
-    one, two = by[(*pinned, 1)], by[(*pinned, 2)]
+    one, two = by[(*pinned, 1, True)], by[(*pinned, 2, True)]
+    layers = two.get("tp_gather_partition_size", "")
     said = [
         f"Pinned ZeRO-3 (DeepSpeed-Chat's): at tp 2 each rank holds {mib(two)} of slices while it generates, "
-        f"where tp 1 holds every layer gathered ({mib(one)})."
+        f"where tp 1 holds every layer gathered ({mib(one)}); copying the slices out of the gathered layers peaks at "
+        f"{peak(two)} (tp_gather_partition_size {layers}: {layers} layers gathered at a time; fewer lower the peak), "
+        f"where tp 1 peaks at {peak(one)}."
     ]
-    one, two = by[(*unpinned, 1)], by[(*unpinned, 2)]
+    one, two = by[(*unpinned, 1, True)], by[(*unpinned, 2, True)]
     said.append(
-        f"Non-pinned ZeRO-3 trades memory for working generation: at tp 2 each rank holds its slice of every "
-        f"layer for the whole generate ({mib(two)}), where tp 1 gathers one layer at a time ({mib(one)} at "
-        "most). As released, tp 2 without an mpu crashes in the ZeRO-2 and pinned ZeRO-3 cells of the conformance "
-        "suite (`tensor-parallel`); non-pinned it is not measured as released."
+        "Non-pinned ZeRO-3 holds a layer's weights for its forward only, at tp 2 as at tp 1: at tp 2 the layer "
+        f"that runs holds its slices ({mib(two)}), copied out while one weight at a time is gathered, so the "
+        f"layers' weights alive on a rank peak at {peak(two)}, where tp 1 gathers the layer whole ({peak(one)}). "
+        f"Copying the slices at every forward, generate takes {secs(two)} against {secs(one)} at tp 1."
     )
-    one, two = by[(*zero2, 1)], by[(*zero2, 2)]
+    one, two = by[(*zero2, 1, True)], by[(*zero2, 2, True)]
     copied = mib(two, "copied_during_generate_bytes")
     said.append(
-        f"ZeRO-2: at tp 2 each rank copies its slices ({copied}) beside the "
-        f"whole training weights at every generate() and frees them after it (generate "
-        f"{two['generate_median_s']:.3f} s against {one['generate_median_s']:.3f} s at tp 1). They are not kept "
-        "between generates on purpose: in DeepSpeed-Chat's loop each generate follows an optimizer step, which "
-        "changes the weights, so every slice must be copied again anyway; kept, they would save their allocation "
-        "(and their copy only where generates follow each other with no step between) while holding "
-        f"{copied} per rank (1 / inference_tp_size of the layers' weights) through "
-        "every training step, beside the whole weights ZeRO-2 keeps on every rank. DeepSpeed's own tensor-parallel "
-        "path (pinned ZeRO-3 with an mpu) is laid out the same way, apply_tensor_parallelism() at every generate() "
-        "and release_memory() after it, though as released it neither copies (the layer holds the training "
-        "weights themselves) nor frees (release_memory() rebinds local names); this change makes both happen."
+        f"ZeRO-2: at tp 2 each rank copies its slices ({copied}) beside the whole training weights at every "
+        f"generate() and frees them after it: the copy, and all else before the model generates, takes "
+        f"{secs(two, 'up_front_median_s')} of the generate's {secs(two)}; the rest is tensor-parallel generation "
+        f"itself (its all-reduces here over gloo), where tp 1 generates in {secs(one)}. They are not "
+        "kept between generates on purpose: in DeepSpeed-Chat's loop each generate follows an optimizer step, which "
+        "changes the weights, so every slice must be copied again anyway; kept, they would save only their "
+        f"allocation while holding {copied} per rank (1 / inference_tp_size of the layers' weights) through every "
+        "training step, beside the whole weights ZeRO-2 keeps on every rank."
     )
+    said.append(
+        "DeepSpeed's own tensor-parallel path (pinned ZeRO-3 with an mpu) is left as it is: "
+        "apply_tensor_parallelism() at every generate() copies into what its layers hold (at the first, the training "
+        "weights themselves), and nothing is released after it (release_memory(), which rebound local names only, "
+        "is not called there)."
+    )
+    without = [r for r in result["runs"] if not _with_it(r)]
+    if without:
+        pairs = [(by[(r["zero_stage"], r["pin_parameters"], 1, True)], r) for r in without]
+        same = "; ".join(f"{path_of(w['zero_stage'], w['pin_parameters'])}: peak {peak(w)} and {peak(r)}, generate "
+                         f"{secs(w)} and {secs(r)}" for w, r in pairs)  # fmt: skip
+        said.append(f"At tp 1 it runs none of this code: with it and without, the same memory, and times apart by "
+                    f"the noise of the shared 2-core machine they ran on ({same}). As released, tp 2 without an "
+                    "mpu cannot generate on any of the three paths (this pull request's tests).")  # fmt: skip
     return " ".join(said)
 
 
 def tp_table(result: dict) -> str:
-    lines = ["| ZeRO | inference_tp_size | layer weights held per rank while generating | of the layers' weights | "
-             "of which copied beside the training weights | generate, median of 5 |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| ZeRO | inference_tp_size | this pull request | layer weights held per rank while generating | "
+             "of the layers' weights | of which copied beside the training weights | layer weights alive per rank, "
+             "peak | generate, median of 5 | of which before the model generates |",
+             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for run in result["runs"]:
         held, whole = run["held_during_generate_bytes"], run["layer_weight_bytes"]
-        copied = run["copied_during_generate_bytes"]
-        lines.append(f"| {path_of(run['zero_stage'], run['pin_parameters'])} | {run['inference_tp_size']} | "
-                     f"{held / 2**20:.1f} MiB | {held / whole:.2f} | {copied / 2**20:.1f} MiB | "
-                     f"{run['generate_median_s']:.3f} s |")  # fmt: skip
+        copied, alive = run["copied_during_generate_bytes"], run.get("layer_weights_peak_bytes")
+        cells = [path_of(run["zero_stage"], run["pin_parameters"]), str(run["inference_tp_size"]),
+                 "with" if _with_it(run) else "without", f"{held / 2**20:.1f} MiB", f"{held / whole:.2f}",
+                 f"{copied / 2**20:.1f} MiB", "-" if alive is None else f"{alive / 2**20:.1f} MiB",
+                 f"{run['generate_median_s']:.3f} s",
+                 "-" if "up_front_median_s" not in run else f"{run['up_front_median_s']:.3f} s"]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

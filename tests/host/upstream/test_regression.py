@@ -92,7 +92,10 @@ EXPECTED_FAILURES = {
             f"TestHybridEngineTensorParallelWithoutMpu::test_each_rank_generates_with_its_slice[{case}]": A
             for case in ("2-True", "3-True", "3-False")
         },
-        "TestHybridEngineTensorParallelGenerate::test_generate_computes_the_model": "RuntimeError",
+        **{
+            f"TestHybridEngineTensorParallelGenerate::test_generate_computes_the_model[{case}]": "RuntimeError"
+            for case in ("2-True", "3-True", "3-False")
+        },
     },
     "0013": {
         f"TestHybridEngineWithoutContainers::test_engine_generate_runs_the_models_generate[{stage}]": "AttributeError"

@@ -35,13 +35,22 @@ HIDDEN = HEADS * HEAD_SIZE
 
 
 class InferenceLayerStub(torch.nn.Module):
-    """Stands in for DeepSpeedGPTInference: takes the weights the Hybrid Engine hands it, loads no kernel."""
+    """Stands in for DeepSpeedGPTInference: takes the weights the Hybrid Engine hands it, loads no kernel, and
+    records what it holds when it runs."""
 
     def __init__(self, config, mp_group=None):
         super().__init__()
         self.config = config
         self.attention = torch.nn.Module()
         self.mlp = torch.nn.Module()
+        self.held = []
+        self.watch = None
+
+    def forward(self, hidden_states, *args, **kwargs):
+        self.held.append({name: weight.detach().clone() for name, weight in held_weights(self).items()})
+        if self.watch is not None:
+            self.watch()
+        return hidden_states
 
 
 def gpt_neox():
@@ -135,11 +144,15 @@ class TestHybridEngineTensorParallelWithoutMpu(DistributedTest):
             monkeypatch.setattr(gptneox, "DeepSpeedGPTInference", InferenceLayerStub)
             engine, *_ = initialize(model, zero_stage, pin_parameters)
         rank = deepspeed.comm.get_rank()
-        held = []
+        layers = engine.module.gpt_neox.layers
+        gathered = []  # which of a layer's training weights are gathered while it runs
+        for layer, container in zip(layers, engine._inference_containers):
+            container.module.watch = lambda layer=layer: gathered.append(
+                [name for name, (weight, _) in layer_weights(layer).items() if weight.numel() > 0])
 
         def model_generate(input_ids, attention_mask=None, **kwargs):
-            for container in engine._inference_containers:
-                held.append({name: weight.detach().clone() for name, weight in held_weights(container.module).items()})
+            for layer in layers:  # each layer's forward, as the Hybrid Engine has replaced it
+                layer.forward(torch.zeros(1, 1, HIDDEN, device=engine.device))
             return torch.cat([input_ids, input_ids[:, -1:]], dim=1)
 
         engine._generate = model_generate
@@ -148,10 +161,15 @@ class TestHybridEngineTensorParallelWithoutMpu(DistributedTest):
         out = engine.generate(prompt, attention_mask=torch.ones_like(prompt))
 
         assert out.tolist() == [[rank] * 4]
+        held = [held for container in engine._inference_containers for held in container.module.held]
         assert len(held) == len(expected)
         for layer_held, layer_expected in zip(held, expected):
             for name, (weight, share) in layer_expected.items():
                 assert torch.equal(layer_held[name], share(weight, rank).to(layer_held[name].device)), name
+        if zero_stage == 3 and not pin_parameters:
+            # As at inference_tp_size 1, the layer holds its weights for its forward only: its slices, without
+            # its training weights gathered whole beside them.
+            assert gathered == [[], []]
 
         # The training weights are given back as they were, and the layers hold them again, not the slices.
         engine.train()
@@ -183,12 +201,13 @@ def greedy(model, input_ids, lm_head):
 
 
 @pytest.mark.skipif(not inference_layers_available(), reason="This op had not been implemented on this system.")
+@pytest.mark.parametrize("zero_stage, pin_parameters", [(2, True), (3, True), (3, False)])
 class TestHybridEngineTensorParallelGenerate(DistributedTest):
     world_size = 2
 
     # End to end: with inference_tp_size 2 and no mpu (DeepSpeed-Chat), the Hybrid Engine's generate(), through the
     # injected layers (their kernels, or on CPU the PyTorch fallbacks) on each rank's slice, computes the model.
-    def test_generate_computes_the_model(self):
+    def test_generate_computes_the_model(self, zero_stage, pin_parameters):
         torch.manual_seed(0)
         config = transformers.GPTNeoXConfig(vocab_size=1024,
                                             hidden_size=256,
@@ -206,7 +225,7 @@ class TestHybridEngineTensorParallelGenerate(DistributedTest):
         input_ids = torch.arange(10, 74, device=device).unsqueeze(0)
         with torch.no_grad():
             expected_tokens, expected_logits = greedy(model, input_ids, model.get_output_embeddings())
-        engine, *_ = initialize(model, zero_stage=2, pin_parameters=True)
+        engine, *_ = initialize(model, zero_stage, pin_parameters)
 
         engine.eval()
         with torch.no_grad():
