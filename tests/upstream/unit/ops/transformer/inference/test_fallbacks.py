@@ -213,4 +213,3 @@ def test_linear(fallbacks):
 
     with torch.no_grad():
         assert torch.allclose(output, linear(hidden), atol=1e-6)
-
