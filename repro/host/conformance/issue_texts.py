@@ -309,9 +309,10 @@ def issue_text(data: dict, bug: str) -> str:
 def scripted_text(data: dict, meta: dict) -> str:
     """The upstream issue text of a finding no cell can show (SCRIPTED), in DeepSpeed's bug template: its script, run
     on the versions the run's cells ran on, is the evidence."""
-    measured = [c for c in data["cells"] if "error" not in c]
-    pinned = next((c for c in measured if c.get("transformers", PINNED) == PINNED), measured[0])
-    ds, v = pinned["deepspeed"]["version"], pinned["versions"]
+    measured = [c for c in data["cells"] if "error" not in c]  # a run whose every cell broke records no versions
+    pinned = next((c for c in measured if c.get("transformers", PINNED) == PINNED), measured[0] if measured else {})
+    ds = pinned.get("deepspeed", {}).get("version", "not recorded")
+    v = {key: "not recorded" for key in ("python", "torch", "transformers")} | pinned.get("versions", {})
     script_transformers = next(
         (s.transformers for s in issue_scripts.scripts_of(meta["file"]) if s.transformers), None
     )
@@ -339,7 +340,7 @@ def scripted_text(data: dict, meta: dict) -> str:
             "```",
             "",
             "**System info**",
-            *evidence.system_info(data, v.get("python", "not recorded"), v["torch"], v["transformers"], ds),
+            *evidence.system_info(data, v["python"], v["torch"], v["transformers"], ds),
             "",
             "**Additional context**",
             f"{evidence.scope(data).split(':')[0]}. {meta['context']}",
