@@ -290,18 +290,7 @@ def issue_text(data: dict, bug: str) -> str:
             "**Expected behavior**",
             f"{meta['fix']} " + (meta["fixed"](fixed) if "fixed" in meta else _fixed(fixed)),
             "",
-            f"**ds_report output** (`{evidence.ds_report_command(data)}`, taken by the run):",
-            "```",
-            data.get("ds_report", "not recorded by this run"),
-            "```",
-            "",
-            "**System info**",
-            *evidence.system_info(data, v.get("python", "not recorded"), v["torch"], v["transformers"], ds),
-            "",
-            "**Additional context**",
-            f"{evidence.scope(data).split(':')[0]}. {meta['context']}",
-            *_affected(meta["file"]),
-            "",
+            *_template_tail(data, meta, ds, v),
         ]
     )
 
@@ -334,20 +323,27 @@ def scripted_text(data: dict, meta: dict) -> str:
             "**Expected behavior**",
             meta["fix"],
             "",
-            f"**ds_report output** (`{evidence.ds_report_command(data)}`, taken by the run):",
-            "```",
-            data.get("ds_report", "not recorded by this run"),
-            "```",
-            "",
-            "**System info**",
-            *evidence.system_info(data, v["python"], v["torch"], v["transformers"], ds),
-            "",
-            "**Additional context**",
-            f"{evidence.scope(data).split(':')[0]}. {meta['context']}",
-            *_affected(meta["file"]),
-            "",
+            *_template_tail(data, meta, ds, v),
         ]
     )
+
+
+def _template_tail(data: dict, meta: dict, ds: str, v: dict) -> list[str]:
+    """DeepSpeed's bug template from `ds_report` on, the same for a text with cells and one with its script alone."""
+    return [
+        f"**ds_report output** (`{evidence.ds_report_command(data)}`, taken by the run):",
+        "```",
+        data.get("ds_report", "not recorded by this run"),
+        "```",
+        "",
+        "**System info**",
+        *evidence.system_info(data, v.get("python", "not recorded"), v["torch"], v["transformers"], ds),
+        "",
+        "**Additional context**",
+        f"{evidence.scope(data).split(':')[0]}. {meta['context']}",
+        *_affected(meta["file"]),
+        "",
+    ]
 
 
 def _affected(file: str) -> list[str]:

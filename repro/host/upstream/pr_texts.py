@@ -96,6 +96,13 @@ def _proven(pr: PullRequest) -> list[str]:
             f"commits, {passed} of {tests} pass with them."]  # fmt: skip
 
 
+def _cpu_fallbacks(pr: PullRequest) -> list[PullRequest]:
+    """What a test of the injected layers stands on where no kernel builds them (CPU): the pull requests outside the
+    series (the fallbacks' completion, and BaseOp taking them), where its test_needs names one of them; else none."""
+    named = [p for p in tested_with(pr) if not p.findings and p.slug in pr.test_needs]
+    return named + [p for p in OUTSIDE_SERIES if named and p not in named and p != pr]
+
+
 def render(pr: PullRequest, patches: list[Path]) -> str:
     """PR.md: what breaks for whom, the fix, the tests, the issues it closes, and what is CPU evidence."""
     found = [findings.by_id(f) for f in pr.findings]
@@ -109,9 +116,7 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
                   "though its code does not use them, so the pull requests apply in this order.", ""]  # fmt: skip
     if tested_with(pr):
         why = " (on CPU runners, where no kernel builds an injected layer: on a GPU the kernels run)"
-        # On CPU the fallbacks take every pull request outside the series (their completion, and BaseOp taking them)
-        cpu = [p for p in tested_with(pr) if not p.findings and p.slug in pr.test_needs]
-        cpu += [p for p in OUTSIDE_SERIES if cpu and p not in cpu and p != pr]
+        cpu = _cpu_fallbacks(pr)
         tests = [directory(p) for p in tested_with(pr) if p not in cpu]
         tests += [" and ".join(directory(p) for p in cpu) + why] if cpu else []
         lines += [f"**Its tests run with:** {', '.join(tests)} applied beneath it; none of its code needs them.", ""]
@@ -140,8 +145,7 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
     refs = sorted({r for f in found for r in f.upstream if not reports.mentioned(r, reported)})
     answers = "; ".join(filter(None, [", ".join(refs), reported])) or "no upstream issue names these bugs"
     lines += ["", "## Closes or answers", "", answers, ""]
-    on = [directory(p) for p in tested_with(pr) if not p.findings and p.slug in pr.test_needs]  # its end-to-end test's
-    on += [directory(p) for p in OUTSIDE_SERIES if on and directory(p) not in on and p != pr]
+    on = [directory(p) for p in _cpu_fallbacks(pr)]  # its end-to-end test's
     ran = (
         f"(run on CPU with gloo: the end-to-end test through the injected layers on DeepSpeed's own PyTorch "
         f"fallbacks, completed by {', '.join(on)}). These commits have not run on a GPU or an AMD host: their GPU "
