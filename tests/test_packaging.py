@@ -47,3 +47,20 @@ def test_the_wheel_installs_and_runs_outside_the_source_tree(tmp_path):
     assert console.returncode == 0
     answered = run("-m", "repro", "affected", "--arch", "llama", "--zero", "3", "--lora", "--transformers", "4.57.6")
     assert answered.returncode == 0 and "as released: CRASHES" in answered.stdout, answered.stderr
+
+
+@pytest.mark.proof
+def test_pip_install_dot_unconstrained_runs_the_main_job_to_its_verdict(tmp_path):
+    """What a new user's `pip install .` resolves today (no constraints file: pyproject's ranges against PyPI), with
+    the torch they installed first, runs `python -m repro run --model tiny` outside the source tree to HELD. Before
+    Transformers 5's `no_init_weights` move was followed, every rank stopped on an ImportError here."""
+    done = subprocess.run(["bash", str(ROOT / "scripts/fresh-install.sh"), str(tmp_path / "fresh")],
+                          capture_output=True, text=True, timeout=1200)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "HELD" in done.stdout and "transformers" in done.stdout
+
+
+def test_fresh_install_refuses_a_directory_that_exists(tmp_path):
+    done = subprocess.run(["bash", str(ROOT / "scripts/fresh-install.sh"), str(tmp_path)], capture_output=True,
+                          text=True)  # fmt: skip
+    assert done.returncode == 2 and "exists" in done.stderr and not (tmp_path / "venv").exists()
