@@ -85,7 +85,13 @@ def _sweep(args: argparse.Namespace, argv: list[str]) -> int:
     if args.render:
         return tables.rerender(out, run.RESULTS, report.write_reports, "sweep")
     versions = args.releases.split(",") if args.releases else None
-    return run.main(out, versions, resume=args.resume is not None, regenerate=args.regenerate)
+    again = []
+    for spec in args.again.split(",") if args.again else ():
+        parts = tuple(spec.split(":"))
+        if len(parts) != 3 or not all(parts):
+            raise UsageError(f"--again takes BUILD:ARCH:RELEASE,... (e.g. wheel:llama:4.31.0), not {spec!r}")
+        again.append(parts)
+    return run.main(out, versions, resume=args.resume is not None, regenerate=args.regenerate, again=tuple(again))
 
 
 def _conformance(args: argparse.Namespace, argv: list[str]) -> int:

@@ -239,6 +239,8 @@ COMMANDS: dict[str, Command] = {
             opt("--resume", type=Path, metavar="OUT", help="run only the cells OUT's journal lacks"),
             opt("--regenerate", action="store_true", help="run every cell again, replacing OUT's results"),
             opt("--render", action="store_true", help="only render the reports from OUT/sweep.json"),
+            opt("--again", metavar="BUILD:ARCH:RELEASE,...",
+                help="with --resume: measure these cells again (a patch joined the series under them)"),
         ),
     ),  # fmt: skip
     "training-parity": Command(

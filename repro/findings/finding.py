@@ -204,6 +204,9 @@ class Finding:
     refused_by: tuple[str, str] | None = None
     crashes: tuple[Crash, ...] = ()  # the crashes that name it (their sentence: `shows`, or its refusal)
     table: IssueTable | None = None  # its conformance issue text's table (where the suite's cells show it)
+    # Where no conformance cell shows it (its issue text rests on its script): why, where not the default reason
+    # (one Hybrid Engine model per cell's process: repro.host.conformance.issue_brief.NO_CELL).
+    no_cell: str | None = None
 
     def __post_init__(self) -> None:
         if any((scope.config is None) != (scope.when is None) for scope in self.scopes):

@@ -350,6 +350,15 @@ PRS: tuple[PullRequest, ...] = (
         "run on any accelerator). Where the compiled op loads, BaseOp takes it as before, so nothing changes on a "
         "GPU; not run on a GPU or an AMD host.",
     ),
+    PullRequest(
+        "llama-rope-theta",
+        "Kernel injection: read Llama's rotary base from its rotary embedding on transformers < 4.33",
+        ("llama-rope-theta",),
+        "Llama (Llama-2) on transformers 4.31 and 4.32, the oldest DeepSpeed-Chat supports, fails at initialize with "
+        "the Hybrid Engine and with kernel injection: one attribute read, no cost to anyone else",
+        # its end-to-end test generates through the injected Llama layers (CPU: the fallbacks)
+        test_needs=("inference-fallbacks",),
+    ),
 )
 
 

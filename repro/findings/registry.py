@@ -1254,6 +1254,31 @@ FINDINGS: tuple[Finding, ...] = (
             Script("two_engines.py", args=("--arch", "gpt-neo")),
         ),
     ),
+    Finding(
+        id="llama-rope-theta",
+        patch="0040",
+        summary="On Transformers before 4.33 (Llama-2's first releases, DeepSpeed-Chat's oldest), DeepSpeed 0.19.8's "
+        "Llama container finds no `rope_theta` (neither the config nor the attention module has one there: the rotary "
+        "base is fixed at 10000), so `deepspeed.initialize` fails (`AttributeError: 'LlamaAttention' object has no "
+        "attribute 'rope_theta'`, containers/llama.py).",
+        outcome=CRASH,
+        at_initialize=True,
+        scope=Scope(archs=("llama",), transformers=(None, LLAMA_ROPE_THETA_LAST)),
+        workaround=f"Transformers newer than {LLAMA_ROPE_THETA_LAST}",
+        tests=("unit/hybrid_engine/test_hybrid_engine_llama_rope_theta.py",),
+        # its end-to-end test generates a Llama of a Transformers that keeps no rope_theta (< 4.33)
+        tests_on=LLAMA_ROPE_THETA_LAST,
+        bug_errors=("AttributeError",),
+        text="ISSUE-llama-rope-theta.md",
+        scripts=(Script("llama_rope_theta.py", transformers=LLAMA_ROPE_THETA_LAST),),
+        shows=("Llama's container reads a rope_theta Transformers < 4.33 does not have: initialize fails ({patch})",),
+        kernel_free="it fails in deepspeed.initialize, before any layer is injected",
+        crashes=(
+            Crash(CONTAINERS + "llama.py", "object has no attribute 'rope_theta'", "AttributeError", how="holds"),
+        ),
+        no_cell="The conformance suite runs Llama on Transformers 4.43.4 and newer, which have a rope_theta; the "
+        "Transformers sweep's cells (every minor release from 4.31) show it on 4.31.0 and 4.32.1.",
+    ),
 )
 
 # Where in `deepspeed.initialize` a failure happens, in 0.19.8's call order (DeepSpeedHybridEngine.
@@ -1328,19 +1353,6 @@ LIMITS: tuple[Limit, ...] = (
     ),
     # Measured by the Transformers sweep (results/reference/sweep) on releases the committed cells never ran: bugs,
     # not designs, that no patch of the series covers yet.
-    Limit(
-        id="llama-rope-theta",
-        summary="On Transformers before 4.33, DeepSpeed 0.19.8's Llama container finds no `rope_theta` (neither the "
-        "config nor the attention module has one there: the rotary base is fixed at 10000), so `deepspeed.initialize` "
-        "fails (`AttributeError: 'LlamaAttention' object has no attribute 'rope_theta'`, containers/llama.py).",
-        outcome=CRASH,
-        scope=Scope(archs=("llama",), transformers=(None, LLAMA_ROPE_THETA_LAST)),
-        workaround=f"Transformers newer than {LLAMA_ROPE_THETA_LAST}",
-        series=CRASH,
-        measured=f"the sweep's Llama cells on Transformers 4.31.0 and {LLAMA_ROPE_THETA_LAST}, as released and as the "
-        "wheel (results/reference/sweep)",
-        pending="found by the sweep; the fix (the rotary base of 10000 those releases hard-code) is not written yet",
-    ),
     Limit(
         id="llama-legacy-cache",
         summary="On Transformers 4.36 to 4.41, Llama's generate reads how far it got from the Cache its layers fill, "

@@ -70,6 +70,13 @@ def record(out: Path, cell: dict) -> None:
         os.fsync(f.fileno())
 
 
+def rewrite(out: Path, cells: list[dict]) -> None:
+    """The journal replaced by these cells at once (a kill leaves the old journal or the new one, never half)."""
+    partial = out / (JOURNAL + ".partial")
+    partial.write_text("".join(json.dumps(cell, sort_keys=True) + "\n" for cell in cells))
+    os.replace(partial, out / JOURNAL)
+
+
 def finished(out: Path) -> list[dict]:
     """The journal's cells; a last line cut short by a kill is dropped (that cell runs again)."""
     path = out / JOURNAL

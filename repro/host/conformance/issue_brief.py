@@ -60,13 +60,18 @@ def brief(data: dict, bug: str, meta: dict) -> str:
 
 def scripted(meta: dict) -> str:
     """The short text of a finding no conformance cell can show (issue_texts.SCRIPTED): its script is the evidence."""
-    lines = _head(meta) + [f"{NO_CELL} The script's run: {meta['measured']}."]
+    lines = _head(meta) + [f"{no_cell(meta['finding'])} The script's run: {meta['measured']}."]
     return "\n".join(lines + _tail(meta, "The script's source"))
 
 
 # Why a scripted finding's text has no cells: the suite builds one Hybrid Engine model per process.
 NO_CELL = ("No conformance cell can show it: the suite runs each cell in a process of its own, with one Hybrid Engine "
            "model.")  # fmt: skip
+
+
+def no_cell(finding: Finding) -> str:
+    """Why no conformance cell shows a scripted finding: its own reason, or the suite's one model per process."""
+    return finding.no_cell or NO_CELL
 
 
 def _head(meta: dict) -> list[str]:

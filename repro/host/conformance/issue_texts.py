@@ -312,7 +312,7 @@ def scripted_text(data: dict, meta: dict) -> str:
             "**Describe the bug**",
             meta["cause"],
             "",
-            f"{issue_brief.NO_CELL} Measured with the script below: {meta['measured']}.",
+            f"{issue_brief.no_cell(meta['finding'])} Measured with the script below: {meta['measured']}.",
             "",
             "**To Reproduce**",
             *issue_scripts.section(

@@ -60,6 +60,10 @@ def render(data: dict) -> str:
         f"cores). Releases: the last patch of each minor from 4.31 on, as PyPI listed them"
         + (f" on {data['index_read']}" if data.get("index_read") else " (named with --releases)")
         + f": {len(data['releases'])}, {data['releases'][0]} to {data['releases'][-1]}.",
+        *(
+            f"Measured again since: `{r['command']}` ({r['date']}, {r['cells']} cells)."
+            for r in data.get("reruns", ())
+        ),
         "",
         "Builds: **released** (DeepSpeed 0.19.8 as on PyPI; on CPU our PyTorch stand-ins for its kernels) and "
         "**wheel** (`python -m repro patched-deepspeed`'s code: the series over DeepSpeed's own completed fallbacks, "

@@ -34,12 +34,20 @@ def main(
     regenerate: bool = False,
     timeout_s: float = 300,
     log: Callable[[str], None] = print,
+    again: tuple[tuple[str, str, str], ...] = (),
 ) -> int:
-    """Exit 0, 3 if a cell could not be measured, 130 on Ctrl-C / SIGTERM (the finished cells kept)."""
+    """Exit 0, 3 if a cell could not be measured, 130 on Ctrl-C / SIGTERM (the finished cells kept). `again`
+    ((build, arch, release), ...): with `resume`, those cells are measured again (a build changed under them: a
+    patch joined the series), and sweep.json says so."""
     out = Path(out)
+    if again and not resume:
+        raise UsageError("--again re-measures cells of an earlier sweep: give --resume OUT")
     if resume:
         _journal_from_partial(out)
     resumed = table_dir.claim(out, RESULTS, "sweep", resume=resume, regenerate=regenerate)
+    reruns = list((resumed or {}).get("reruns", []))
+    if again:
+        reruns.append(_drop(out, resumed, again, log))
     if resumed is not None:
         versions, index_read = resumed["releases"], resumed.get("index_read")
     else:
@@ -73,12 +81,12 @@ def main(
         name = "SIGINT" if isinstance(exc, KeyboardInterrupt) else str(exc)
         finished = [done[key(axes)] for axes in planned if key(axes) in done]
         if finished:  # what ran so far, reported as partial; the journal stays for the resume
-            write(out, versions, finished, round(time.time() - started + earlier, 1), index_read, len(planned))
+            write(out, versions, finished, round(time.time() - started + earlier, 1), index_read, len(planned), reruns)
         log(f"[sweep] interrupted ({name}): {len(done)} of {len(planned)} cells finished, kept in "
             f"{out / table_dir.JOURNAL}; `python -m repro sweep --resume {out}` runs the rest")  # fmt: skip
         return EXIT_INTERRUPTED
     cells = [done[key(axes)] for axes in planned]
-    write(out, versions, cells, round(time.time() - started + earlier, 1), index_read)
+    write(out, versions, cells, round(time.time() - started + earlier, 1), index_read, reruns=reruns)
     log(f"[sweep] {len(cells)} cells in {time.time() - started:.0f} s -> {out / 'SWEEP.md'}")
     return EXIT_BROKEN if any("error" in c for c in cells) else EXIT_OK
 
@@ -94,6 +102,24 @@ def _journal_from_partial(out: Path) -> None:
         table_dir.record(out, cell)
 
 
+def _drop(out: Path, options: dict, again: tuple[tuple[str, str, str], ...], log: Callable[[str], None]) -> dict:
+    """Removes the journal's cells of each (build, arch, release) so the resume measures them again; the rerun's
+    record (kept in run.json, written into sweep.json). UsageError for a triple that names no cell."""
+    cells = table_dir.finished(out)
+    for build, arch, release in again:
+        if not any((c["build"], c["arch"], c["transformers"]) == (build, arch, release) for c in cells):
+            raise UsageError(f"--again {build}:{arch}:{release}: the sweep in {out} has no such cells (BUILD:ARCH:"
+                             f"RELEASE; builds: {', '.join(plan.BUILDS)})")  # fmt: skip
+    kept = [c for c in cells if (c["build"], c["arch"], c["transformers"]) not in set(again)]
+    spec = ",".join(":".join(t) for t in again)
+    rerun = {"command": f"python -m repro sweep --resume {out} --again {spec}", "date": date.today().isoformat(),
+             "cells": len(cells) - len(kept)}  # fmt: skip
+    table_dir.rewrite(out, kept)
+    table_dir.start(out, {**options, "reruns": [*options.get("reruns", []), rerun]})
+    log(f"[sweep] measuring {rerun['cells']} cells again: {spec}")
+    return rerun
+
+
 def _root(build: str, version: str) -> tuple[Path | None, str | None]:
     """The directory a build on a release runs from (first on the ranks' PYTHONPATH), or why it cannot be made."""
     patches, own = plan.BUILDS[build]
@@ -102,7 +128,13 @@ def _root(build: str, version: str) -> tuple[Path | None, str | None]:
 
 
 def write(
-    out: Path, versions: list[str], cells: list[dict], duration_s: float, index_read: str | None, planned: int = 0
+    out: Path,
+    versions: list[str],
+    cells: list[dict],
+    duration_s: float,
+    index_read: str | None,
+    planned: int = 0,
+    reruns: list[dict] | None = None,
 ) -> None:
     """sweep.json and the reports; `planned` > len(cells): a partial run (interrupted), which says so."""
     data = {
@@ -116,6 +148,7 @@ def write(
         "backend": "cpu",
         "evidence": CPU_EVIDENCE,
         **({"planned": planned} if planned > len(cells) else {}),
+        **({"reruns": reruns} if reruns else {}),
     }
     results.write(out / RESULTS, data)
     write_reports(out, results.load(out / RESULTS))
