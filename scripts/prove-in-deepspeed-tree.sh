@@ -16,6 +16,8 @@
 # another version (version.txt: master), each commit's master form (NN-slug/master/) is taken where it has one. Set
 # DS_TESTS="unit/... unit/..." to also run DeepSpeed's own tests of the areas the series touches with the series
 # applied (docs/upstream.md lists the CPU set).
+# TRANSFORMERS_OVERLAY=DIR puts another Transformers first on the tests' path (a `pip install --target` directory:
+# repro.host.envs.transformers_env.overlay), where a pull request's end-to-end tests need a model that release injects.
 # CPU by default: DS_ACCELERATOR=cpu, and LOCAL_SIZE=2 so that the CPU accelerator offers the two ranks the tests
 # ask for. ACCELERATOR=gpu leaves DeepSpeed to find the machine's CUDA or ROCm devices (scripts/gpu-check.sh --pr).
 set -euo pipefail
@@ -104,7 +106,8 @@ run() {  # $1: tree; the summary line, then each test that did not pass. As Deep
   # One OpenMP thread: a rank forked after a parallel torch op can wait forever in libgomp.
   local out workers=${PYTEST_WORKERS:-4} how=()
   [ "$workers" = 0 ] || how=(--forked -n "$workers")
-  out=$(cd "$1/tests" && OMP_NUM_THREADS=1 PYTHONPATH="$ds_pytest:$1:$repo" "$python" -m pytest -q -rfE --color=no \
+  out=$(cd "$1/tests" && OMP_NUM_THREADS=1 PYTHONPATH="${TRANSFORMERS_OVERLAY:+$TRANSFORMERS_OVERLAY:}$ds_pytest:$1:$repo" \
+    "$python" -m pytest -q -rfE --color=no \
     -p no:cacheprovider \
     "${how[@]}" "${@:2}" 2>&1 | sed 's/\x1b\[[0-9;]*m//g')
   echo "$out" | tail -n 1
@@ -119,7 +122,8 @@ if [ "$whole" = 1 ]; then  # derived on the checkout as it is, before anything i
   mapfile -t patches < <(ls "$work/derived"/[0-9][0-9][0-9][0-9]-*.patch)
   series="the series derived from $series"
 fi
-echo "DeepSpeed $(git -C "$src" rev-parse --short HEAD) ($version), $series"
+echo "DeepSpeed $(git -C "$src" rev-parse --short HEAD) ($version), $series, Transformers $(cd /tmp && \
+  PYTHONPATH="${TRANSFORMERS_OVERLAY:-}" "$python" -c 'import transformers; print(transformers.__version__)' 2>/dev/null)"
 if [ "${#first[@]}" -gt 0 ]; then
   echo "first, on both trees, what it requires and what its tests run with: ${required[*]##*/} (${#first[@]} commits)"
   for t in as-is series; do

@@ -34,11 +34,19 @@ for dir in "$repo"/repro/patches/prs/[0-9][0-9]-*/; do
     echo "[forked] $name: kept $record (--replace runs it again)"
     continue
   fi
+  # the Transformers its proof runs on (pr_proof: where its end-to-end tests' model is injected), as an overlay
+  overlay=$(cd "$repo" && "$python" -c 'import sys
+from repro.findings.prs import PRS, directory
+from repro.host.envs import transformers_env
+from repro.host.upstream.pr_proof import transformers_of
+pr = next(p for p in PRS if directory(p) == sys.argv[1])
+version = transformers_of(pr)
+print(transformers_env.overlay(version) if version else "")' "$name")
   echo "[forked] $name ..."
   started=$(date +%s)
   {
     echo "# scripts/prove-prs-forked.sh $nn ($(date -u +%F), CPU: $(nproc) cores, pytest --forked -n ${PYTEST_WORKERS:-4} with constraints/deepspeed-tests.txt)"
-    "$repo/scripts/prove-in-deepspeed-tree.sh" "$work/ds" "$dir" 2>&1 || echo "exit $?"
+    TRANSFORMERS_OVERLAY=$overlay "$repo/scripts/prove-in-deepspeed-tree.sh" "$work/ds" "$dir" 2>&1 || echo "exit $?"
     echo "# wall: $(( $(date +%s) - started )) s"
   } > "$record.partial"
   mv "$record.partial" "$record"

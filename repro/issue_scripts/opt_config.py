@@ -108,7 +108,7 @@ def main():
         f"Hybrid Engine vs Hugging Face ({setting}): tokens {tokens} vs {expected_tokens}, "
         f"logits max abs diff {diff:.3g}"
     )
-    if diff > TOLERANCE:
+    if not diff <= TOLERANCE:
         print(f"BUG: the Hybrid Engine accepted {setting} and computes another model")
         return 1
     print("OK: the Hybrid Engine computes the model")

@@ -50,10 +50,21 @@ def test_a_finding_no_cell_can_show_has_a_text_from_its_script_alone():
     text says so and carries its script's command, the cause and the fix, with no table of cells."""
     from repro.host.conformance import issue_brief
 
-    assert list(issue_texts.SCRIPTED) == ["two-engines"]
+    assert list(issue_texts.SCRIPTED) == ["two-engines", "llama-rope-theta"]
     brief = issue_brief.scripted(issue_texts.SCRIPTED["two-engines"])
     test = "tests/unit/hybrid_engine/test_hybrid_engine_two_engines.py"
     command = "deepspeed --num_gpus 1 two_engines.py"
     for part in (issue_brief.NO_CELL, command, "**Cause**", "**Fix**", test, "ISSUE-two-engines.appendix.md"):
         assert part in brief, part
     assert "| model, scenario |" not in brief
+
+
+def test_a_scripted_finding_says_its_own_reason_no_cell_shows_it():
+    """`llama-rope-theta` shows only on Transformers the suite's Llama cells never run (4.31, 4.32): its text names
+    that reason, not the one-model-per-process reason of `two-engines`, and the sweep that found it."""
+    from repro.host.conformance import issue_brief
+
+    brief = issue_brief.scripted(issue_texts.SCRIPTED["llama-rope-theta"])
+    assert issue_brief.NO_CELL not in brief
+    assert "Transformers 4.43.4 and newer" in brief and "4.31.0 and 4.32.1" in brief
+    assert "deepspeed --num_gpus 1 llama_rope_theta.py" in brief and 'transformers==4.32.1' in brief

@@ -24,6 +24,21 @@ def test_a_script_imports_only_torch_deepspeed_transformers_and_the_standard_lib
     assert ALLOWED <= imported
 
 
+@pytest.mark.parametrize("name", sorted({s.script for s in SCRIPTS}))
+def test_a_script_reads_a_nan_as_a_difference(name):
+    """`diff > TOLERANCE` is False for a NaN: a Hybrid Engine that computes NaN would print OK. Each tolerance is
+    checked as `not x <= TOLERANCE` (llama_rope_theta.py first compared -inf with -inf, got NaN and said OK)."""
+    tree = ast.parse((issue_scripts.SCRIPTS_DIR / name).read_text())
+    nan_blind = [
+        ast.unparse(node)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Compare)
+        and any(isinstance(op, (ast.Gt, ast.GtE)) for op in node.ops)
+        and any(isinstance(c, ast.Name) and c.id.startswith("TOL") for c in node.comparators)
+    ]
+    assert not nan_blind, nan_blind
+
+
 def test_every_issue_text_and_the_pr_comment_carry_a_script():
     texts = {meta["file"] for meta in (*issue_texts.ISSUES.values(), *issue_texts.SCRIPTED.values())}
     texts |= {pr_comment.FILE_NAME}

@@ -1,0 +1,44 @@
+"""The committed records of scripts/prove-prs-forked.sh (each pull request in DeepSpeed 0.19.8's tree, its tests run as
+DeepSpeed's CPU workflow runs them: pytest --forked -n 4) say what a maintainer needs: the tests fail on the tree as it
+is and pass with the pull request, yapf and flake8 leave its files alone, and it ran on the Transformers its proof
+runs on (pr_proof.transformers_of)."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from repro.findings.prs import PRS, directory
+from repro.host.envs import transformers_env
+from repro.host.upstream.pr_proof import transformers_of
+
+ROOT = Path(__file__).resolve().parents[3]
+RECORDS = sorted((ROOT / "results/reference/prs").glob("in-deepspeed-tree-forked-[0-9][0-9].txt"))
+
+
+def summary(record: str, which: str) -> str:
+    found = re.search(rf"^the series' tests, {which}: (.*)$", record, re.MULTILINE)
+    assert found, f"no '{which}' line"
+    return found.group(1)
+
+
+def test_there_are_records():
+    assert len(RECORDS) >= 1
+
+
+@pytest.mark.parametrize("path", RECORDS, ids=[p.stem.rsplit("-", 1)[1] for p in RECORDS])
+def test_each_record_goes_red_to_green_clean(path):
+    record = path.read_text()
+    assert re.search(r"\d+ failed", summary(record, "as it is")), "its tests do not fail on the tree as it is"
+    green = summary(record, "with the series")
+    assert re.search(r"\d+ passed", green) and not re.search(r"failed|error", green), green
+    assert "yapf: clean" in record and "flake8: clean" in record and "\nexit " not in record
+
+
+@pytest.mark.parametrize("path", [p for p in RECORDS if "Transformers " in p.read_text()],
+                         ids=lambda p: p.stem.rsplit("-", 1)[1])  # fmt: skip
+def test_each_record_ran_on_the_transformers_its_proof_runs_on(path):
+    number = path.stem.rsplit("-", 1)[1]
+    pr = next(p for p in PRS if directory(p).startswith(number + "-"))
+    ran = re.search(r"^DeepSpeed .*, Transformers (\S+)$", path.read_text(), re.MULTILINE).group(1)
+    assert ran == (transformers_of(pr) or transformers_env.pinned())
