@@ -140,6 +140,7 @@ def _conformance(args: argparse.Namespace, argv: list[str]) -> int:
         archs=tuple(args.arch) if args.arch else None,
         backend=args.backend or "cpu",
         ranks=args.ranks,
+        again=tuple(b.strip() for b in args.again.split(",")) if args.again else (),
     )
 
 

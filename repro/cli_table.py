@@ -96,6 +96,8 @@ CONFORMANCE = Command(
                 help="directory for conformance.json, CONFORMANCE.md (refused if it holds results)"),
             opt("--resume", type=Path, metavar="OUT", help="run only the cells OUT's journal lacks, as started"),
         ), required=True),
+        opt("--again", metavar="BUILD,...",
+            help="with --resume: measure these builds' cells again (a patch joined or left them)"),
         opt("--quick", action="store_true", help="one cell per axis value"),
         opt("--render", action="store_true", help="only render the reports from OUT/conformance.json"),
         opt("--rediagnose", action="store_true",

@@ -305,11 +305,11 @@ PRS: tuple[PullRequest, ...] = (
         ("llama-grouped-query",),
         "Llama-3 at every size and Llama-2-70B (DeepSpeed-Chat's 70B recipe: tensor parallel 8 over its 8 key/value "
         "heads) crash in the Hybrid Engine; the kernel already computes them",
-        # it changes llama.py's lines that current-transformers writes and tensor-parallel-copies' split-QKV copies;
-        # its end-to-end test runs a Llama with inference_tp_size 2 without an mpu (tensor-parallel, its rows:
-        # tensor-parallel-generate), on the injected layers (CPU: fallbacks)
-        requires=("current-transformers", "tensor-parallel-copies"),
-        test_needs=("inference-fallbacks", "tensor-parallel", "tensor-parallel-generate"),
+        # it changes llama.py's lines that current-transformers writes; its end-to-end test runs a Llama with
+        # inference_tp_size 2 without an mpu under ZeRO-3 (tensor-parallel, its rows: tensor-parallel-generate, its
+        # per-rank copies of q, k and v: tensor-parallel-copies), on the injected layers (CPU: fallbacks)
+        requires=("current-transformers",),
+        test_needs=("inference-fallbacks", "tensor-parallel", "tensor-parallel-generate", "tensor-parallel-copies"),
     ),
     PullRequest(
         "trainable-parameters",
@@ -358,6 +358,17 @@ PRS: tuple[PullRequest, ...] = (
         "the Hybrid Engine and with kernel injection: one attribute read, no cost to anyone else",
         # its end-to-end test generates through the injected Llama layers (CPU: the fallbacks)
         test_needs=("inference-fallbacks",),
+    ),
+    PullRequest(
+        "llama-grouped-query-tensor-parallel",
+        "Hybrid Engine: copy a grouped-query Llama's fused QKV per tensor-parallel rank outside ZeRO-3",
+        ("llama-grouped-query-tensor-parallel",),
+        "a grouped-query Llama (Llama-2-70B, Llama-3) with inference_tp_size > 1 under ZeRO-1 or 2 fails at its first "
+        "generate with an IndexError: one branch beside strided_copy, taken only where k and v are smaller than q",
+        # the grouped-query container (num_kv) it copies for; its branch sits in tensor-parallel-copies'
+        # attention_qkv_mp
+        requires=("llama-grouped-query", "tensor-parallel-copies"),
+        test_needs=("inference-fallbacks", "tensor-parallel", "tensor-parallel-generate"),
     ),
 )
 

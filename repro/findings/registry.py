@@ -1162,16 +1162,16 @@ FINDINGS: tuple[Finding, ...] = (
         ),
         kernel=KernelPath(
             NOT_ESTABLISHED,
-            "under ZeRO-3 (_merge_qkv) and with inference_tp_size > 1 (strided_copy) the failure is in Python, before "
-            "any kernel; under ZeRO-2 the CPU failure is DeepSpeed's PyTorch attention, while the compiled "
-            "ds_softmax_context, handed num_kv unset, takes the narrower QKV as heads of q, k and v alike, and "
-            "whether it then fails or reads past k and v is not established",
+            "under ZeRO-3 (_merge_qkv) the failure is in Python, before any kernel; under ZeRO-2 the CPU failure is "
+            "DeepSpeed's PyTorch attention, while the compiled ds_softmax_context, handed num_kv unset, takes the "
+            "narrower QKV as heads of q, k and v alike, and whether it then fails or reads past k and v is not "
+            "established",
         ),
         workaround=NO_WORKAROUND,
         tests=("unit/hybrid_engine/test_hybrid_engine_llama_grouped_query.py",),
         upstream=("#4345",),
-        # Its hunks sit beside 0025's tensor-parallel copies; its test generates a Llama on Transformers >= 4.54
-        # (0008) and with inference_tp_size 2 without an mpu (0012, its rows 0026, its copies 0025, 0012's own 0001).
+        # Its test generates a Llama on Transformers >= 4.54 (0008) and, under ZeRO-3, with inference_tp_size 2 without
+        # an mpu (0012, its rows 0026, its copies 0025, 0012's own 0001). Outside ZeRO-3 that also needs 0041.
         needs=(
             "zero3-qkv-layout",
             "llama-layer-tuple",
@@ -1278,6 +1278,64 @@ FINDINGS: tuple[Finding, ...] = (
         ),
         no_cell="The conformance suite runs Llama on Transformers 4.43.4 and newer, which have a rope_theta; the "
         "Transformers sweep's cells (every minor release from 4.31) show it on 4.31.0 and 4.32.1.",
+    ),
+    Finding(
+        id="llama-grouped-query-tensor-parallel",
+        patch="0041",
+        summary="A grouped-query Llama (Llama-2-70B, Llama-3) with `inference_tp_size` > 1 under ZeRO-1 or 2 fails at "
+        "its first generate (`IndexError: tuple index out of range` in `strided_copy`): outside ZeRO-3 the Hybrid "
+        "Engine cuts each rank's part of the fused QKV into three equal parts, and k and v are smaller than q.",
+        outcome=CRASH,
+        # ZeRO-3 copies q, k and v one by one (measured correct with 0037 alone); ZeRO-1 and 2 copy the fused QKV.
+        scope=Scope(
+            archs=("llama",),
+            zero=(0, 1, 2),
+            tp=True,
+            config="grouped-query attention (Llama-2-70B, Llama-3)",
+            when=llama_grouped_query,
+            explain=lambda c: (
+                f"{c.get('num_key_value_heads')} of its {_heads(c)} heads are key/value heads "
+                "(grouped-query attention)"
+            ),
+        ),
+        workaround="ZeRO-3 (`--actor_zero_stage 3`), where each rank copies q, k and v on their own, or "
+        "`inference_tp_size` 1",
+        tests=("unit/hybrid_engine/test_hybrid_engine_llama_grouped_query_tensor_parallel.py",),
+        # its test needs the grouped-query container (0037) and what 0037's own tensor-parallel test needs
+        needs=(
+            "llama-grouped-query",
+            "llama-layer-tuple",
+            "tensor-parallel",
+            "tensor-parallel-released",
+            "tensor-parallel-output",
+        ),  # fmt: skip
+        bug_errors=("IndexError",),
+        text="ISSUE-llama-grouped-query-tensor-parallel.md",
+        scripts=(Script("llama_grouped_query.py", 2, ("--tp", "2"), transformers=OPT_ENGAGED),),
+        shows=(
+            "grouped-query attention under tensor parallelism outside ZeRO-3: the fused QKV cut into equal thirds "
+            "({patch})",
+        ),  # fmt: skip
+        kernel_free="it fails copying the weights for the injected layers, before any kernel runs",
+        crashes=(
+            Crash(
+                "deepspeed/module_inject/auto_tp.py",
+                "tuple index out of range",
+                "IndexError",
+                how="equals",
+                arch="llama",
+                tensor_parallel=True,
+            ),  # fmt: skip
+        ),
+        table=IssueTable(
+            lambda c: (
+                c["arch"] == "llama"
+                and c.get("grouped_query_attention", False)
+                and (c.get("probe") or {}).get("tp", 1) > 1
+            ),
+            ("kv-heads", "did"),
+            INJECTION,
+        ),
     ),
 )
 

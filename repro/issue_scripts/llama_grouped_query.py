@@ -2,10 +2,12 @@
 fails on the shapes.
 
 A tiny Llama with `--key-value-heads` of its 4 heads (default 2; 1: multi-query), random weights: greedy generate
-through the Hybrid Engine (ZeRO-2) against Hugging Face on the same weights. Exit status 1: the bug (a crash inside
-the Hybrid Engine, or logits that differ), 0: the logits agree.
+through the Hybrid Engine (ZeRO-2; `--tp 2`: inference_tp_size 2 on two ranks, where each rank copies its part of the
+fused QKV) against Hugging Face on the same weights. Exit status 1: the bug (a crash inside the Hybrid Engine, or
+logits that differ), 0: the logits agree.
 
 GPU: deepspeed --num_gpus 1 llama_grouped_query.py [--key-value-heads 1]
+     deepspeed --num_gpus 2 llama_grouped_query.py --tp 2
 CPU: DS_ACCELERATOR=cpu torchrun --nproc-per-node 1 llama_grouped_query.py (DeepSpeed's CPU build has no
      transformer_inference kernels; see the issue text for what stands in for them)
 """
@@ -39,7 +41,9 @@ def greedy(model, ids):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--key-value-heads", type=int, choices=(1, 2), default=2)
-    kv_heads = parser.parse_args().key_value_heads
+    parser.add_argument("--tp", type=int, choices=(1, 2), default=1, help="hybrid_engine.inference_tp_size")
+    args = parser.parse_args()
+    kv_heads = args.key_value_heads
     deepspeed.init_distributed()
     device = torch.device(get_accelerator().device_name(int(os.environ.get("LOCAL_RANK", "0"))))
     torch.manual_seed(0)
@@ -61,15 +65,16 @@ def main():
         "zero_optimization": {"stage": 2},
         "optimizer": {"type": "SGD", "params": {"lr": 0.0}},
         "zero_allow_untested_optimizer": True,
-        "hybrid_engine": {"enabled": True, "max_out_tokens": 256},
+        "hybrid_engine": {"enabled": True, "max_out_tokens": 256, "inference_tp_size": args.tp},
     }
     engine, *_ = deepspeed.initialize(model=model, config=ds_config, model_parameters=model.parameters())
     engine.eval()
     try:
         with torch.no_grad():
             tokens, logits = greedy(engine, ids)
-    except RuntimeError as exc:
-        print(f"BUG: the Hybrid Engine accepted {kv_heads} key/value heads of 4 and its generate fails: {exc}")
+    except (RuntimeError, IndexError) as exc:
+        print(f"BUG: the Hybrid Engine accepted {kv_heads} key/value heads of 4 (inference_tp_size {args.tp}) and its "
+              f"generate fails: {type(exc).__name__}: {exc}")  # fmt: skip
         return 1
     diff = (logits - expected).abs().max().item()
     print(f"Hybrid Engine vs Hugging Face ({kv_heads} key/value heads of 4): tokens {tokens} vs {expected_tokens}, "

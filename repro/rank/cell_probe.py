@@ -246,6 +246,10 @@ def _first_generate(engine, spec: dict, arch, config, native: Native, lifted: li
             finally:  # what the attention took each step for is evidence even when generate fails
                 result.update(bias_probe.shapes())
                 result["inference_containers"] = len(containers)
+                if result.get("grouped_query_attention"):  # the key/value heads the containers gave the layers
+                    result["injected_num_kv"] = sorted(
+                        {getattr(getattr(c, "ds_model_config", None), "num_kv", None) for c in containers}, key=str
+                    )
                 result["tensor_parallel"] = _tensor_parallel(containers)
                 result["injected_layer_calls"] = injected.remove()
                 result["kernel_paths"] = fallbacks.kernel_paths(c.module for c in containers)

@@ -286,6 +286,11 @@ def _one_ranks_mask(cell: dict, c: dict) -> bool:
 
 def _crash(cell: dict) -> str:
     c = cell["crash"]
+    if cell.get("grouped_query_attention") and -1 in (cell.get("injected_num_kv") or ()) and \
+            c["at"].startswith("deepspeed/"):  # fmt: skip
+        # the layers were never told the key/value heads (num_kv unset): whatever fails next, even strided_copy's
+        # IndexError under tensor parallelism, follows from the container's QKV cut by q's size
+        return f"{BUG_GROUPED_QUERY}: {c['type']} at {c['at']}"
     for crash, sentence in NAMED_CRASHES:  # the registry's (Finding.crashes)
         if crash.meets(cell, c):
             return f"{sentence} (rank {cell.get('crash_rank', 0)}: {c['message']})" if crash.rank else sentence

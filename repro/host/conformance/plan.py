@@ -138,7 +138,12 @@ def without(finding: str) -> str:
 # released DeepSpeed (the Llama crash, `llama-layer-tuple`, comes first there): each such patch shown necessary.
 # The builds less one patch: each finding's that has cells of its own alone (the registry's `alone`), and those the
 # plan's own parts below run (grouped-query attention, Llama's other configurations, the tensor-parallel mask).
-PLAN_LESS_ONE = ("llama-grouped-query", "llama-unservable-config", "tensor-parallel-mask")
+PLAN_LESS_ONE = (
+    "llama-grouped-query",
+    "llama-grouped-query-tensor-parallel",
+    "llama-unservable-config",
+    "tensor-parallel-mask",
+)
 LEAVE_ONE_OUT_OF = tuple(f.id for f in findings.FINDINGS if f.alone or f.id in PLAN_LESS_ONE)
 BUILDS = {
     "released": (),
@@ -368,6 +373,12 @@ def _grouped_query() -> list[dict]:
               for scenario, stages, world, dtype in GQA_SCENARIOS for z in stages]  # fmt: skip
     cells += [cell_axes("llama", configuration, build, 3, world, scenario)
               for configuration, scenario, world in GQA_TP for build in GQA_BUILDS]  # fmt: skip
+    # Its tensor-parallel scenarios without `llama-grouped-query-tensor-parallel`: outside ZeRO-3 (strided_copy's
+    # equal thirds) the cells crash, under ZeRO-3 (q, k and v copied one by one) they do not need it.
+    cells += [cell_axes("llama", configuration, without("llama-grouped-query-tensor-parallel"), z, world, scenario,
+                        dtype=dtype)
+              for configuration in GQA_CONFIGS for scenario, stages, world, dtype in GQA_SCENARIOS
+              if SCENARIOS[scenario].get("probe", {}).get("tp", 1) > 1 for z in stages]  # fmt: skip
     cells += [cell_axes("llama", configuration, build, z, w, "reference", OLDER)
               for configuration in GQA_CONFIGS for build in ("released", "whole series")
               for z, w in ((2, 1), (3, 2))]  # fmt: skip

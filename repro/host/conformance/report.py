@@ -204,6 +204,10 @@ def render(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _reruns(data: dict) -> list[dict]:
+    return data.get("reruns") or []
+
+
 def _evidence(data: dict) -> list[str]:
     """How the cells were measured and judged, and what the whole series does with them."""
     cells = data["cells"]
@@ -213,7 +217,10 @@ def _evidence(data: dict) -> list[str]:
     series_outside = sum(c["diagnosis"][0].startswith(OUTSIDE_CONTRACT) for c in series)
     return [
         f"Regenerate: `{data['command']}` ({len(cells)} cells in {data['duration_s']:.0f} s here). "
-        f"{evidence.scope(data)}. Tiny models with random weights, fp32 (bf16 and fp16 where the cell says so). "
+        + "".join(
+            f"Measured again: `{r['command']}` ({r['date']}, {r['cells']} cells). " for r in data.get("reruns") or []
+        )
+        + f"{evidence.scope(data)}. Tiny models with random weights, fp32 (bf16 and fp16 where the cell says so). "
         f"Transformers {_versions(cells)}. A cell is correct when generate ran "
         "the injected layers (else: not engaged), every generated step's "
         f"logits are within {TOL:g} of native in fp32, {tolerance.logits('bf16'):g} in bf16, "

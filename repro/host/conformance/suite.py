@@ -12,6 +12,7 @@ confirmed bug (`report`).
 from __future__ import annotations
 
 import contextlib
+import datetime
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -45,6 +46,7 @@ def main(
     model: dict | None = None,
     backend: str = "cpu",
     ranks: int | None = None,
+    again: tuple[str, ...] = (),
 ) -> int:
     """Runs the plan (or a shard of it; `archs`: only these architectures' cells), each finished cell
     journaled at once; `resume` runs only the cells OUT's journal lacks, with the options it was started
@@ -52,8 +54,11 @@ def main(
     finished cells kept). `model`: "check my model" ({"config": PATH, "weights": bool, "allow_pickle": bool}):
     my_model's cells instead of the plan's. `backend`: cpu, or rocm / cuda: refused (exit 2) unless the machine
     has what the cells need (`devices.check`); GPU cells run one torchrun per cell. `ranks`: only the cells of
-    this world size (a machine with one GPU)."""
+    this world size (a machine with one GPU). `again` (build names), with `resume`: those builds' cells are measured
+    again (a patch joined or left the build since), and the run says so."""
     out = Path(out)
+    if again and not resume:
+        raise UsageError("--again re-measures builds of an earlier run: give --resume OUT")
     if not resume:  # refused before OUT is claimed: a --regenerate refused here has removed nothing
         planned = _planned(model, quick, archs, shard, ranks)
         evidence = devices.check(backend, planned)
@@ -65,6 +70,8 @@ def main(
         model, backend, ranks = resumed.get("model"), resumed.get("backend", "cpu"), resumed.get("ranks")
         planned = _planned(model, quick, archs, shard, ranks)
         evidence = devices.check(backend, planned)
+        if again:
+            _drop(out, resumed, again, log)
     if backend != "cpu" and not isolated:
         log(f"[conformance] --backend {backend}: one torchrun per cell (a warm pool forks its ranks after its "
             "imports, which CUDA and ROCm do not survive)")  # fmt: skip
@@ -95,10 +102,28 @@ def main(
             f"{out / table_dir.JOURNAL}; `python -m repro conformance --resume {out}` runs the rest")  # fmt: skip
         return EXIT_INTERRUPTED
     cells = [done[key(axes)] for axes in planned]
-    write(out, cells, quick, shard, round(time.time() - started + earlier, 1), model, evidence)
+    reruns = (results.load_if_written(out / table_dir.RUN) or {}).get("reruns", [])
+    write(out, cells, quick, shard, round(time.time() - started + earlier, 1), model, evidence, reruns)
     log(f"[conformance] {len(cells)} cells in {time.time() - started:.0f} s -> {out / 'CONFORMANCE.md'}; "
         + progress.summary(cells))  # fmt: skip
     return EXIT_BROKEN if any("error" in c for c in cells) else EXIT_OK
+
+
+def _drop(out: Path, options: dict, again: tuple[str, ...], log: Callable[[str], None]) -> None:
+    """Removes the journal's cells of these builds so the resume measures them again; the rerun is kept in run.json
+    (and written into conformance.json). UsageError for a build with no cell there."""
+    cells = table_dir.finished(out)
+    for build in again:
+        if not any(c["build"] == build for c in cells):
+            builds = sorted({c["build"] for c in cells})
+            raise UsageError(f"--again {build!r}: no cell of that build in {out} (its builds: {', '.join(builds)})")
+    kept = [c for c in cells if c["build"] not in again]
+    spec = ",".join(f"'{b}'" for b in again)
+    rerun = {"command": f"python -m repro conformance --resume {out} --again {spec}",
+             "date": datetime.date.today().isoformat(), "cells": len(cells) - len(kept)}  # fmt: skip
+    table_dir.rewrite(out, kept)
+    table_dir.start(out, {**options, "reruns": [*options.get("reruns", []), rerun]})
+    log(f"[conformance] measuring {rerun['cells']} cells again: {spec}")
 
 
 def _planned(model: dict | None, quick: bool, archs, shard: tuple[int, int] | None, ranks: int | None) -> list:
@@ -190,6 +215,7 @@ def write(
     duration_s: float,
     model: dict | None = None,
     evidence: dict | None = None,
+    reruns: list[dict] | None = None,
 ) -> None:
     """conformance.json and the reports, rendered from the file as `--render` does (its sorted keys order the
     builds and scenarios), so a run, a resumed run, a merge and a re-render give the same reports."""
@@ -214,6 +240,8 @@ def write(
     }
     if shard is not None:
         data["shard"] = f"{shard[0]}/{shard[1]}"
+    if reruns:
+        data["reruns"] = reruns
     results.write(out / "conformance.json", data)
     write_reports(out, results.load(out / "conformance.json"))
 

@@ -125,6 +125,7 @@ def test_four_ranks_split_tensor_and_data_parallelism_for_every_architecture():
     four = [c for c in plan.plan() if c["world_size"] == 4]
     builds = {(a, b) for a in plan.ARCHS for b in ("released", "whole series")} | {("bloom", "series without 0029")}
     builds |= {("llama", plan.without("llama-grouped-query"))}  # grouped-query attention at tp 2 and 4 (GQA_TP)
+    builds |= {("llama", plan.without("llama-grouped-query-tensor-parallel"))}  # its tp part, DeepSpeed-Chat's tp 2
     assert {(c["arch"], c["build"]) for c in four} == builds
     four = [c for c in four if c["configuration"] in ("default", "heads-16", plan.TP4_CONFIG.get(c["arch"]))]
     assert {c["zero_stage"] for c in four} == {3}

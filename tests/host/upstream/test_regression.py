@@ -215,7 +215,6 @@ EXPECTED_FAILURES = {
             f"TestHybridEngineLlamaGroupedQuery::test_generate_computes_the_model[{case}]": "RuntimeError"
             for case in ("3-2-1", "3-1-1", "2-2-1", "3-2-2")
         },
-        "TestHybridEngineLlamaGroupedQuery::test_generate_computes_the_model[2-2-2]": "IndexError",
         "test_tensor_parallel_size_must_divide_the_key_value_heads": (regression.DID_NOT_RAISE),
     },
     "0038": {
@@ -228,6 +227,11 @@ EXPECTED_FAILURES = {
     "0040": {
         "test_rope_theta_of_an_attention_that_keeps_it_in_its_rotary_embedding_only": "AttributeError",
         "TestHybridEngineLlamaWithoutRopeTheta::test_generate_computes_the_model": "AttributeError",
+    },
+    # outside ZeRO-3, strided_copy cuts a grouped-query fused QKV into equal thirds
+    "0041": {
+        f"TestHybridEngineLlamaGroupedQueryTensorParallel::test_generate_computes_the_model[{zero}]": "IndexError"
+        for zero in (1, 2)
     },
 }
 
@@ -299,7 +303,7 @@ def test_every_test_passes_with_the_whole_series():
     assert result["outcome"] == "pass", result.get("error", "") + result["output_tail"]
     skipped = {name for name, kind in result["tests"].items() if kind == regression.SKIPPED}
     assert skipped == SKIPPED_ON_PINNED  # the end-to-end tests of a model the pinned Transformers does not inject
-    assert len(result["tests"]) == 165 and set(result["tests"].values()) == {"passed", regression.SKIPPED}
+    assert len(result["tests"]) == 166 and set(result["tests"].values()) == {"passed", regression.SKIPPED}
 
 
 def test_each_patch_is_proven_on_its_prerequisites_without_and_with_it_and_builds_are_shared():
