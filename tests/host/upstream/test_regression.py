@@ -276,8 +276,8 @@ def test_passes_with_its_patch(number):
 
 
 # The end-to-end tests that skip on the pinned Transformers (4.57.6), by name: 0.19.8 leaves OPT native from 4.49
-# to 5.23 and injects BLOOM below 4.44 only, the Transformers 5 bugs show from 5.2 and 5.4, and Llama keeps rope_theta from
-# 4.33; their patches are proven on 4.48.3, 4.43.4, 5.25.0 and 4.32.1 (tests_on).
+# to 5.23 and injects BLOOM below 4.44 only, the Transformers 5 bugs show from 5.2 and 5.4, and Llama keeps
+# rope_theta from 4.33; their patches are proven on 4.48.3, 4.43.4, 5.25.0 and 4.32.1 (tests_on).
 SKIPPED_ON_PINNED = {
     "TestHybridEngineOPTActivationGenerate::test_generate_computes_the_model",
     "TestHybridEngineOPTBiasRefusal::test_a_model_without_biases_is_refused_at_initialize",
@@ -314,8 +314,8 @@ def test_each_patch_is_proven_on_its_prerequisites_without_and_with_it_and_build
     assert sum(map(len, builds.values())) == 2 * len(regression.TESTS_BY_PATCH)
     alone = [n for n in regression.TESTS_BY_PATCH if n not in (*regression.PREREQUISITES, *regression.TESTS_ON)]
     assert len(builds[((), None)]) == len(alone)
-    # OPT's and BLOOM's end-to-end tests where 0.19.8 injects them; the Transformers 5 ones and Llama without rope_theta
-    # where their bugs show
+    # OPT's and BLOOM's end-to-end tests where 0.19.8 injects them; the Transformers 5 ones and Llama without
+    # rope_theta where their bugs show
     assert regression.TESTS_ON == {
         "0016": "4.48.3",
         "0017": "4.48.3",
