@@ -67,4 +67,4 @@ def test_a_scripted_finding_says_its_own_reason_no_cell_shows_it():
     brief = issue_brief.scripted(issue_texts.SCRIPTED["llama-rope-theta"])
     assert issue_brief.NO_CELL not in brief
     assert "Transformers 4.43.4 and newer" in brief and "4.31.0 and 4.32.1" in brief
-    assert "deepspeed --num_gpus 1 llama_rope_theta.py" in brief and 'transformers==4.32.1' in brief
+    assert "deepspeed --num_gpus 1 llama_rope_theta.py" in brief and "transformers==4.32.1" in brief
