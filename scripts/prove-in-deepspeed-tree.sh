@@ -16,6 +16,8 @@
 # another version (version.txt: master), each commit's master form (NN-slug/master/) is taken where it has one. Set
 # DS_TESTS="unit/... unit/..." to also run DeepSpeed's own tests of the areas the series touches with the series
 # applied (docs/upstream.md lists the CPU set).
+# HANG_S (default 900): a forked test still running after that many seconds is killed (pytest-forked counts it failed)
+# and the record says so: DeepSpeed's DistributedTest can wait forever on a hung rank.
 # TRANSFORMERS_OVERLAY=DIR puts another Transformers first on the tests' path (a `pip install --target` directory:
 # repro.host.envs.transformers_env.overlay), where a pull request's end-to-end tests need a model that release injects.
 # CPU by default: DS_ACCELERATOR=cpu, and LOCAL_SIZE=2 so that the CPU accelerator offers the two ranks the tests
@@ -101,17 +103,40 @@ if [ ! -f "$ds_pytest/.installed" ]; then
     || { echo "error: cannot install DeepSpeed's test runner (constraints/deepspeed-tests.txt) into $ds_pytest" >&2; exit 2; }
   touch "$ds_pytest/.installed"
 fi
+descendants() {  # every process below $1
+  local child
+  for child in $(ps -o pid= --ppid "$1"); do echo "$child"; descendants "$child"; done
+}
+watchdog() {  # $1: seconds. A forked test (pytest-forked's child of an xdist worker, the same command line) older than
+  # that is killed with what it started: DeepSpeed's DistributedTest can wait forever when a rank hangs (its pool's
+  # timeout ends in a join that never returns); pytest-forked then reports the test as failed. Each kill is logged.
+  local pid parent
+  while sleep 15; do
+    for pid in $(pgrep -f 'exec\(eval\(sys.stdin.readline\(\)\)\)'); do
+      parent=$(ps -o ppid= -p "$pid" 2>/dev/null | tr -d ' ')
+      [ -n "$parent" ] && [ "$(ps -o cmd= -p "$parent" 2>/dev/null)" = "$(ps -o cmd= -p "$pid" 2>/dev/null)" ] || continue
+      [ "$(ps -o etimes= -p "$pid" 2>/dev/null | tr -d ' ')" -gt "$1" ] 2>/dev/null || continue
+      echo "watchdog: killed a forked test (pid $pid) still running after $1 s" >> "$work/watchdog.log"
+      kill -KILL $(descendants "$pid") "$pid" 2>/dev/null || true
+    done
+  done
+}
 run() {  # $1: tree; the summary line, then each test that did not pass. As DeepSpeed's CPU workflow runs its unit
   # tests (cpu-torch-latest.yml: pytest --forked -n 4, DeepSpeed's pytest); PYTEST_WORKERS=0: one process, unforked.
   # One OpenMP thread: a rank forked after a parallel torch op can wait forever in libgomp.
-  local out workers=${PYTEST_WORKERS:-4} how=()
+  local out workers=${PYTEST_WORKERS:-4} how=() guard
   [ "$workers" = 0 ] || how=(--forked -n "$workers")
+  : > "$work/watchdog.log"
+  watchdog "${HANG_S:-900}" &
+  guard=$!
   out=$(cd "$1/tests" && OMP_NUM_THREADS=1 PYTHONPATH="${TRANSFORMERS_OVERLAY:+$TRANSFORMERS_OVERLAY:}$ds_pytest:$1:$repo" \
     "$python" -m pytest -q -rfE --color=no \
     -p no:cacheprovider \
     "${how[@]}" "${@:2}" 2>&1 | sed 's/\x1b\[[0-9;]*m//g')
+  kill "$guard" 2>/dev/null || true
   echo "$out" | tail -n 1
   echo "$out" | grep -E '^(FAILED|ERROR) ' | sed 's/^/    /' || true
+  sed 's/^/    /' "$work/watchdog.log"
 }
 
 tree "$work/as-is"
