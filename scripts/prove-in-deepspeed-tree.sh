@@ -17,7 +17,7 @@
 # DS_TESTS="unit/... unit/..." to also run DeepSpeed's own tests of the areas the series touches with the series
 # applied (docs/upstream.md lists the CPU set).
 # HANG_S (default 900): a forked test still running after that many seconds is killed (pytest-forked counts it failed)
-# and the record says so: DeepSpeed's DistributedTest can wait forever on a hung rank.
+# and the record says so: DeepSpeed's DistributedTest never ends a rank that waits forever.
 # TRANSFORMERS_OVERLAY=DIR puts another Transformers first on the tests' path (a `pip install --target` directory:
 # repro.host.envs.transformers_env.overlay), where a pull request's end-to-end tests need a model that release injects.
 # CPU by default: DS_ACCELERATOR=cpu, and LOCAL_SIZE=2 so that the CPU accelerator offers the two ranks the tests
@@ -85,6 +85,11 @@ case "${ACCELERATOR:-cpu}" in
 esac
 export PYTHONDONTWRITEBYTECODE=1
 export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$repo/build/torch-extensions}
+# A JIT build killed midway leaves its lock file, and every rank that needs the op then waits for it forever (seen:
+# deepspeed_shm_comm's lock after a killed run hung every DistributedTest that came after it).
+for lock in "$TORCH_EXTENSIONS_DIR"/*/lock; do
+  [ -e "$lock" ] && echo "warning: $lock exists: if no build is running, a killed one left it and every rank will wait for it; remove it" >&2
+done
 
 tree() {  # a copy of the checkout's tracked files that DeepSpeed and its tests need, as a git repository
   mkdir -p "$1"
@@ -108,8 +113,8 @@ descendants() {  # every process below $1
   for child in $(ps -o pid= --ppid "$1"); do echo "$child"; descendants "$child"; done
 }
 watchdog() {  # $1: seconds. A forked test (pytest-forked's child of an xdist worker, the same command line) older than
-  # that is killed with what it started: DeepSpeed's DistributedTest can wait forever when a rank hangs (its pool's
-  # timeout ends in a join that never returns); pytest-forked then reports the test as failed. Each kill is logged.
+  # that is killed with what it started: DeepSpeed's DistributedTest never ends a rank that waits forever (its pool's
+  # timeout ends in a join that waits for it); pytest-forked then reports the test as failed. Each kill is logged.
   local pid parent
   while sleep 15; do
     for pid in $(pgrep -f 'exec\(eval\(sys.stdin.readline\(\)\)\)'); do
