@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
+from datetime import date
 from pathlib import Path
 
 from .. import results as result_files
@@ -75,6 +77,18 @@ def rewrite(out: Path, cells: list[dict]) -> None:
     partial = out / (JOURNAL + ".partial")
     partial.write_text("".join(json.dumps(cell, sort_keys=True) + "\n" for cell in cells))
     os.replace(partial, out / JOURNAL)
+
+
+def measure_again(out: Path, options: dict, cells: list[dict], drop: Callable[[dict], bool], command: str) -> list:
+    """Takes the journal's `cells` that `drop` names out of it, so that the resume measures them again (a patch joined
+    or left their build since), and records that rerun (its command, day and cells) in run.json beside the options it
+    was started with; returns every rerun recorded there, for the results to say so."""
+    kept = [c for c in cells if not drop(c)]
+    rerun = {"command": command, "date": date.today().isoformat(), "cells": len(cells) - len(kept)}
+    reruns = [*options.get("reruns", []), rerun]
+    rewrite(out, kept)
+    start(out, {**options, "reruns": reruns})
+    return reruns
 
 
 def finished(out: Path) -> list[dict]:

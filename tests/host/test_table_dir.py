@@ -41,3 +41,17 @@ def test_the_journal_drops_a_last_line_cut_short(tmp_path):
     with open(tmp_path / table_dir.JOURNAL, "a") as f:
         f.write('{"n": 3')
     assert table_dir.finished(tmp_path) == [{"n": 1}, {"n": 2}]
+
+
+def test_measure_again_takes_the_named_cells_out_and_records_each_rerun(tmp_path):
+    table_dir.start(tmp_path, {"quick": True})
+    for n in range(3):
+        table_dir.record(tmp_path, {"n": n, "build": "a" if n else "b"})
+    cells = table_dir.finished(tmp_path)
+    first = table_dir.measure_again(tmp_path, {"quick": True}, cells, lambda c: c["build"] == "a", "cmd one")
+    assert table_dir.finished(tmp_path) == [{"n": 0, "build": "b"}]
+    assert [(r["command"], r["cells"]) for r in first] == [("cmd one", 2)]
+    options = table_dir.claim(tmp_path, "x.json", "x", resume=True)
+    again = table_dir.measure_again(tmp_path, options, table_dir.finished(tmp_path), lambda c: False, "cmd two")
+    assert [(r["command"], r["cells"]) for r in again] == [("cmd one", 2), ("cmd two", 0)]
+    assert table_dir.claim(tmp_path, "x.json", "x", resume=True) == {"quick": True, "reruns": again}

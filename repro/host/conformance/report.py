@@ -204,10 +204,6 @@ def render(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _reruns(data: dict) -> list[dict]:
-    return data.get("reruns") or []
-
-
 def _evidence(data: dict) -> list[str]:
     """How the cells were measured and judged, and what the whole series does with them."""
     cells = data["cells"]

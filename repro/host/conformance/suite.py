@@ -12,7 +12,6 @@ confirmed bug (`report`).
 from __future__ import annotations
 
 import contextlib
-import datetime
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -63,6 +62,7 @@ def main(
         planned = _planned(model, quick, archs, shard, ranks)
         evidence = devices.check(backend, planned)
     resumed = table_dir.claim(out, "conformance.json", "conformance", resume=resume, regenerate=regenerate)
+    reruns: list = []  # cells measured again since the run began (--again), recorded in run.json
     if resumed is not None:
         quick, isolated = resumed.get("quick", quick), resumed.get("isolated", isolated)
         shard = tuple(resumed["shard"]) if resumed.get("shard") else None
@@ -70,8 +70,7 @@ def main(
         model, backend, ranks = resumed.get("model"), resumed.get("backend", "cpu"), resumed.get("ranks")
         planned = _planned(model, quick, archs, shard, ranks)
         evidence = devices.check(backend, planned)
-        if again:
-            _drop(out, resumed, again, log)
+        reruns = _drop(out, resumed, again, log) if again else resumed.get("reruns", [])
     if backend != "cpu" and not isolated:
         log(f"[conformance] --backend {backend}: one torchrun per cell (a warm pool forks its ranks after its "
             "imports, which CUDA and ROCm do not survive)")  # fmt: skip
@@ -102,28 +101,25 @@ def main(
             f"{out / table_dir.JOURNAL}; `python -m repro conformance --resume {out}` runs the rest")  # fmt: skip
         return EXIT_INTERRUPTED
     cells = [done[key(axes)] for axes in planned]
-    reruns = (results.load_if_written(out / table_dir.RUN) or {}).get("reruns", [])
     write(out, cells, quick, shard, round(time.time() - started + earlier, 1), model, evidence, reruns)
     log(f"[conformance] {len(cells)} cells in {time.time() - started:.0f} s -> {out / 'CONFORMANCE.md'}; "
         + progress.summary(cells))  # fmt: skip
     return EXIT_BROKEN if any("error" in c for c in cells) else EXIT_OK
 
 
-def _drop(out: Path, options: dict, again: tuple[str, ...], log: Callable[[str], None]) -> None:
-    """Removes the journal's cells of these builds so the resume measures them again; the rerun is kept in run.json
-    (and written into conformance.json). UsageError for a build with no cell there."""
+def _drop(out: Path, options: dict, again: tuple[str, ...], log: Callable[[str], None]) -> list:
+    """These builds' journal cells measured again by the resume (table_dir.measure_again); every rerun recorded, for
+    conformance.json. UsageError for a build with no cell there."""
     cells = table_dir.finished(out)
     for build in again:
         if not any(c["build"] == build for c in cells):
             builds = sorted({c["build"] for c in cells})
             raise UsageError(f"--again {build!r}: no cell of that build in {out} (its builds: {', '.join(builds)})")
-    kept = [c for c in cells if c["build"] not in again]
     spec = ",".join(f"'{b}'" for b in again)
-    rerun = {"command": f"python -m repro conformance --resume {out} --again {spec}",
-             "date": datetime.date.today().isoformat(), "cells": len(cells) - len(kept)}  # fmt: skip
-    table_dir.rewrite(out, kept)
-    table_dir.start(out, {**options, "reruns": [*options.get("reruns", []), rerun]})
-    log(f"[conformance] measuring {rerun['cells']} cells again: {spec}")
+    reruns = table_dir.measure_again(out, options, cells, lambda c: c["build"] in again,
+                                     f"python -m repro conformance --resume {out} --again {spec}")  # fmt: skip
+    log(f"[conformance] measuring {reruns[-1]['cells']} cells again: {spec}")
+    return reruns
 
 
 def _planned(model: dict | None, quick: bool, archs, shard: tuple[int, int] | None, ranks: int | None) -> list:

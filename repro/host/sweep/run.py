@@ -45,9 +45,9 @@ def main(
     if resume:
         _journal_from_partial(out)
     resumed = table_dir.claim(out, RESULTS, "sweep", resume=resume, regenerate=regenerate)
-    reruns = list((resumed or {}).get("reruns", []))
+    reruns = (resumed or {}).get("reruns", [])
     if again:
-        reruns.append(_drop(out, resumed, again, log))
+        reruns = _drop(out, resumed, again, log)
     if resumed is not None:
         versions, index_read = resumed["releases"], resumed.get("index_read")
     else:
@@ -102,22 +102,20 @@ def _journal_from_partial(out: Path) -> None:
         table_dir.record(out, cell)
 
 
-def _drop(out: Path, options: dict, again: tuple[tuple[str, str, str], ...], log: Callable[[str], None]) -> dict:
-    """Removes the journal's cells of each (build, arch, release) so the resume measures them again; the rerun's
-    record (kept in run.json, written into sweep.json). UsageError for a triple that names no cell."""
+def _drop(out: Path, options: dict, again: tuple[tuple[str, str, str], ...], log: Callable[[str], None]) -> list:
+    """The journal's cells of each (build, arch, release) measured again by the resume (table_dir.measure_again);
+    every rerun recorded, for sweep.json. UsageError for a triple that names no cell."""
     cells = table_dir.finished(out)
     for build, arch, release in again:
         if not any((c["build"], c["arch"], c["transformers"]) == (build, arch, release) for c in cells):
             raise UsageError(f"--again {build}:{arch}:{release}: the sweep in {out} has no such cells (BUILD:ARCH:"
                              f"RELEASE; builds: {', '.join(plan.BUILDS)})")  # fmt: skip
-    kept = [c for c in cells if (c["build"], c["arch"], c["transformers"]) not in set(again)]
     spec = ",".join(":".join(t) for t in again)
-    rerun = {"command": f"python -m repro sweep --resume {out} --again {spec}", "date": date.today().isoformat(),
-             "cells": len(cells) - len(kept)}  # fmt: skip
-    table_dir.rewrite(out, kept)
-    table_dir.start(out, {**options, "reruns": [*options.get("reruns", []), rerun]})
-    log(f"[sweep] measuring {rerun['cells']} cells again: {spec}")
-    return rerun
+    reruns = table_dir.measure_again(out, options, cells,
+                                     lambda c: (c["build"], c["arch"], c["transformers"]) in set(again),
+                                     f"python -m repro sweep --resume {out} --again {spec}")  # fmt: skip
+    log(f"[sweep] measuring {reruns[-1]['cells']} cells again: {spec}")
+    return reruns
 
 
 def _root(build: str, version: str) -> tuple[Path | None, str | None]:

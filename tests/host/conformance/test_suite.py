@@ -118,6 +118,24 @@ def test_an_out_with_results_is_refused_unless_resumed_or_regenerated(tmp_path, 
     assert suite.main(tmp_path, resume=True, log=print) == 0 and measured == []  # nothing missing
 
 
+def test_again_measures_a_build_again_and_the_run_says_so(tmp_path, monkeypatch):
+    from repro import results
+    from repro.options import UsageError
+
+    with pytest.raises(UsageError, match="give --resume OUT"):
+        suite.main(tmp_path, quick=True, again=("released",))
+    _fake_suite(monkeypatch)
+    assert suite.main(tmp_path, quick=True, log=print) == 0
+    with pytest.raises(UsageError, match="no cell of that build"):
+        suite.main(tmp_path, resume=True, again=("series without 9999",), log=print)
+    measured = _fake_suite(monkeypatch)
+    assert suite.main(tmp_path, resume=True, again=("released",), log=print) == 0
+    released = [c for c in plan.plan(quick=True) if c["build"] == "released"]
+    assert released and len(measured) == len(released)  # only that build's cells ran again
+    (rerun,) = results.load(tmp_path / "conformance.json")["reruns"]
+    assert rerun["cells"] == len(released) and "--again 'released'" in rerun["command"]
+
+
 def test_two_shards_merged_give_the_cells_of_one_run(tmp_path, monkeypatch):
     _fake_suite(monkeypatch)
     assert suite.main(tmp_path / "one", quick=True, log=print) == 0

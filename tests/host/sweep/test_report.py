@@ -1,3 +1,5 @@
+import pytest
+
 from repro.findings.answer import CORRECT
 from repro.findings.finding import CRASH, SILENTLY_WRONG
 from repro.host.sweep import plan, report
@@ -59,3 +61,17 @@ def test_a_finished_sweep_is_not_turned_into_a_journal(tmp_path):
     results.write(tmp_path / run.RESULTS, data([cell("5.1.0", "gpt-j", "released")]))
     run._journal_from_partial(tmp_path)
     assert not (tmp_path / table_dir.JOURNAL).exists()
+
+
+def test_again_needs_a_resume_and_names_cells_the_sweep_has(tmp_path):
+    from repro.host import table_dir
+    from repro.host.sweep import run
+    from repro.options import UsageError
+
+    with pytest.raises(UsageError, match="give --resume OUT"):
+        run.main(tmp_path, again=(("wheel", "llama", "4.31.0"),))
+    table_dir.start(tmp_path, {"releases": ["5.1.0"], "index_read": None})
+    table_dir.record(tmp_path, cell("5.1.0", "gpt-j", "released"))
+    with pytest.raises(UsageError, match="wheel:llama:4.31.0: the sweep in .* has no such cells"):
+        run.main(tmp_path, resume=True, again=(("wheel", "llama", "4.31.0"),))
+    assert len(table_dir.finished(tmp_path)) == 1  # a refused --again removes nothing
