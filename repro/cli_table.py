@@ -298,7 +298,7 @@ COMMANDS: dict[str, Command] = {
     "series-on-transformers": Command("the series' upstream tests on several Transformers (VERSION ...)",
                                       tool="repro.host.upstream.series_on_transformers"),
     "tp-cost": Command("what tensor-parallel generation without an mpu costs", tool="repro.host.upstream.tp_cost"),
-    "lora-cost": Command("what persisting LoRA on non-pinned ZeRO-3 broadcasts per generate",
+    "lora-cost": Command("what LoRA fused at every forward on non-pinned ZeRO-3 costs per generate",
                          tool="repro.host.upstream.lora_cost"),
     "cache-cost": Command("the bytes a Transformers Cache holds beside the injected layers' keys and values",
                           tool="repro.host.upstream.cache_cost"),

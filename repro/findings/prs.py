@@ -192,9 +192,9 @@ PRS: tuple[PullRequest, ...] = (
         # the QKV layout zero3-qkv-layout keeps
         test_needs=("zero3-qkv-layout",),
         graphs=(
-            "its state lives on the non-pinned ZeRO-3 path, where 0.19.8 refuses CUDA graphs "
-            "(`validate_cuda_graph_support`, runtime/hybrid_engine_graph.py); its try/finally also unfuses "
-            "LoRA when a graphed generate() raises on ZeRO-1/2"
+            "it keeps no state between forwards or generate() calls, and its code runs on the non-pinned ZeRO-3 "
+            "path only, where 0.19.8 refuses CUDA graphs (`validate_cuda_graph_support`, "
+            "runtime/hybrid_engine_graph.py)"
         ),
     ),
     PullRequest(

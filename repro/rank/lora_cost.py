@@ -1,8 +1,8 @@
 """What LoRA on the non-pinned ZeRO-3 path costs a rank per generate (`python -m repro.rank.lora_cost OUT`, under
 torchrun; host side: repro.host.upstream.lora_cost): DeepSpeed-Chat's LoRA on every Linear of a GPT-NeoX twin,
-pin_parameters false, counting the bytes ZeRO-3 broadcasts during one generate() (where a gather with
-modifier_rank persists a layer's fused or unfused weights) beside the bytes it all-gathers (the path's own gather of
-every layer at every forward), and timing each generate. `--no-lora`: the same model without LoRA (a user the bug never
+pin_parameters false, counting the bytes ZeRO-3 broadcasts during one generate() (a gather with modifier_rank would
+broadcast what it keeps) beside the bytes it all-gathers (the path's own gather of every layer at every forward), and
+timing each generate. `--no-lora`: the same model without LoRA (a user the bug never
 touches).
 
 CPU evidence only: DeepSpeed's kernels are our PyTorch stand-ins (`fallbacks`) and the ranks talk over gloo."""

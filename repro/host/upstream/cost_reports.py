@@ -134,22 +134,21 @@ def lora_section(result: dict) -> str:
 def lora_trades(result: dict) -> str:
     """What the fix adds per generate, in words: to whom the bug touches (LoRA), and to whom it does not."""
     with_it, without, *untouched = result["runs"]
-    ratio = with_it["broadcast_bytes_per_generate"] / with_it["layer_weight_bytes"]
+    same = with_it["broadcast_bytes_per_generate"] == without["broadcast_bytes_per_generate"]
     text = (
         f"Non-pinned ZeRO-3 with LoRA on every Linear: with the fix each generate() broadcasts "
-        f"{with_it['broadcast_bytes_per_generate'] / 2**20:.1f} MiB from rank 0 "
-        f"({with_it['broadcasts_per_generate']} broadcasts: each layer's fused weights on its first forward, "
-        f"and again when they are unfused), where DeepSpeed's own path broadcasts "
-        f"{without['broadcast_bytes_per_generate'] / 2**20:.1f} MiB and generates without LoRA after the prompt; "
-        f"generate takes {with_it['generate_median_s']:.3f} s against {without['generate_median_s']:.3f} s. The "
-        f"broadcast grows with the model: {ratio:.2f} times its layers' weights (LoRA included) per generate."
+        f"{with_it['broadcast_bytes_per_generate'] / 2**20:.1f} MiB ({with_it['broadcasts_per_generate']} "
+        f"broadcasts), {'as' if same else 'where'} DeepSpeed's own path "
+        f"{'does' if same else 'broadcasts'} ({without['broadcast_bytes_per_generate'] / 2**20:.1f} MiB), "
+        f"which generates without LoRA after the prompt. The fix computes each layer's LoRA products at each of "
+        f"its forwards, where DeepSpeed's own path computes them at the first: generate takes "
+        f"{with_it['generate_median_s']:.3f} s against {without['generate_median_s']:.3f} s."
     )
     if "all_gather_bytes_per_generate" in with_it:
-        gathered = with_it["all_gather_bytes_per_generate"]
-        text += (f" The non-pinned path itself all-gathers every layer at every forward: "
-                 f"{gathered / 2**20:.1f} MiB per generate here, so the broadcast adds "
-                 f"{100 * with_it['broadcast_bytes_per_generate'] / gathered:.0f}% to what the generate moves "
-                 f"(with {with_it['new_tokens']} new tokens; less with more).")  # fmt: skip
+        text += (f" It all-gathers {with_it['all_gather_bytes_per_generate'] / 2**20:.1f} MiB per generate, "
+                 f"DeepSpeed's own path {without['all_gather_bytes_per_generate'] / 2**20:.1f} MiB (there, "
+                 "unfusing LoRA after generate() gathers every layer once more, to subtract it from copies that "
+                 "are then discarded).")  # fmt: skip
     if len(untouched) == 2:
         fixed, released = untouched
         calls = f"{fixed['broadcasts_per_generate']} and {released['broadcasts_per_generate']} broadcasts"

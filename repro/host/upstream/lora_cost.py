@@ -1,8 +1,8 @@
-"""What persisting LoRA on the non-pinned ZeRO-3 path costs (`python -m repro.host.upstream.lora_cost OUT`): DeepSpeed-
-Chat's LoRA on a GPT-NeoX twin, pin_parameters false, 2 ranks (repro.rank.lora_cost), with the whole series and with
-the series without `lora-non-pinned`'s patch (DeepSpeed's own path there: LoRA fused for the prompt only, nothing
-broadcast); then the same model without LoRA on both (the users the bug never touches: what the fix costs them),
-writing OUT/lora-cost.json. CPU evidence: our kernel stand-ins, gloo, 2 cores."""
+"""What fusing LoRA at every forward on the non-pinned ZeRO-3 path costs (`python -m repro.host.upstream.lora_cost
+OUT`): DeepSpeed-Chat's LoRA on a GPT-NeoX twin, pin_parameters false, 2 ranks (repro.rank.lora_cost), with the whole
+series and with the series without `lora-non-pinned`'s patch (DeepSpeed's own path there: LoRA fused for the prompt
+only); then the same model without LoRA on both (the users the bug never touches: what the fix costs them), writing
+OUT/lora-cost.json. CPU evidence: our kernel stand-ins, gloo, 2 cores."""
 
 from __future__ import annotations
 

@@ -24,8 +24,10 @@ def test_every_site_in_the_installed_deepspeed_is_settled():
 
 def test_with_every_patch_no_confirmed_site_remains():
     root = patched_copy.prepare_patched_copy(patches=("0001", "0002", "0003"))
-    confirmed = [f.function for f in audit.scan(root / "deepspeed") if f.known and f.known.startswith("confirmed")]
-    assert confirmed == []
+    found = {f.function: f.known for f in audit.scan(root / "deepspeed")}
+    assert [function for function, known in found.items() if known and known.startswith("confirmed")] == []
+    # the fixed run_forward still writes into a gather without modifier_rank, on purpose, and is said so
+    assert found["run_forward"].startswith("false positive (patch 0003, by design)")
 
 
 def test_patched_copy_no_longer_lists_the_transforms():

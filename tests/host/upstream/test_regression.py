@@ -27,17 +27,15 @@ EXPECTED_FAILURES = {
     },
     "0002": {"test_fuse_lora_after_transform_for_inference": A},
     "0003": {
-        # Parameters kept available (persistent) keep their fusion as released: [all] fails only after a raise.
+        # Parameters kept available (persistent) keep their fusion as released, so [all] sees LoRA at every forward;
+        # its weights come back only up to rounding ((W + delta) - delta), where the fix restores them exactly.
+        **{f"TestHybridEngineLoRANonPinned::test_every_forward_sees_fused_lora[{a}]": A for a in ("none", "lora")},
         **{
             f"TestHybridEngineLoRANonPinned::{test}[{available}]": A
             for test in (
-                "test_every_forward_sees_fused_lora",
                 "test_generate_restores_weights_and_fuses_again_next_time",
+                "test_generate_that_raises_leaves_no_lora_fused",
             )
-            for available in ("none", "lora")
-        },
-        **{
-            f"TestHybridEngineLoRANonPinned::test_generate_that_raises_leaves_no_lora_fused[{available}]": A
             for available in ("none", "lora", "all")
         },
         **{
@@ -303,7 +301,7 @@ def test_every_test_passes_with_the_whole_series():
     assert result["outcome"] == "pass", result.get("error", "") + result["output_tail"]
     skipped = {name for name, kind in result["tests"].items() if kind == regression.SKIPPED}
     assert skipped == SKIPPED_ON_PINNED  # the end-to-end tests of a model the pinned Transformers does not inject
-    assert len(result["tests"]) == 166 and set(result["tests"].values()) == {"passed", regression.SKIPPED}
+    assert len(result["tests"]) == 169 and set(result["tests"].values()) == {"passed", regression.SKIPPED}
 
 
 def test_each_patch_is_proven_on_its_prerequisites_without_and_with_it_and_builds_are_shared():
