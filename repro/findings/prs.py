@@ -105,15 +105,17 @@ PRS: tuple[PullRequest, ...] = (
         # its end-to-end test runs the injected Llama layers: on CPU the fallbacks, on Transformers >= 4.54 a tensor
         test_needs=("inference-fallbacks", "current-transformers"),
         graphs=(
-            "the padding mask it keeps is per-layer state set in `forward`; with "
-            "`hybrid_engine.enable_cuda_graph` a decode step captured in one generate() replays with the "
-            "address of the capturing batch's mask in every later generate() of the same length, so a batch "
-            "padded differently would attend by the first batch's padding. Transformers 4.53 to 4.57 (SDPA) "
-            "synchronise in their mask code during the decode step, which a capture cannot, so there the "
-            "capture is expected to fall back to eager steps; from 5.0 it proceeds. The tests run with graphs"
-            " off (the default, and what DeepSpeed-Chat uses); a graph-safe form (the mask written in place "
-            "into a persistent buffer, or recomputed from the 2D attention mask that is a graph input) is not"
-            " written yet"
+            "it keeps state across the decode steps of one generate() only: the keys the prompt's last token may "
+            "attend to, extended at each step (a decode step's bool mask covers one key, so the padding cannot be "
+            "read from it), reset by each prompt. `DecodeGraphCache` replays a decode position only for tensor "
+            "inputs of the shapes it was captured with, and a replay runs no Python: each prompt (never "
+            "captured) writes its keys in place into the tensor the last prompt of the same shape used, which is "
+            "the one the captured first decode step reads, and each later step reads what the step before wrote "
+            "in the graph's memory pool, so a replay attends by the current batch's padding. Transformers 4.53 "
+            "to 4.57 (SDPA) synchronise in their mask code during the decode step, which a capture cannot, so "
+            "there the capture is expected to fall back to eager steps; from 5.0 it proceeds. Its tests check "
+            "that a later prompt's keys land in the tensor the first decode step read; none ran under CUDA "
+            "graphs (no GPU)"
         ),
     ),
     PullRequest(

@@ -152,6 +152,7 @@ EXPECTED_FAILURES = {
         "test_decode_masks_built_for_fewer_keys_keep_the_prompts_padding_masked": A,
         "test_a_decode_mask_over_every_key_is_taken_as_it_is": A,
         "test_a_new_prompt_forgets_the_last_ones_padding": A,
+        "test_a_later_prompt_writes_its_keys_where_a_captured_decode_step_reads_them": A,
         "TestHybridEngineLeftPaddedGenerate::test_generate_computes_every_row": A,
     },
     "0029": {  # on Transformers 4.43.4 (tests_on), where 0.19.8 injects BLOOM
@@ -301,7 +302,7 @@ def test_every_test_passes_with_the_whole_series():
     assert result["outcome"] == "pass", result.get("error", "") + result["output_tail"]
     skipped = {name for name, kind in result["tests"].items() if kind == regression.SKIPPED}
     assert skipped == SKIPPED_ON_PINNED  # the end-to-end tests of a model the pinned Transformers does not inject
-    assert len(result["tests"]) == 169 and set(result["tests"].values()) == {"passed", regression.SKIPPED}
+    assert len(result["tests"]) == 170 and set(result["tests"].values()) == {"passed", regression.SKIPPED}
 
 
 def test_each_patch_is_proven_on_its_prerequisites_without_and_with_it_and_builds_are_shared():

@@ -41,6 +41,7 @@ class MaskRecordingAttention(DeepSpeedSelfAttention):
         self.num_attention_heads_per_partition = self.num_kv_partition = 2
         self.norm_factor = 1.0
         self.key_mask = None
+        self.prompt_key_mask = None
         self.masks = []
 
         def score_context(query_key_value, attn_mask, **kwargs):
@@ -54,10 +55,10 @@ class MaskRecordingAttention(DeepSpeedSelfAttention):
         return self.masks[-1]
 
 
-def prompt_mask():
+def prompt_mask(padding=PADDING):
     """As transformers >= 4.53 build it for SDPA: [batch, 1, query, key], True where a query may attend."""
     causal = torch.ones(4, 4, dtype=torch.bool).tril()
-    return (causal[None, :, :] & PADDING[:, None, :])[:, None]
+    return (causal[None, :, :] & padding[:, None, :])[:, None]
 
 
 def additive(mask):
@@ -102,6 +103,20 @@ def test_a_new_prompt_forgets_the_last_ones_padding():
     handed = attention.step(1, torch.ones(2, 1, 1, 1, dtype=torch.bool))
 
     assert torch.equal(handed, additive(torch.ones(2, 1, 1, 1, dtype=torch.bool)))
+
+
+def test_a_later_prompt_writes_its_keys_where_a_captured_decode_step_reads_them():
+    # With hybrid_engine.enable_cuda_graph the first decode step is captured in one generate() and replayed in the
+    # next ones, reading the prompt's keys from the tensor it read at capture.
+    attention = MaskRecordingAttention()
+    attention.step(4, prompt_mask())
+    read_at_capture = attention.key_mask
+    attention.step(1, torch.ones(2, 1, 1, 1, dtype=torch.bool))
+    other = torch.tensor([[True, True, True, True], [False, True, True, True]])  # row 1 left-padded by 1
+
+    attention.step(4, prompt_mask(other))
+
+    assert read_at_capture is not None and torch.equal(read_at_capture, other[:, None, None])
 
 
 def test_int64_and_additive_masks_are_handed_over_as_before():
