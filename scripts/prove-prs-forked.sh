@@ -46,6 +46,8 @@ print(transformers_env.overlay(version) if version else "")' "$name")
   started=$(date +%s)
   {
     echo "# scripts/prove-prs-forked.sh $nn ($(date -u +%F), CPU: $(nproc) cores, pytest --forked -n ${PYTEST_WORKERS:-4} with constraints/deepspeed-tests.txt)"
+    # which form of the pull request this proves: a later change to its patches makes the record stale
+    echo "# patches sha256: $(cat "$dir"/[0-9][0-9][0-9][0-9]-*.patch | sha256sum | cut -d' ' -f1)"
     TRANSFORMERS_OVERLAY=$overlay "$repo/scripts/prove-in-deepspeed-tree.sh" "$work/ds" "$dir" 2>&1 || echo "exit $?"
     echo "# wall: $(( $(date +%s) - started )) s"
   } > "$record.partial"

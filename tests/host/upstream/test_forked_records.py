@@ -52,3 +52,34 @@ def test_each_record_ran_on_the_transformers_its_proof_runs_on(path):
     pr = next(p for p in PRS if directory(p).startswith(number + "-"))
     ran = re.search(r"^DeepSpeed .*, Transformers (\S+)$", path.read_text(), re.MULTILINE).group(1)
     assert ran == (transformers_of(pr) or transformers_env.pinned())
+
+
+# Records written before the script named the patches it proved (2026-12-07); each of these pull requests' patches
+# is unchanged since its record was made (git log of its directory), except where the record is run again.
+BEFORE_PATCH_HASHES = {"01", "02", "03", "04", "06", "07", "08", "09", "10", "11", "24", "28", "29"}
+
+
+def patches_sha256(number: str) -> str:
+    import hashlib
+
+    pr_dir = next((ROOT / "repro/patches/prs").glob(f"{number}-*"))
+    return hashlib.sha256(
+        b"".join(p.read_bytes() for p in sorted(pr_dir.glob("[0-9][0-9][0-9][0-9]-*.patch")))
+    ).hexdigest()
+
+
+@pytest.mark.parametrize("path", RECORDS, ids=[p.stem.rsplit("-", 1)[1] for p in RECORDS])
+def test_each_record_proves_the_pull_request_as_committed(path):
+    number = path.stem.rsplit("-", 1)[1]
+    found = re.search(r"^# patches sha256: ([0-9a-f]{64})$", path.read_text(), re.MULTILINE)
+    if number in BEFORE_PATCH_HASHES:
+        assert found is None, f"{number} names its patches now: take it out of BEFORE_PATCH_HASHES"
+        return
+    assert found, "the record does not say which patches it proved"
+    assert found.group(1) == patches_sha256(number), "the patches changed since: scripts/prove-prs-forked.sh --replace"
+
+
+def test_the_patch_hash_is_the_scripts():
+    # the script hashes the patch files concatenated in glob order, as patches_sha256 does
+    script = (ROOT / "scripts/prove-prs-forked.sh").read_text()
+    assert 'cat "$dir"/[0-9][0-9][0-9][0-9]-*.patch | sha256sum' in script
