@@ -96,10 +96,18 @@ def inference_config_of(name, model, layers, layer_id, monkeypatch):
 
 
 class IdentityAttention(torch.nn.Module):
+    """What DeepSpeedSelfAttention hands back (output, keys, values, context, input norm), the input as each: the
+    keys and values as the attention keeps them, [batch, heads, tokens so far, head size]."""
     attn_ob = None
 
+    def __init__(self, heads):
+        super().__init__()
+        self.heads = heads
+
     def forward(self, input, *args, **kwargs):
-        return input, None, None, None, input
+        batch, tokens, hidden = input.shape
+        keys = input.view(batch, tokens, self.heads, hidden // self.heads).transpose(1, 2)
+        return input, keys, keys, None, input
 
 
 class IdentityMLP(torch.nn.Module):
@@ -114,7 +122,7 @@ def injected_layer(config):
     layer = DeepSpeedTransformerInference.__new__(DeepSpeedTransformerInference)
     torch.nn.Module.__init__(layer)
     layer.config = config
-    layer.attention = IdentityAttention()
+    layer.attention = IdentityAttention(config.heads)
     layer.mlp = IdentityMLP()
     layer.norm_w = layer.norm_b = None
     layer.layer_past = None
