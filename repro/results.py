@@ -26,8 +26,19 @@ LORA_COST = REFERENCE / "lora-cost" / "lora-cost.json"  # repro.host.upstream.lo
 CACHE_COST = REFERENCE / "cache-cost" / "cache-cost.json"  # repro.host.upstream.cache_cost
 GQA_COST = REFERENCE / "gqa-cost" / "gqa-cost.json"  # repro.host.upstream.gqa_cost
 PR_PROOF = REFERENCE / "prs" / "prs.json"  # repro.host.upstream.pr_proof
+CI_COVERAGE = REFERENCE / "ci-coverage" / "ci-coverage.json"  # repro.host.upstream.ci_coverage
 SWEEP = REFERENCE / "sweep" / "sweep.json"  # python -m repro sweep
-COMMITTED = (CONFORMANCE, AFFECTED_RELEASES, WHEEL_MANIFEST, WHEEL_PROOF, TP_COST, LORA_COST, CACHE_COST, GQA_COST)
+COMMITTED = (
+    CONFORMANCE,
+    AFFECTED_RELEASES,
+    WHEEL_MANIFEST,
+    WHEEL_PROOF,
+    TP_COST,
+    LORA_COST,
+    CACHE_COST,
+    GQA_COST,
+    CI_COVERAGE,
+)
 
 
 def load(path: Path) -> dict:

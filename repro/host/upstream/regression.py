@@ -16,6 +16,7 @@ import sys
 import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import NamedTuple
 
 from ... import findings
 from ... import results as result_files
@@ -92,7 +93,7 @@ def jobs_by_build() -> dict[tuple[tuple[str, ...], str | None], tuple[str, ...]]
 
 def _pytest(
     deepspeed_root: Path | None, timeout_s: float, tests: tuple[str, ...]
-) -> tuple[int, list[tuple[str, str, str]], str] | dict:
+) -> tuple[int, list[Case], str] | dict:
     """pytest on `tests`: its exit status, its cases (module, name, outcome) and its output; or a broken result."""
     # One OpenMP thread: the ranks are forked from pytest (tests/upstream/unit/common.py), and a rank forked after
     # pytest ran a parallel torch op waits forever in libgomp (gomp_team_barrier_wait_end: seen with the 46 tests
@@ -167,24 +168,49 @@ def _broken(why: str, output: str) -> dict:
     }
 
 
-def _cases(xml: Path) -> list[tuple[str, str, str]]:
-    """Each test case: its module (`unit.hybrid_engine.test_x`), its name, and "passed", "skipped" or the
-    failure/error type (AssertionError, ImportError, ...)."""
+class Case(NamedTuple):
+    """A test case: its module (`unit.hybrid_engine.test_x`), its name, "passed", "skipped" or the failure/error type
+    (AssertionError, ImportError, ...), and why it skipped (its skip message)."""
+
+    module: str
+    name: str
+    outcome: str
+    reason: str = ""
+
+
+def _cases(xml: Path) -> list[Case]:
     cases = []
     for case in ET.parse(xml).getroot().iter("testcase"):
         problem = case.find("failure") if case.find("failure") is not None else case.find("error")
         classname = case.get("classname", "?")
         module = classname.rsplit(".", 1)[0] if classname.rsplit(".", 1)[-1].startswith("Test") else classname
-        kind = SKIPPED if case.find("skipped") is not None else "passed"
-        cases.append((module, _case_name(case), kind if problem is None else _exception_type(problem)))
+        skipped = case.find("skipped")
+        kind = SKIPPED if skipped is not None else "passed"
+        reason = "" if skipped is None else _skip_reason(skipped)
+        cases.append(Case(module, _case_name(case), kind if problem is None else _exception_type(problem), reason))
     return cases
 
 
-def _keyed(cases: list[tuple[str, str, str]]) -> dict[str, str]:
+def _skip_reason(skipped: ET.Element) -> str:
+    """A skip's message; for a module skipped whole (junit's "collection skipped"), the reason its text carries:
+    `('path', line, 'Skipped: REASON')`."""
+    message = skipped.get("message", "")
+    found = re.search(r"'Skipped: (.*)'\)$", (skipped.text or "").strip()) if message == "collection skipped" else None
+    return found.group(1) if found else message
+
+
+def run_cases(deepspeed_root: Path | None, timeout_s: float, tests: tuple[str, ...]) -> list[Case] | dict:
+    """Every case of `tests` in one pytest on a build, each with its outcome and skip message; or a broken result
+    (`run_upstream_test`'s form) when pytest did not run to its end."""
+    ran = _pytest(deepspeed_root, timeout_s, tests)
+    return ran if isinstance(ran, dict) else ran[1]
+
+
+def _keyed(cases: list[Case]) -> dict[str, str]:
     """test name -> outcome; the same test name in another file (the series' tests in one run) is kept twice,
     the second under its module's name."""
     keyed: dict[str, str] = {}
-    for module, name, kind in cases:
+    for module, name, kind, _ in cases:
         keyed[f"{module}::{name}" if name in keyed else name] = kind
     return keyed
 

@@ -512,3 +512,22 @@ def test_main_writes_each_tests_result_for_the_in_image_proof(monkeypatch, tmp_p
     monkeypatch.setattr(regression, "run_upstream_test", lambda root: _recorded("fail", test_a="AssertionError"))
     assert regression.main(tmp_path / "r.json") == 1
     assert json.loads((tmp_path / "r.json").read_text())["tests"] == {"test_a": "AssertionError"}
+
+
+def test_each_case_keeps_why_it_skipped_also_when_its_module_skipped_whole(tmp_path):
+    xml = tmp_path / "junit.xml"
+    xml.write_text(
+        '<testsuites><testsuite><testcase classname="unit.a.test_x.TestX" name="test_y">'
+        '<skipped type="pytest.skip" message="DeepSpeed injects BLOOM on transformers &lt;= 4.43.4 only" /></testcase>'
+        '<testcase classname="" name="unit.a.test_z"><skipped message="collection skipped">'
+        "('/t/unit/a/test_z.py', 12, 'Skipped: This op had not been implemented on this system.')</skipped></testcase>"
+        '<testcase classname="unit.a.test_x" name="test_w"><failure message="assert 1 == 2" /></testcase>'
+        "</testsuite></testsuites>"
+    )
+    assert regression._cases(xml) == [
+        regression.Case(
+            "unit.a.test_x", "TestX::test_y", "skipped", "DeepSpeed injects BLOOM on transformers <= 4.43.4 only"
+        ),
+        regression.Case("", "unit.a.test_z", "skipped", "This op had not been implemented on this system."),
+        regression.Case("unit.a.test_x", "test_w", "AssertionError", ""),
+    ]
