@@ -64,10 +64,10 @@ def test_the_edge_finder_sees_a_known_edge():
 
 REPORTS = ("repro.host.conformance.report", "repro.host.conformance.issue_texts", "repro.host.family.report",
            "repro.host.run_report", "repro.host.upstream.releases", "repro.host.upstream.pr_texts",
-           "repro.host.upstream.cost_reports")  # fmt: skip
+           "repro.host.upstream.cost_reports", "repro.host.upstream.ci_coverage_report")  # fmt: skip
 RUNNERS = ("launch", "pool", "pool_worker", "script_runs", "affected_releases", "patched_copy", "series", "regression",
            "suite", "cells", "sweeps", "jobs", "matrix", "pr_proof", "pr_cost", "pr_forms", "tp_cost", "lora_cost",
-           "cache_cost", "gqa_cost", "cost_run")  # fmt: skip
+           "cache_cost", "gqa_cost", "cost_run", "ci_coverage")  # fmt: skip
 
 
 def _runners_loaded_by(module: str) -> list[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 from ... import findings, results
 from ...findings import reports
 from ...findings.prs import OUTSIDE_SERIES, PRS, PullRequest, by_slug, directory, required, tested_with
-from . import ci_coverage
+from . import ci_coverage_report
 from .cost_reports import cache_memory, lora_section, tp_section
 from .pr_files import MASTER, PRIMARY, PRS_DIR, pr_patches
 
@@ -138,7 +138,7 @@ def render(pr: PullRequest, patches: list[Path]) -> str:
     lines += [f"- `tests/{t}`" for t in pr.tests]
     coverage = results.load_if_written(results.CI_COVERAGE)
     if coverage is not None:
-        lines += ["", "## On DeepSpeed's CPU workflow", "", ci_coverage.section(coverage, pr)]
+        lines += ["", "## On DeepSpeed's CPU workflow", "", ci_coverage_report.section(coverage, pr)]
     measured, section = COSTS.get(pr.slug, (None, None))
     if measured is not None and measured.exists():
         lines += ["", "## What it costs", "", _plain(section(results.load(measured)))]
