@@ -40,7 +40,8 @@ def section(result: dict, pr: PullRequest) -> str:
 
     fallbacks = " and ".join(result["outside_series"])
     text = (
-        f"Run as one pytest on a CPU with DeepSpeed {result['deepspeed']} and Transformers {result['transformers']}, "
+        f"Run as one pytest on a CPU with DeepSpeed {result['deepspeed']}, the other pull requests of this series "
+        f"applied, and Transformers {result['transformers']}, "
         "the newest release (DeepSpeed's `cpu-torch-latest` job installs Transformers from git main; not run here). "
     )
     if pr in OUTSIDE_SERIES:
