@@ -407,6 +407,11 @@ def tested_with(pr: PullRequest) -> list[PullRequest]:
     return [p for p in PRS if p.slug in found and p not in required(pr) and p is not pr]
 
 
+def test_files(pr: PullRequest) -> tuple[str, ...]:
+    """Its test files under DeepSpeed's tests/: its findings' and its own, each once."""
+    return tuple(dict.fromkeys([t for f in pr.findings for t in by_id(f).tests] + list(pr.tests)))
+
+
 def directory(pr: PullRequest) -> str:
     """Its directory under repro/patches/prs/: its place in the order, then its slug."""
     return f"{PRS.index(pr) + 1:02d}-{pr.slug}"

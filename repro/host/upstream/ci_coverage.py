@@ -12,10 +12,10 @@ import sys
 import time
 
 from ... import findings
-from ...findings.prs import OUTSIDE_SERIES, PRS, directory
+from ...findings.prs import OUTSIDE_SERIES, PRS, directory, test_files
 from ..envs import transformers_env
 from . import cost_run, patched_copy, regression
-from .ci_coverage_report import UNATTRIBUTED, WITH, WITHOUT, section, test_files
+from .ci_coverage_report import UNATTRIBUTED, WITH, WITHOUT, section
 
 NEWEST = "5.25.0"  # the newest Transformers release the suite pins (constraints/transformers-5.25.0.txt)
 

@@ -4,17 +4,12 @@ fallbacks merged and without them."""
 
 from __future__ import annotations
 
-from ... import findings
+from ...findings import prs
 from ...findings.prs import OUTSIDE_SERIES, PullRequest
 
 WITH, WITHOUT = "with the fallbacks", "without the fallbacks"
 UNATTRIBUTED = "(no test file)"  # a case junit names no module of ours for
 SKIPPED = "skipped"  # regression.SKIPPED: a case that skipped itself
-
-
-def test_files(pr: PullRequest) -> tuple[str, ...]:
-    """Its test files under DeepSpeed's tests/: its findings' and its own."""
-    return tuple(dict.fromkeys([t for f in pr.findings for t in findings.by_id(f).tests] + list(pr.tests)))
 
 
 def _said(cases: dict[str, list[str]]) -> str:
@@ -33,7 +28,7 @@ def _said(cases: dict[str, list[str]]) -> str:
 
 def section(result: dict, pr: PullRequest) -> str:
     """A PR.md's paragraph: its tests on a CPU runner, with the fallbacks merged and as DeepSpeed is today."""
-    mine = test_files(pr)
+    mine = prs.test_files(pr)
 
     def cases(build: str) -> dict[str, list[str]]:
         return {name: kept for t in mine for name, kept in result["builds"][build]["tests"].get(t, {}).items()}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ... import findings
 from ... import results as result_files
-from ...findings.prs import OUTSIDE_SERIES, PRS, PullRequest, directory, required, tested_with
+from ...findings.prs import OUTSIDE_SERIES, PRS, PullRequest, directory, required, test_files, tested_with
 from ..envs import transformers_env
 from . import patched_copy, regression
 from .pr_files import PRIMARY, pr_patches
@@ -53,7 +53,7 @@ def beneath(pr: PullRequest) -> list[PullRequest]:
 
 
 def prove(pr: PullRequest, timeout_s: float = 900) -> dict:
-    tests = tuple(t for f in pr.findings for t in findings.by_id(f).tests) + pr.tests
+    tests = test_files(pr)
     errors = tuple(e for f in pr.findings for e in findings.by_id(f).bug_errors) + pr.bug_errors
     environment = [e for e in beneath(pr) if e not in required(pr)]
     before = [p for needed in beneath(pr) for p in pr_patches(needed, PRIMARY)]

@@ -4,6 +4,7 @@ skip (why) and which fail, with the fallbacks merged and without them; and witho
 import pytest
 
 from repro import results
+from repro.findings import prs
 from repro.findings.prs import OUTSIDE_SERIES, PRS, by_slug, directory
 from repro.host.upstream import ci_coverage, ci_coverage_report
 from repro.host.upstream.pr_files import PRS_DIR
@@ -25,7 +26,7 @@ def _result(without: dict, with_them: dict, files=("unit/a/test_x.py",)) -> dict
 
 def test_the_section_counts_each_case_and_groups_the_skips_by_reason(monkeypatch):
     pr = by_slug("lora-non-pinned")
-    monkeypatch.setattr(ci_coverage_report, "test_files", lambda _: ("unit/a/test_x.py",))
+    monkeypatch.setattr(prs, "test_files", lambda _: ("unit/a/test_x.py",))
     without = {
         "test_unit": ["passed", ""],
         "test_end_to_end[0]": ["skipped", GUARD],
@@ -44,7 +45,7 @@ def test_the_section_counts_each_case_and_groups_the_skips_by_reason(monkeypatch
 
 
 def test_a_fallbacks_pull_request_is_said_only_with_itself(monkeypatch):
-    monkeypatch.setattr(ci_coverage_report, "test_files", lambda _: ("unit/a/test_x.py",))
+    monkeypatch.setattr(prs, "test_files", lambda _: ("unit/a/test_x.py",))
     said = ci_coverage_report.section(_result({"t": ["ImportError", ""]}, {"t": ["passed", ""]}), OUTSIDE_SERIES[0])
     assert "With 01-inference-fallbacks and 27-fallbacks-without-op: 1 of 1 run and pass." in said
     assert "today" not in said
@@ -58,7 +59,7 @@ COMMITTED = results.load_if_written(results.CI_COVERAGE)
 def test_the_committed_measurement_ran_every_pull_requests_tests(pr):
     for build in (ci_coverage_report.WITH, ci_coverage_report.WITHOUT):
         files = COMMITTED["builds"][build]["tests"]
-        cases = {n: c for t in ci_coverage_report.test_files(pr) for n, c in files[t].items()}
+        cases = {n: c for t in prs.test_files(pr) for n, c in files[t].items()}
         assert cases, f"{build}: none of its tests ran"
         if build == ci_coverage_report.WITH or pr not in OUTSIDE_SERIES:
             # a CPU runner without the fallbacks: each test passes or skips on its guard, none fails
